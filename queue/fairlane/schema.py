@@ -1,0 +1,107 @@
+"""The single source of fairlane's schema: SQLAlchemy Core ``MetaData``.
+
+Migrations are checked against it (``tests/test_migrations.py``). Tables live in their own
+PostgreSQL schema, whose name is configurable, so the builder takes it as an argument.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Double,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+from fairlane.models import RunStatus
+
+RUN_STATUSES = tuple(status.value for status in RunStatus)
+VERSION_TABLE = "fairlane_alembic_version"
+
+
+def _status_check() -> CheckConstraint:
+    allowed = ", ".join(f"'{status}'" for status in RUN_STATUSES)
+    return CheckConstraint(f"status IN ({allowed})", name="runs_status_check")
+
+
+def _runs(metadata: MetaData) -> Table:
+    return Table(
+        "runs",
+        metadata,
+        Column("id", BigInteger, primary_key=True, autoincrement=True),
+        Column("environment", Text, nullable=False, server_default="default"),
+        Column("queue", Text, nullable=False, server_default="default"),
+        Column("task", Text, nullable=False),
+        Column("payload", JSONB, nullable=False),
+        Column("status", Text, nullable=False),
+        Column("priority", Integer, nullable=False, server_default="0"),
+        Column("attempts", Integer, nullable=False, server_default="0"),
+        Column("max_attempts", Integer, nullable=False, server_default="3"),
+        # When a DELAYED run becomes claimable (first start or retry backoff).
+        Column("available_at", DateTime(timezone=True)),
+        Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        Column("started_at", DateTime(timezone=True)),
+        Column("finished_at", DateTime(timezone=True)),
+        # The fence: every worker write matches id AND lease_token.
+        Column("lease_token", UUID(as_uuid=True)),
+        Column("lease_until", DateTime(timezone=True)),
+        Column("worker_id", Text),
+        Column("result", JSONB),
+        Column("error", JSONB),
+        Column("tags", ARRAY(Text), nullable=False, server_default="{}"),
+        Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+        Column("machine", Text),
+        Column("max_duration_s", Double),
+        _status_check(),
+        CheckConstraint("max_attempts >= 1", name="runs_max_attempts_check"),
+        # Claims read this index only; finished and leased rows drop out of it.
+        Index(
+            "runs_queued_idx",
+            text("priority DESC"),
+            "id",
+            postgresql_where=text("status = 'QUEUED'"),
+        ),
+        Index("runs_delayed_idx", "available_at", postgresql_where=text("status = 'DELAYED'")),
+        Index("runs_leased_idx", "lease_until", postgresql_where=text("status = 'EXECUTING'")),
+        postgresql_with={"fillfactor": "70"},
+    )
+
+
+def _periodic_jobs(metadata: MetaData) -> Table:
+    return Table(
+        "periodic_jobs",
+        metadata,
+        Column("name", Text, primary_key=True),
+        # A SQL function in fairlane's schema, called with no arguments, returning jsonb.
+        Column("function", Text, nullable=False),
+        Column("interval_s", Double, nullable=False),
+        Column("enabled", Boolean, nullable=False, server_default=text("true")),
+        Column("next_due_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        Column("last_started_at", DateTime(timezone=True)),
+        Column("last_finished_at", DateTime(timezone=True)),
+        Column("last_result", JSONB),
+        Column("last_error", Text),
+        Column("run_count", BigInteger, nullable=False, server_default="0"),
+        CheckConstraint("interval_s > 0", name="periodic_jobs_interval_check"),
+    )
+
+
+@cache
+def build_metadata(schema: str) -> MetaData:
+    """The MetaData of every fairlane table, placed in ``schema``."""
+    metadata = MetaData(schema=schema)
+    _runs(metadata)
+    _periodic_jobs(metadata)
+    return metadata

@@ -1,0 +1,93 @@
+"""Triggering runs: one statement for one run or many, on whatever connection the caller holds.
+
+The statement runs inside the caller's transaction, so a run triggered in a transaction that
+rolls back never exists, and one that commits is claimable at once. Every value is encoded and
+checked before the statement is sent: a bad item raises a typed error and nothing is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from fairlane.errors import PayloadError, TriggerOptionError
+from fairlane.payload import encode_json
+
+MAX_ATTEMPTS_CEILING = 250
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerRequest:
+    """One run to create. ``delay`` is seconds or a timedelta; None starts it at once."""
+
+    task: str
+    payload: Any = None
+    environment: str = "default"
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 3
+    delay: float | timedelta | None = None
+    tags: Sequence[str] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    machine: str | None = None
+    max_duration: float | timedelta | None = None
+
+
+def _seconds(option: str, value: float | timedelta | None) -> float | None:
+    if value is None:
+        return None
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds < 0 or seconds != seconds:
+        raise TriggerOptionError(option, value, "must be a non-negative number of seconds")
+    return seconds
+
+
+def _check(request: TriggerRequest) -> None:
+    if not request.task or not isinstance(request.task, str):
+        raise TriggerOptionError("task", request.task, "must be a non-empty string")
+    for option in ("environment", "queue"):
+        value = getattr(request, option)
+        if not value or not isinstance(value, str):
+            raise TriggerOptionError(option, value, "must be a non-empty string")
+    if not 1 <= request.max_attempts <= MAX_ATTEMPTS_CEILING:
+        raise TriggerOptionError(
+            "max_attempts", request.max_attempts, f"must be between 1 and {MAX_ATTEMPTS_CEILING}"
+        )
+    if not isinstance(request.priority, int) or abs(request.priority) > 2**31 - 1:
+        raise TriggerOptionError("priority", request.priority, "must be a 32-bit integer")
+    if isinstance(request.tags, str) or not all(isinstance(t, str) for t in request.tags):
+        raise TriggerOptionError("tags", request.tags, "must be a sequence of strings")
+
+
+def insert_params(requests: Iterable[TriggerRequest]) -> dict[str, list[Any]]:
+    """The array parameters of ``insert_runs``; raises before anything reaches the database."""
+    columns: dict[str, list[Any]] = {
+        name: []
+        for name in (
+            "environments", "queues", "tasks", "payloads", "priorities", "max_attempts",
+            "delays", "tags", "metadata", "machines", "max_durations",
+        )
+    }  # fmt: skip
+    for index, request in enumerate(requests):
+        try:
+            _check(request)
+            payload = encode_json(request.payload)
+            metadata = encode_json(dict(request.metadata), what="metadata")
+            delay = _seconds("delay", request.delay)
+            max_duration = _seconds("max_duration", request.max_duration)
+        except PayloadError as error:
+            raise PayloadError(str(error), index=index) from None
+        columns["environments"].append(request.environment)
+        columns["queues"].append(request.queue)
+        columns["tasks"].append(request.task)
+        columns["payloads"].append(payload)
+        columns["priorities"].append(request.priority)
+        columns["max_attempts"].append(request.max_attempts)
+        columns["delays"].append(delay)
+        columns["tags"].append(encode_json(list(request.tags), what="tags"))
+        columns["metadata"].append(metadata)
+        columns["machines"].append(request.machine)
+        columns["max_durations"].append(max_duration)
+    return columns

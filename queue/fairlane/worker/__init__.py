@@ -1,0 +1,8 @@
+"""The worker runtime: claims runs, executes handlers, keeps leases, writes outcomes."""
+
+from fairlane.worker.context import RunContext
+from fairlane.worker.registry import TaskDefinition, TaskRegistry
+from fairlane.worker.stats import WorkerStats
+from fairlane.worker.worker import Worker
+
+__all__ = ["RunContext", "TaskDefinition", "TaskRegistry", "Worker", "WorkerStats"]

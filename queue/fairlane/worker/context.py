@@ -1,0 +1,64 @@
+"""What a handler knows about the run it executes."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from fairlane.models import ClaimedRun
+
+
+@dataclass(slots=True)
+class RunContext:
+    """Passed to every handler as its first argument.
+
+    ``stop_requested`` is set when the worker wants the handler to stop: its lease was lost,
+    the run timed out, or the worker is shutting down. Async handlers are cancelled outright;
+    sync handlers run in threads and cannot be, so long ones should check it.
+    """
+
+    run: ClaimedRun
+    worker_id: str
+    stop_requested: threading.Event = field(default_factory=threading.Event)
+    stop_reason: str | None = None
+
+    @property
+    def run_id(self) -> int:
+        return self.run.id
+
+    @property
+    def attempt(self) -> int:
+        return self.run.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        return self.run.max_attempts
+
+    @property
+    def is_last_attempt(self) -> bool:
+        return self.run.attempt >= self.run.max_attempts
+
+    @property
+    def task(self) -> str:
+        return self.run.task
+
+    @property
+    def environment(self) -> str:
+        return self.run.environment
+
+    @property
+    def queue(self) -> str:
+        return self.run.queue
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.run.metadata
+
+    @property
+    def machine(self) -> str | None:
+        return self.run.machine
+
+    @property
+    def lease_lost(self) -> bool:
+        return self.stop_reason == "lease_lost"

@@ -1,0 +1,121 @@
+"""Executing one claimed run and turning how it ended into an outcome for the writer."""
+
+from __future__ import annotations
+
+import logging
+import math
+import traceback
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import anyio
+
+from fairlane.errors import FairlaneError, MaxDurationExceededError, PayloadError
+from fairlane.models import ClaimedRun, RunStatus
+from fairlane.payload import encode_json
+from fairlane.worker.context import RunContext
+from fairlane.worker.leases import Completion, Failure, Lease
+from fairlane.worker.outcomes import OutcomeWriter
+from fairlane.worker.registry import TaskDefinition, TaskRegistry
+
+log = logging.getLogger("fairlane.worker")
+
+STOP_SHUTDOWN = "shutdown"
+STOP_LEASE_LOST = "lease_lost"
+
+
+@dataclass(slots=True)
+class ActiveRun:
+    """A run this worker holds: from claim until its outcome is written or refused."""
+
+    run: ClaimedRun
+    lease: Lease
+    ctx: RunContext
+    # Monotonic time until which the lease is known to hold (last confirmed heartbeat).
+    confirmed_until: float
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    handler_done: bool = False
+
+    def stop(self, reason: str) -> None:
+        """Ask the handler to stop: cancel it if async, signal it if sync."""
+        if self.ctx.stop_reason is None:
+            self.ctx.stop_reason = reason
+        self.ctx.stop_requested.set()
+        self.scope.cancel()
+
+
+def error_document(error: BaseException, attempt: int, code: str | None = None) -> dict[str, Any]:
+    """What is stored in ``runs.error``: type, message, traceback, attempt and an error code."""
+    kind = type(error)
+    return {
+        "type": f"{kind.__module__}.{kind.__qualname__}",
+        "message": str(error),
+        "traceback": "".join(traceback.format_exception(error)),
+        "attempt": attempt,
+        "code": code,
+    }
+
+
+async def _call(
+    definition: TaskDefinition, ctx: RunContext, payload: Any, limiter: anyio.CapacityLimiter
+) -> Any:
+    if definition.is_async:
+        return await definition.handler(ctx, payload)
+    call = partial(definition.handler, ctx, payload)
+    return await anyio.to_thread.run_sync(call, abandon_on_cancel=True, limiter=limiter)
+
+
+async def execute(
+    active: ActiveRun,
+    registry: TaskRegistry,
+    writer: OutcomeWriter,
+    limiter: anyio.CapacityLimiter,
+) -> None:
+    run, ctx = active.run, active.ctx
+    error: BaseException | None = None
+    result: Any = None
+    timed_out = False
+    with active.scope:
+        try:
+            definition = registry.get(run.task)
+            deadline = run.max_duration_s if run.max_duration_s is not None else math.inf
+            with anyio.move_on_after(deadline) as duration:
+                result = await _call(definition, ctx, run.payload, limiter)
+            timed_out = duration.cancelled_caught
+        except Exception as raised:
+            error = raised
+    active.handler_done = True
+    if ctx.stop_reason == STOP_SHUTDOWN and active.scope.cancelled_caught:
+        writer.release(active.lease)
+    elif ctx.stop_reason == STOP_LEASE_LOST:
+        log.warning("run %s: lease lost, result of attempt %s discarded", run.id, run.attempt)
+    elif timed_out:
+        ctx.stop_requested.set()
+        timeout = MaxDurationExceededError(f"run exceeded max_duration of {run.max_duration_s}s")
+        writer.fail(_final_failure(active, timeout, RunStatus.TIMED_OUT, "MAX_DURATION_EXCEEDED"))
+    elif error is not None:
+        writer.fail(_failure(active, error, registry))
+    else:
+        try:
+            writer.complete(Completion(active.lease, encode_json(result, what="result")))
+        except PayloadError as bad_result:
+            writer.fail(_failure(active, bad_result, registry))
+
+
+def _final_failure(
+    active: ActiveRun, error: BaseException, status: RunStatus, code: str | None = None
+) -> Failure:
+    document = error_document(error, active.run.attempt, code)
+    return Failure(active.lease, encode_json(document, what="error"), status.value, None)
+
+
+def _failure(active: ActiveRun, error: BaseException, registry: TaskRegistry) -> Failure:
+    run = active.run
+    if run.attempt >= run.max_attempts:
+        return _final_failure(active, error, RunStatus.FAILED)
+    backoff = registry.get(run.task).backoff if run.task in registry else None
+    delay = backoff.delay(run.attempt) if backoff else 1.0
+    code = "UNKNOWN_TASK" if isinstance(error, FairlaneError) and run.task not in registry else None
+    document = error_document(error, run.attempt, code)
+    return Failure(active.lease, encode_json(document, what="error"), "DELAYED", delay)

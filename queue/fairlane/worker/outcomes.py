@@ -1,0 +1,93 @@
+"""Batched, fenced writing of run outcomes.
+
+Handlers hand their outcome to the writer and move on; one loop writes everything that
+accumulated while the previous write was in flight, so under load completions go out in
+large batches and when idle each goes out at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import anyio
+
+from fairlane.worker.leases import AsyncConn, Completion, Failure, Lease, LeaseStore
+from fairlane.worker.stats import WorkerStats
+
+log = logging.getLogger("fairlane.worker")
+
+
+class OutcomeWriter:
+    def __init__(
+        self,
+        store: LeaseStore,
+        stats: WorkerStats,
+        on_written: Callable[[set[int]], None],
+    ) -> None:
+        self._store = store
+        self._stats = stats
+        # Called with every run id whose outcome was written or refused: the lease is done.
+        self._on_written = on_written
+        self._completions: list[Completion] = []
+        self._failures: list[Failure] = []
+        self._releases: list[Lease] = []
+        self._pending = anyio.Event()
+
+    def complete(self, item: Completion) -> None:
+        self._completions.append(item)
+        self._pending.set()
+
+    def fail(self, item: Failure) -> None:
+        self._failures.append(item)
+        self._pending.set()
+
+    def release(self, lease: Lease) -> None:
+        self._releases.append(lease)
+        self._pending.set()
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._completions or self._failures or self._releases)
+
+    async def run(self, conn: AsyncConn) -> None:
+        """Write batches until cancelled; call ``flush`` afterwards to drain the remainder."""
+        while True:
+            await self._pending.wait()
+            self._pending = anyio.Event()
+            await self.flush(conn)
+
+    async def flush(self, conn: AsyncConn) -> None:
+        completions, self._completions = self._completions, []
+        failures, self._failures = self._failures, []
+        releases, self._releases = self._releases, []
+        if completions:
+            accepted = await self._store.complete(conn, completions)
+            self._stats.completed += len(accepted)
+            self._refused("complete", [c.lease for c in completions], accepted)
+        if failures:
+            accepted = await self._store.fail(conn, failures)
+            for item in failures:
+                if item.lease.run_id in accepted:
+                    if item.next_status == "DELAYED":
+                        self._stats.retried += 1
+                    elif item.next_status == "TIMED_OUT":
+                        self._stats.timed_out += 1
+                    else:
+                        self._stats.failed += 1
+            self._refused("fail", [f.lease for f in failures], accepted)
+        if releases:
+            accepted = await self._store.release(conn, releases)
+            self._stats.released += len(accepted)
+            self._refused("release", releases, accepted)
+
+    def _refused(self, what: str, leases: list[Lease], accepted: set[int]) -> None:
+        refused = [lease.run_id for lease in leases if lease.run_id not in accepted]
+        if refused:
+            self._stats.stale_writes += len(refused)
+            log.warning(
+                "fence refused %s for runs %s: their lease was lost (re-claimed or ended)",
+                what,
+                refused,
+            )
+        self._on_written({lease.run_id for lease in leases})

@@ -1,0 +1,26 @@
+"""Counters a worker keeps about itself."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    claimed: int = 0
+    claims: int = 0
+    completed: int = 0
+    failed: int = 0
+    retried: int = 0
+    timed_out: int = 0
+    released: int = 0
+    # A lease the database said (or the local deadline showed) was no longer ours.
+    lost_leases: int = 0
+    # Outcome writes the fence refused: the run had been re-claimed or had ended.
+    stale_writes: int = 0
+    heartbeats: int = 0
+    wakeups: int = 0
+    periodic_ticks: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)

@@ -1,0 +1,248 @@
+"""The worker: claims runs in batches, executes them, keeps their leases, writes outcomes.
+
+Loops, each on its own connection: the claimer (this file), the outcome writer, the
+heartbeater, the notification listener and the periodic-job runner. Shutdown stops the
+claimer first, gives running handlers ``shutdown_grace`` seconds, cancels what is left and
+hands those runs back to QUEUED without counting the attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import psycopg
+from anyio.abc import TaskGroup, TaskStatus
+
+from fairlane.models import ClaimedRun
+from fairlane.settings import database_url, psycopg_dsn, schema_name
+from fairlane.worker import heartbeat, notifier, periodic
+from fairlane.worker.connections import LoopConnection
+from fairlane.worker.context import RunContext
+from fairlane.worker.executor import STOP_LEASE_LOST, STOP_SHUTDOWN, ActiveRun, execute
+from fairlane.worker.leases import Lease, LeaseStore
+from fairlane.worker.outcomes import OutcomeWriter
+from fairlane.worker.registry import TaskRegistry
+from fairlane.worker.stats import WorkerStats
+
+log = logging.getLogger("fairlane.worker")
+
+
+class Worker:
+    def __init__(
+        self,
+        registry: TaskRegistry,
+        dsn: str | None = None,
+        *,
+        schema: str | None = None,
+        concurrency: int = 10,
+        claim_batch: int | None = None,
+        lease_seconds: float = 30.0,
+        heartbeat_interval: float | None = None,
+        poll_interval: float = 1.0,
+        listen: bool = True,
+        shutdown_grace: float = 30.0,
+        environments: Sequence[str] | None = None,
+        queues: Sequence[str] | None = None,
+        worker_id: str | None = None,
+        run_periodic_jobs: bool = True,
+        periodic_interval: float = 0.25,
+    ) -> None:
+        if concurrency < 1 or lease_seconds <= 0 or poll_interval <= 0:
+            raise ValueError("concurrency, lease_seconds and poll_interval must be positive")
+        self.registry = registry
+        self.dsn = psycopg_dsn(database_url(dsn))
+        self.schema = schema_name(schema)
+        self.concurrency = concurrency
+        self.claim_batch = claim_batch or concurrency
+        self.poll_interval = poll_interval
+        self.listen = listen
+        self.shutdown_grace = shutdown_grace
+        self.environments = list(environments) if environments else None
+        self.queues = list(queues) if queues else None
+        self.run_periodic_jobs = run_periodic_jobs
+        self.periodic_interval = periodic_interval
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.stats = WorkerStats()
+        self.store = LeaseStore(self.schema, lease_seconds=lease_seconds, worker_id=self.worker_id)
+        self.held: dict[int, ActiveRun] = {}
+        self.heartbeater = heartbeat.Heartbeater(
+            self.store, self.held, self.stats, self._lease_lost,
+            interval=heartbeat_interval or lease_seconds / 3,
+        )  # fmt: skip
+        self.writer = OutcomeWriter(self.store, self.stats, self._outcomes_written)
+        self._limiter = anyio.CapacityLimiter(concurrency)
+        self._running = 0
+        self._wake = anyio.Event()
+        self._slot_free = anyio.Event()
+        self._idle = anyio.Event()
+        self._stopping = False
+        self._stop_event = anyio.Event()
+        self._started = threading.Event()
+        self._token: anyio.lowlevel.EventLoopToken | None = None
+        self._thread: int | None = None
+
+    # -- control ------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask for a graceful shutdown. Safe from any thread, and from a signal handler."""
+        if self._token is not None and threading.get_ident() != self._thread:
+            anyio.from_thread.run_sync(self._request_stop, token=self._token)
+        else:
+            self._request_stop()
+
+    def _request_stop(self) -> None:
+        self._stopping = True
+        self._stop_event.set()
+        self._wake.set()
+        self._slot_free.set()
+
+    def wait_started(self, timeout: float | None = None) -> bool:
+        """For threads that started ``run`` elsewhere: block until the worker claims."""
+        return self._started.wait(timeout)
+
+    # -- run ----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        self._token = anyio.lowlevel.current_token()
+        self._thread = threading.get_ident()
+        claim_conn = LoopConnection(self.dsn, synchronous_commit=False)
+        beat_conn = LoopConnection(self.dsn, synchronous_commit=False)
+        write_conn = LoopConnection(self.dsn)
+        listen_conn = LoopConnection(self.dsn)
+        tick_conn = LoopConnection(self.dsn)
+        try:
+            async with anyio.create_task_group() as background:
+                background.start_soon(self._write_loop, write_conn)
+                background.start_soon(self.heartbeater.run, beat_conn)
+                if self.listen:
+                    background.start_soon(notifier.listen, listen_conn, self.schema, self._notified)
+                if self.run_periodic_jobs:
+                    background.start_soon(self._periodic_loop, tick_conn)
+                async with anyio.create_task_group() as handlers:
+                    self._started.set()
+                    task_status.started()
+                    await self._claim_loop(claim_conn, handlers)
+                    await self._drain(handlers)
+                await self._flush_outcomes(write_conn)
+                background.cancel_scope.cancel()
+        finally:
+            for conn in (claim_conn, beat_conn, write_conn, listen_conn, tick_conn):
+                await conn.close()
+            log.info("worker %s stopped: %s", self.worker_id, self.stats.as_dict())
+
+    async def _claim_loop(self, connection: LoopConnection, handlers: TaskGroup) -> None:
+        while not self._stopping:
+            free = self.concurrency - self._running
+            if free <= 0:
+                self._slot_free = anyio.Event()
+                await self._slot_free.wait()
+                continue
+            asked = min(free, self.claim_batch)
+            self._wake = anyio.Event()
+            try:
+                claimed = await self.store.claim(
+                    await connection.get(), asked,
+                    environments=self.environments, queues=self.queues,
+                )  # fmt: skip
+            except psycopg.Error:
+                log.warning("claim failed; retrying after the poll interval", exc_info=True)
+                await connection.discard()
+                claimed = []
+            self.stats.claims += 1
+            self.stats.claimed += len(claimed)
+            for run in claimed:
+                self._start(run, handlers)
+            if len(claimed) < asked and not self._stopping:
+                with anyio.move_on_after(self.poll_interval):
+                    await self._wake.wait()
+
+    def _start(self, run: ClaimedRun, handlers: TaskGroup) -> None:
+        lease = Lease(run.id, run.lease_token)
+        ctx = RunContext(run=run, worker_id=self.worker_id)
+        confirmed_until = time.monotonic() + self.store.lease_seconds
+        active = ActiveRun(run=run, lease=lease, ctx=ctx, confirmed_until=confirmed_until)
+        self.held[run.id] = active
+        self._running += 1
+        handlers.start_soon(self._execute, active)
+
+    async def _execute(self, active: ActiveRun) -> None:
+        try:
+            await execute(active, self.registry, self.writer, self._limiter)
+        finally:
+            self._running -= 1
+            self._slot_free.set()
+            if active.ctx.stop_reason == STOP_LEASE_LOST:
+                self.held.pop(active.run.id, None)
+            if self._running == 0:
+                self._idle.set()
+
+    async def _drain(self, handlers: TaskGroup) -> None:
+        """Let running handlers finish within the grace period, then cancel the rest."""
+        if self._running:
+            self._idle = anyio.Event()
+            with anyio.move_on_after(self.shutdown_grace):
+                await self._idle.wait()
+        for active in list(self.held.values()):
+            if not active.handler_done:
+                active.stop(STOP_SHUTDOWN)
+
+    async def _flush_outcomes(self, connection: LoopConnection) -> None:
+        with anyio.CancelScope(shield=True):
+            while self.writer.has_pending:
+                await self.writer.flush(await connection.get())
+
+    async def _periodic_loop(self, connection: LoopConnection) -> None:
+        await periodic.periodic_loop(
+            connection, self.schema, self.stats, interval=self.periodic_interval
+        )
+
+    async def _write_loop(self, connection: LoopConnection) -> None:
+        while True:
+            try:
+                await self.writer.run(await connection.get())
+            except psycopg.Error:
+                log.warning("writing outcomes failed; retrying", exc_info=True)
+                await connection.discard()
+                await anyio.sleep(0.5)
+
+    # -- callbacks ----------------------------------------------------------------------
+
+    def _notified(self, environment: str) -> None:
+        if (
+            environment == notifier.ANY_ENVIRONMENT
+            or self.environments is None
+            or environment in self.environments
+        ):
+            self.stats.wakeups += 1
+            self._wake.set()
+
+    def _lease_lost(self, active: ActiveRun) -> None:
+        if active.ctx.stop_reason is None:
+            self.stats.lost_leases += 1
+            log.warning("run %s: lease lost; stopping its handler", active.run.id)
+        if active.handler_done:
+            # Its outcome is queued; the fence will refuse it and the writer counts that.
+            return
+        active.stop(STOP_LEASE_LOST)
+
+    def _outcomes_written(self, run_ids: set[int]) -> None:
+        for run_id in run_ids:
+            self.held.pop(run_id, None)
+
+
+def run_forever(worker: Worker, **kwargs: Any) -> None:
+    """Run ``worker`` on a fresh asyncio loop until it stops (sync entry point)."""
+    anyio.run(worker.run, **kwargs)
+
+
+__all__ = ["Worker", "run_forever"]

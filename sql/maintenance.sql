@@ -1,0 +1,142 @@
+-- Maintenance functions, installed by the migrations. Each takes its batch size, returns a
+-- jsonb summary and is safe to run from several sessions at once (SKIP LOCKED). The periodic
+-- job runner calls them; an operator can call them by hand or from pg_cron.
+
+-- name: create_reclaim_expired_leases
+-- A run whose lease lapsed goes back to QUEUED; the claim already counted its attempt, so on
+-- the last attempt it ends CRASHED instead. The stale owner stays fenced: its token is cleared.
+CREATE OR REPLACE FUNCTION {schema}.reclaim_expired_leases(batch_size integer DEFAULT 1000)
+RETURNS jsonb
+LANGUAGE sql
+AS $$
+WITH expired AS (
+    SELECT id
+    FROM {schema}.runs
+    WHERE status = 'EXECUTING' AND lease_until < now()
+    ORDER BY lease_until
+    LIMIT batch_size
+    FOR UPDATE SKIP LOCKED
+), reclaimed AS (
+    UPDATE {schema}.runs AS r
+    SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'CRASHED' ELSE 'QUEUED' END,
+        finished_at = CASE WHEN r.attempts >= r.max_attempts THEN now() END,
+        error = jsonb_build_object(
+            'type', 'LeaseExpired',
+            'code', 'LEASE_EXPIRED',
+            'message', 'lease of worker ' || coalesce(r.worker_id, '?') || ' lapsed during attempt '
+                       || r.attempts),
+        lease_token = NULL,
+        lease_until = NULL,
+        worker_id = NULL
+    FROM expired
+    WHERE r.id = expired.id
+    RETURNING r.status, r.environment
+), woken AS (
+    SELECT pg_notify({channel}, environment)
+    FROM (SELECT DISTINCT environment FROM reclaimed WHERE status = 'QUEUED') AS envs
+)
+SELECT jsonb_build_object(
+    'requeued', count(*) FILTER (WHERE status = 'QUEUED'),
+    'crashed', count(*) FILTER (WHERE status = 'CRASHED'),
+    'woken', (SELECT count(*) FROM woken))
+FROM reclaimed;
+$$;
+
+-- name: create_promote_delayed_runs
+-- Delayed runs (first start or retry backoff) that are due become QUEUED.
+CREATE OR REPLACE FUNCTION {schema}.promote_delayed_runs(batch_size integer DEFAULT 1000)
+RETURNS jsonb
+LANGUAGE sql
+AS $$
+WITH due AS (
+    SELECT id
+    FROM {schema}.runs
+    WHERE status = 'DELAYED' AND available_at <= now()
+    ORDER BY available_at
+    LIMIT batch_size
+    FOR UPDATE SKIP LOCKED
+), promoted AS (
+    UPDATE {schema}.runs AS r
+    SET status = 'QUEUED'
+    FROM due
+    WHERE r.id = due.id
+    RETURNING r.environment
+), woken AS (
+    SELECT pg_notify({channel}, environment)
+    FROM (SELECT DISTINCT environment FROM promoted) AS envs
+)
+SELECT jsonb_build_object('promoted', count(*), 'woken', (SELECT count(*) FROM woken))
+FROM promoted;
+$$;
+
+-- name: create_run_due_periodic_jobs
+-- Runs every due periodic job once. The row lock taken with SKIP LOCKED is the claim: another
+-- session skips the row, and once this transaction commits the row is no longer due. A crash
+-- rolls the transaction back, so the job is simply due again. Each job runs in a subtransaction
+-- so one failing job records its error without undoing the others.
+CREATE OR REPLACE FUNCTION {schema}.run_due_periodic_jobs()
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    job record;
+    outcome jsonb;
+    ran jsonb := '{{}}'::jsonb;
+BEGIN
+    FOR job IN
+        SELECT name, function, interval_s, next_due_at
+        FROM {schema}.periodic_jobs
+        WHERE enabled AND next_due_at <= now()
+        ORDER BY next_due_at
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        BEGIN
+            EXECUTE 'SELECT ' || quote_ident({schema_name}) || '.' || quote_ident(job.function) || '()'
+                INTO outcome;
+            UPDATE {schema}.periodic_jobs
+            SET last_result = outcome, last_error = NULL
+            WHERE name = job.name;
+        EXCEPTION WHEN OTHERS THEN
+            outcome := jsonb_build_object('error', SQLERRM);
+            UPDATE {schema}.periodic_jobs
+            SET last_result = NULL, last_error = SQLERRM
+            WHERE name = job.name;
+        END;
+        -- The next tick after now, so a job that fell behind runs once, not once per missed tick.
+        UPDATE {schema}.periodic_jobs
+        SET last_started_at = now(),
+            last_finished_at = clock_timestamp(),
+            run_count = run_count + 1,
+            next_due_at = job.next_due_at + make_interval(secs => job.interval_s * (
+                floor(extract(epoch FROM now() - job.next_due_at) / job.interval_s) + 1))
+        WHERE name = job.name;
+        ran := ran || jsonb_build_object(job.name, outcome);
+    END LOOP;
+    RETURN ran;
+END;
+$$;
+
+-- name: create_notify_runs_inserted
+-- One notification per environment per inserting statement, not one per run.
+CREATE OR REPLACE FUNCTION {schema}.notify_runs_inserted()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '.runs', envs.environment)
+    FROM (SELECT DISTINCT environment FROM new_runs WHERE status = 'QUEUED') AS envs;
+    RETURN NULL;
+END;
+$$;
+
+-- name: create_runs_inserted_trigger
+CREATE TRIGGER runs_notify_inserted
+AFTER INSERT ON {schema}.runs
+REFERENCING NEW TABLE AS new_runs
+FOR EACH STATEMENT EXECUTE FUNCTION {schema}.notify_runs_inserted();
+
+-- name: seed_core_periodic_jobs
+INSERT INTO {schema}.periodic_jobs (name, function, interval_s)
+VALUES ('reclaim_expired_leases', 'reclaim_expired_leases', 1.0),
+       ('promote_delayed_runs', 'promote_delayed_runs', 0.5)
+ON CONFLICT (name) DO NOTHING;

@@ -1,0 +1,2 @@
+-- name: listen_channel
+LISTEN {channel_identifier};

@@ -1,0 +1,8 @@
+-- name: run_due_periodic_jobs
+SELECT {schema}.run_due_periodic_jobs() AS ran;
+
+-- name: list_periodic_jobs
+SELECT name, function, interval_s, enabled, next_due_at, last_started_at, last_finished_at,
+       last_result, last_error, run_count
+FROM {schema}.periodic_jobs
+ORDER BY name;
