@@ -6,3 +6,6 @@ SELECT name, function, interval_s, enabled, next_due_at, last_started_at, last_f
        last_result, last_error, run_count
 FROM {schema}.periodic_jobs
 ORDER BY name;
+
+-- name: make_periodic_job_due
+UPDATE {schema}.periodic_jobs SET next_due_at = now() WHERE name = %(name)s;

@@ -19,8 +19,9 @@ def encode_json(value: Any, *, what: str = "payload", index: int | None = None) 
     except (TypeError, ValueError) as error:
         raise PayloadError(f"{what} is not JSON-serialisable: {error}", index=index) from None
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
-        raise PayloadError(f"{what} contains a NUL character (\\u0000), which jsonb cannot store",
-                           index=index)
+        raise PayloadError(
+            f"{what} contains a NUL character (\\u0000), which jsonb cannot store", index=index
+        )
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
-    """Delay before retry n = min(max_s, uniform[1, 2) × min_s × factor^(n−1)).
+    """Delay before retry n = min(max_s, uniform[1, 2) * min_s * factor^(n-1)).
 
     The jitter spreads retries of runs that failed together, so they do not come back as a herd.
     """

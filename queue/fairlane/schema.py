@@ -88,7 +88,9 @@ def _periodic_jobs(metadata: MetaData) -> Table:
         Column("function", Text, nullable=False),
         Column("interval_s", Double, nullable=False),
         Column("enabled", Boolean, nullable=False, server_default=text("true")),
-        Column("next_due_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        Column(
+            "next_due_at", DateTime(timezone=True), nullable=False, server_default=text("now()")
+        ),
         Column("last_started_at", DateTime(timezone=True)),
         Column("last_finished_at", DateTime(timezone=True)),
         Column("last_result", JSONB),

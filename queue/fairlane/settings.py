@@ -39,5 +39,24 @@ def psycopg_dsn(url: str) -> str:
 
 
 def sqlalchemy_url(url: str) -> str:
-    """A SQLAlchemy URL that selects the psycopg 3 driver."""
-    return re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql+psycopg://", url)
+    """A SQLAlchemy URL selecting the psycopg 3 driver, from a URL or a key=value DSN."""
+    if re.match(r"^postgres(ql)?(\+\w+)?://", url):
+        return re.sub(r"^postgres(ql)?(\+\w+)?://", "postgresql+psycopg://", url)
+    from psycopg.conninfo import conninfo_to_dict
+    from sqlalchemy.engine import URL
+
+    params = conninfo_to_dict(url)
+    built = URL.create(
+        "postgresql+psycopg",
+        username=_str(params.pop("user", None)),
+        password=_str(params.pop("password", None)),
+        host=_str(params.pop("host", None)),
+        port=int(str(params.pop("port"))) if params.get("port") else None,
+        database=_str(params.pop("dbname", None)),
+        query={key: str(value) for key, value in params.items() if value is not None},
+    )
+    return built.render_as_string(hide_password=False)
+
+
+def _str(value: object) -> str | None:
+    return None if value is None else str(value)

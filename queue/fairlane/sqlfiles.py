@@ -14,7 +14,7 @@ from functools import cache
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
-from typing import LiteralString, cast
+from typing import LiteralString
 
 from psycopg import sql
 
@@ -64,7 +64,7 @@ def channel_name(schema: str) -> str:
 @cache
 def query(name: str, schema: str) -> LiteralString:
     """The statement ``name`` with the schema composed in, ready for psycopg or SQLAlchemy."""
-    template = sql.SQL(cast(LiteralString, _raw_statements()[name]))
+    template = sql.SQL(_raw_statements()[name])
     composed = template.format(
         schema=sql.Identifier(schema),
         schema_name=sql.Literal(schema),
@@ -72,7 +72,7 @@ def query(name: str, schema: str) -> LiteralString:
         channel_identifier=sql.Identifier(channel_name(schema)),
     )
     # Identifiers and literals are quoted without a connection; the result is plain SQL.
-    return cast(LiteralString, composed.as_string(None))
+    return composed.as_string(None)
 
 
 def statement_names() -> list[str]:

@@ -71,5 +71,7 @@ class Heartbeater:
         now = time.monotonic()
         for run in list(self._held.values()):
             if run.confirmed_until < now and not run.handler_done:
-                log.warning("run %s: lease deadline passed without a confirmed heartbeat", run.run.id)
+                log.warning(
+                    "run %s: lease deadline passed without a confirmed heartbeat", run.run.id
+                )
                 self._on_lost(run)

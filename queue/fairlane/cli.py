@@ -1,0 +1,236 @@
+"""The ``fairlane`` command: migrate, worker, trigger, status, runs, maintenance, bench, demo."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+import psycopg
+
+from fairlane import migrate
+from fairlane.client import Client
+from fairlane.errors import FairlaneError
+from fairlane.rows import run_from_row
+from fairlane.settings import database_url, psycopg_dsn, schema_name
+from fairlane.sqlfiles import query
+from fairlane.worker import TaskRegistry, Worker
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dsn", help="database URL (default: $DATABASE_URL or the local server)")
+    parser.add_argument(
+        "--schema", help="fairlane's schema (default: $FAIRLANE_SCHEMA or fairlane)"
+    )
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    if args.downgrade:
+        migrate.downgrade(args.dsn, args.schema, args.revision or "base")
+    else:
+        migrate.upgrade(args.dsn, args.schema, args.revision or "head")
+    print(
+        f"schema {schema_name(args.schema)} at revision "
+        f"{migrate.current_revision(args.dsn, args.schema)}"
+    )
+    return 0
+
+
+def load_registry(spec: str) -> TaskRegistry:
+    """``package.module:attribute`` naming a TaskRegistry."""
+    module_name, _, attribute = spec.partition(":")
+    registry = getattr(importlib.import_module(module_name), attribute or "tasks")
+    if not isinstance(registry, TaskRegistry):
+        raise SystemExit(f"{spec} is not a fairlane TaskRegistry")
+    return registry
+
+
+async def _run_worker(worker: Worker) -> None:
+    async with anyio.create_task_group() as group:
+
+        async def on_signals() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                received = 0
+                async for signum in signals:
+                    received += 1
+                    logging.getLogger("fairlane.worker").info(
+                        "received %s: shutting down (again to skip the grace period)",
+                        signal.Signals(signum).name,
+                    )
+                    if received > 1:
+                        worker.shutdown_grace = 0
+                    worker.stop()
+
+        group.start_soon(on_signals)
+        await worker.run()
+        group.cancel_scope.cancel()
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    worker = Worker(
+        load_registry(args.tasks), args.dsn, schema=args.schema,
+        concurrency=args.concurrency, claim_batch=args.claim_batch,
+        lease_seconds=args.lease_seconds, poll_interval=args.poll_interval,
+        listen=not args.no_listen, shutdown_grace=args.shutdown_grace,
+        environments=args.environment or None, queues=args.queue or None,
+    )  # fmt: skip
+    anyio.run(_run_worker, worker)
+    print(json.dumps(worker.stats.as_dict()))
+    return 0
+
+
+def cmd_trigger(args: argparse.Namespace) -> int:
+    payload = json.loads(args.payload) if args.payload is not None else None
+    with Client(args.dsn, schema=args.schema) as client:
+        run_id = client.trigger_sync(
+            args.task, payload, environment=args.environment, queue=args.queue,
+            priority=args.priority, max_attempts=args.max_attempts, delay=args.delay,
+        )  # fmt: skip
+    print(run_id)
+    return 0
+
+
+def _connect(args: argparse.Namespace) -> psycopg.Connection[Any]:
+    return psycopg.connect(psycopg_dsn(database_url(args.dsn)), autocommit=True)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with _connect(args) as conn:
+        rows = conn.execute(query("count_runs_by_status", schema_name(args.schema))).fetchall()
+    print(f"{'status':<16}{'runs':>10}")
+    for status, count in rows:
+        print(f"{status:<16}{count:>10}")
+    return 0
+
+
+def cmd_runs_show(args: argparse.Namespace) -> int:
+    with Client(args.dsn, schema=args.schema) as client:
+        run = client.get_run_sync(args.run_id)
+    document = {key: getattr(run, key) for key in run.__slots__}
+    print(json.dumps(document, default=str, indent=2))
+    return 0
+
+
+def cmd_runs_list(args: argparse.Namespace) -> int:
+    schema = schema_name(args.schema)
+    params = {"status": args.status, "task": args.task, "limit": args.limit}
+    with _connect(args) as conn:
+        rows = conn.execute(query("list_runs", schema), params).fetchall()
+    for row in rows:
+        run = run_from_row(row)
+        print(
+            f"{run.id:>10} {run.status:<15} {run.task:<24} "
+            f"attempts {run.attempts}/{run.max_attempts}"
+        )
+    return 0
+
+
+def cmd_maintenance(args: argparse.Namespace) -> int:
+    schema = schema_name(args.schema)
+    with _connect(args) as conn:
+        if args.run_now:
+            conn.execute(query("make_periodic_job_due", schema), {"name": args.run_now})
+            ran = conn.execute(query("run_due_periodic_jobs", schema)).fetchone()
+            print(json.dumps(ran[0] if ran else {}, indent=2))
+            return 0
+        rows = conn.execute(query("list_periodic_jobs", schema)).fetchall()
+    print(f"{'job':<26}{'every':>8}  {'runs':>6}  {'next due':<34}last result")
+    for name, _fn, interval, enabled, next_due, _s, _f, result, error, count in rows:
+        outcome = f"error: {error}" if error else json.dumps(result)
+        flag = "" if enabled else " (off)"
+        print(f"{name + flag:<26}{interval:>7}s  {count:>6}  {next_due!s:<34}{outcome}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fairlane", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    p = commands.add_parser("migrate", help="apply (or roll back) fairlane's migrations")
+    _common(p)
+    p.add_argument("--revision")
+    p.add_argument("--downgrade", action="store_true")
+    p.set_defaults(func=cmd_migrate)
+
+    p = commands.add_parser("worker", help="run a worker")
+    _common(p)
+    p.add_argument("tasks", help="module:attribute of a TaskRegistry")
+    p.add_argument("--concurrency", type=int, default=10)
+    p.add_argument("--claim-batch", type=int)
+    p.add_argument("--lease-seconds", type=float, default=30.0)
+    p.add_argument("--poll-interval", type=float, default=1.0)
+    p.add_argument(
+        "--no-listen", action="store_true", help="poll only (PgBouncer transaction mode)"
+    )
+    p.add_argument("--shutdown-grace", type=float, default=30.0)
+    p.add_argument("--environment", action="append", help="claim only from these environments")
+    p.add_argument("--queue", action="append", help="claim only from these queues")
+    p.set_defaults(func=cmd_worker)
+
+    p = commands.add_parser("trigger", help="trigger one run")
+    _common(p)
+    p.add_argument("task")
+    p.add_argument("payload", nargs="?", help="JSON payload")
+    p.add_argument("--environment", default="default")
+    p.add_argument("--queue", default="default")
+    p.add_argument("--priority", type=int, default=0)
+    p.add_argument("--max-attempts", type=int, default=3)
+    p.add_argument("--delay", type=float)
+    p.set_defaults(func=cmd_trigger)
+
+    p = commands.add_parser("status", help="runs per status")
+    _common(p)
+    p.set_defaults(func=cmd_status)
+
+    runs = commands.add_parser("runs", help="inspect runs").add_subparsers(
+        dest="runs", required=True
+    )
+    p = runs.add_parser("show", help="one run, whole")
+    _common(p)
+    p.add_argument("run_id", type=int)
+    p.set_defaults(func=cmd_runs_show)
+    p = runs.add_parser("list", help="recent runs")
+    _common(p)
+    p.add_argument("--status")
+    p.add_argument("--task")
+    p.add_argument("--limit", type=int, default=50)
+    p.set_defaults(func=cmd_runs_list)
+
+    p = commands.add_parser("maintenance", help="periodic jobs: list, or run one now")
+    _common(p)
+    p.add_argument("--run-now", metavar="JOB", help="make JOB due and run due jobs once")
+    p.set_defaults(func=cmd_maintenance)
+
+    for module in ("fairlane.bench.cli", "fairlane.demo"):
+        try:
+            importlib.import_module(module).add_parser(commands)
+        except ModuleNotFoundError as missing:
+            if not (missing.name and module.startswith(missing.name)):
+                raise
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args))
+    except FairlaneError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
