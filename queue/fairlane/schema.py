@@ -19,6 +19,8 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    Numeric,
+    SmallInteger,
     Table,
     Text,
     text,
@@ -66,12 +68,22 @@ def _runs(metadata: MetaData) -> Table:
         Column("max_duration_s", Double),
         _status_check(),
         CheckConstraint("max_attempts >= 1", name="runs_max_attempts_check"),
-        # Claims read this index only; finished and leased rows drop out of it.
+        # Claims read this index only; finished and leased rows drop out of it. Its leading
+        # column also serves the loose index scan that finds environments with queued runs.
         Index(
             "runs_queued_idx",
+            "environment",
+            "queue",
             text("priority DESC"),
             "id",
             postgresql_where=text("status = 'QUEUED'"),
+        ),
+        # Slots are derived from this index: a run holds a slot exactly while EXECUTING.
+        Index(
+            "runs_executing_idx",
+            "environment",
+            "queue",
+            postgresql_where=text("status = 'EXECUTING'"),
         ),
         Index("runs_delayed_idx", "available_at", postgresql_where=text("status = 'DELAYED'")),
         Index("runs_leased_idx", "lease_until", postgresql_where=text("status = 'EXECUTING'")),
@@ -100,10 +112,72 @@ def _periodic_jobs(metadata: MetaData) -> Table:
     )
 
 
+def _environments(metadata: MetaData) -> Table:
+    return Table(
+        "environments",
+        metadata,
+        Column("name", Text, primary_key=True),
+        # NULL is unlimited. The environment cap is floor(concurrency_limit * burst_factor).
+        Column("concurrency_limit", Integer),
+        Column("burst_factor", Numeric(6, 2), nullable=False, server_default="1.0"),
+        Column("paused", Boolean, nullable=False, server_default=text("false")),
+        # Fair-scheduling state: runs handed out, and whether it ran out of queued runs.
+        Column("served", BigInteger, nullable=False, server_default="0"),
+        Column("drained", Boolean, nullable=False, server_default=text("true")),
+        Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        CheckConstraint(
+            "concurrency_limit IS NULL OR concurrency_limit >= 0", name="environments_limit_check"
+        ),
+        CheckConstraint("burst_factor >= 1", name="environments_burst_check"),
+    )
+
+
+def _queues(metadata: MetaData) -> Table:
+    return Table(
+        "queues",
+        metadata,
+        Column("environment", Text, primary_key=True),
+        Column("name", Text, primary_key=True),
+        # NULL is unlimited; the queue cap is min(concurrency_limit, environment limit).
+        Column("concurrency_limit", Integer),
+        Column("paused", Boolean, nullable=False, server_default=text("false")),
+        Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        CheckConstraint(
+            "concurrency_limit IS NULL OR concurrency_limit >= 0", name="queues_limit_check"
+        ),
+    )
+
+
+def _scheduler(metadata: MetaData) -> Table:
+    return Table(
+        "scheduler",
+        metadata,
+        Column("id", SmallInteger, primary_key=True, server_default="1"),
+        Column("quantum", Integer, nullable=False, server_default="25"),
+        Column("max_deficit", Integer, nullable=False, server_default="100"),
+        Column("global_concurrency_limit", Integer),
+        # Runs started per second, as a token bucket refilled by elapsed database time.
+        Column("rate_limit_per_s", Double),
+        Column("rate_burst", Double),
+        Column("rate_tokens", Double, nullable=False, server_default="0"),
+        Column(
+            "rate_refilled_at",
+            DateTime(timezone=True),
+            nullable=False,
+            server_default=text("now()"),
+        ),
+        CheckConstraint("id = 1", name="scheduler_single_row"),
+        CheckConstraint("quantum >= 1 AND max_deficit >= 0", name="scheduler_drr_check"),
+    )
+
+
 @cache
 def build_metadata(schema: str) -> MetaData:
     """The MetaData of every fairlane table, placed in ``schema``."""
     metadata = MetaData(schema=schema)
     _runs(metadata)
     _periodic_jobs(metadata)
+    _environments(metadata)
+    _queues(metadata)
+    _scheduler(metadata)
     return metadata

@@ -1,0 +1,121 @@
+"""Fair scheduling: environments, queues, scheduler settings and the fair claim functions.
+
+Revision ID: 0002
+Revises: 0001
+Create Date: 2026-12-02
+"""
+
+from collections.abc import Sequence
+from typing import LiteralString
+
+import sqlalchemy as sa
+from alembic import op
+from psycopg import sql
+
+from fairlane.migrate import migration_schema, run_named_sql
+
+revision: str = "0002"
+down_revision: str | None = "0001"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+FUNCTIONS: tuple[LiteralString, ...] = (
+    "claim_runs(integer, double precision, text, text[], text[])",
+    "claim_from_environment(text, integer, double precision, text, text[])",
+    "claim_candidates(integer, text[])",
+    "charge_environment(text, bigint, integer)",
+    "take_rate_tokens(integer, timestamptz)",
+    "return_rate_tokens(integer)",
+)
+
+
+def upgrade() -> None:
+    schema = migration_schema()
+    tz = sa.DateTime(timezone=True)
+    op.create_table(
+        "environments",
+        sa.Column("name", sa.Text, primary_key=True),
+        sa.Column("concurrency_limit", sa.Integer),
+        sa.Column("burst_factor", sa.Numeric(6, 2), nullable=False, server_default="1.0"),
+        sa.Column("paused", sa.Boolean, nullable=False, server_default=sa.text("false")),
+        sa.Column("served", sa.BigInteger, nullable=False, server_default="0"),
+        sa.Column("drained", sa.Boolean, nullable=False, server_default=sa.text("true")),
+        sa.Column("created_at", tz, nullable=False, server_default=sa.text("now()")),
+        sa.CheckConstraint(
+            "concurrency_limit IS NULL OR concurrency_limit >= 0", name="environments_limit_check"
+        ),
+        sa.CheckConstraint("burst_factor >= 1", name="environments_burst_check"),
+        schema=schema,
+    )
+    op.create_table(
+        "queues",
+        sa.Column("environment", sa.Text, primary_key=True),
+        sa.Column("name", sa.Text, primary_key=True),
+        sa.Column("concurrency_limit", sa.Integer),
+        sa.Column("paused", sa.Boolean, nullable=False, server_default=sa.text("false")),
+        sa.Column("created_at", tz, nullable=False, server_default=sa.text("now()")),
+        sa.CheckConstraint(
+            "concurrency_limit IS NULL OR concurrency_limit >= 0", name="queues_limit_check"
+        ),
+        schema=schema,
+    )
+    op.create_table(
+        "scheduler",
+        sa.Column("id", sa.SmallInteger, primary_key=True, server_default="1"),
+        sa.Column("quantum", sa.Integer, nullable=False, server_default="25"),
+        sa.Column("max_deficit", sa.Integer, nullable=False, server_default="100"),
+        sa.Column("global_concurrency_limit", sa.Integer),
+        sa.Column("rate_limit_per_s", sa.Double),
+        sa.Column("rate_burst", sa.Double),
+        sa.Column("rate_tokens", sa.Double, nullable=False, server_default="0"),
+        sa.Column("rate_refilled_at", tz, nullable=False, server_default=sa.text("now()")),
+        sa.CheckConstraint("id = 1", name="scheduler_single_row"),
+        sa.CheckConstraint("quantum >= 1 AND max_deficit >= 0", name="scheduler_drr_check"),
+        schema=schema,
+    )
+    op.drop_index("runs_queued_idx", table_name="runs", schema=schema)
+    op.create_index(
+        "runs_queued_idx",
+        "runs",
+        ["environment", "queue", sa.text("priority DESC"), "id"],
+        schema=schema,
+        postgresql_where=sa.text("status = 'QUEUED'"),
+    )
+    op.create_index(
+        "runs_executing_idx",
+        "runs",
+        ["environment", "queue"],
+        schema=schema,
+        postgresql_where=sa.text("status = 'EXECUTING'"),
+    )
+    run_named_sql(
+        "seed_scheduler",
+        "backfill_environments_and_queues",
+        "create_take_rate_tokens",
+        "create_return_rate_tokens",
+        "create_charge_environment",
+        "create_claim_candidates",
+        "create_claim_from_environment",
+        "create_claim_runs",
+    )
+
+
+def downgrade() -> None:
+    schema = migration_schema()
+    for function in FUNCTIONS:
+        drop = sql.SQL("DROP FUNCTION IF EXISTS {}.{}").format(
+            sql.Identifier(schema), sql.SQL(function)
+        )
+        op.get_bind().exec_driver_sql(drop.as_string(None))
+    op.drop_index("runs_executing_idx", table_name="runs", schema=schema)
+    op.drop_index("runs_queued_idx", table_name="runs", schema=schema)
+    op.create_index(
+        "runs_queued_idx",
+        "runs",
+        [sa.text("priority DESC"), "id"],
+        schema=schema,
+        postgresql_where=sa.text("status = 'QUEUED'"),
+    )
+    op.drop_table("scheduler", schema=schema)
+    op.drop_table("queues", schema=schema)
+    op.drop_table("environments", schema=schema)

@@ -1,0 +1,68 @@
+-- Scheduling settings, changed at run time. Environments and queues get their rows on first
+-- trigger; setting a limit for one that has none yet creates it.
+
+-- name: upsert_environment_settings
+INSERT INTO {schema}.environments AS e (name, concurrency_limit, burst_factor, paused)
+VALUES (%(name)s, %(concurrency_limit)s, coalesce(%(burst_factor)s, 1.0),
+        coalesce(%(paused)s, false))
+ON CONFLICT (name) DO UPDATE
+SET concurrency_limit = CASE WHEN %(set_limit)s THEN excluded.concurrency_limit
+                             ELSE e.concurrency_limit END,
+    burst_factor = coalesce(%(burst_factor)s, e.burst_factor),
+    paused = coalesce(%(paused)s, e.paused)
+RETURNING name, concurrency_limit, burst_factor, paused;
+
+-- name: upsert_queue_settings
+INSERT INTO {schema}.queues AS q (environment, name, concurrency_limit, paused)
+VALUES (%(environment)s, %(name)s, %(concurrency_limit)s, coalesce(%(paused)s, false))
+ON CONFLICT (environment, name) DO UPDATE
+SET concurrency_limit = CASE WHEN %(set_limit)s THEN excluded.concurrency_limit
+                             ELSE q.concurrency_limit END,
+    paused = coalesce(%(paused)s, q.paused)
+RETURNING environment, name, concurrency_limit, paused;
+
+-- name: ensure_environment
+INSERT INTO {schema}.environments (name) VALUES (%(name)s) ON CONFLICT DO NOTHING;
+
+-- name: update_scheduler_settings
+UPDATE {schema}.scheduler
+SET quantum = coalesce(%(quantum)s, quantum),
+    max_deficit = coalesce(%(max_deficit)s, max_deficit),
+    global_concurrency_limit = CASE WHEN %(set_global)s THEN %(global_concurrency_limit)s
+                                    ELSE global_concurrency_limit END,
+    rate_limit_per_s = CASE WHEN %(set_rate)s THEN %(rate_limit_per_s)s ELSE rate_limit_per_s END,
+    rate_burst = CASE WHEN %(set_rate)s THEN %(rate_burst)s ELSE rate_burst END,
+    rate_tokens = CASE WHEN %(set_rate)s THEN coalesce(%(rate_burst)s, %(rate_limit_per_s)s, 0)
+                       ELSE rate_tokens END,
+    rate_refilled_at = CASE WHEN %(set_rate)s THEN now() ELSE rate_refilled_at END
+WHERE id = 1
+RETURNING quantum, max_deficit, global_concurrency_limit, rate_limit_per_s, rate_burst;
+
+-- name: scheduler_settings
+SELECT quantum, max_deficit, global_concurrency_limit, rate_limit_per_s, rate_burst
+FROM {schema}.scheduler WHERE id = 1;
+
+-- name: limits_table
+-- Every queue with its caps, its running and queued runs, for `fairlane limits`.
+SELECT q.environment, q.name AS queue, e.concurrency_limit AS env_limit, e.burst_factor,
+       e.paused AS env_paused, q.concurrency_limit AS queue_limit, q.paused AS queue_paused,
+       (SELECT count(*) FROM {schema}.runs r
+        WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'EXECUTING')
+           AS running,
+       (SELECT count(*) FROM {schema}.runs r
+        WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'QUEUED')
+           AS queued
+FROM {schema}.queues q
+JOIN {schema}.environments e ON e.name = q.environment
+ORDER BY q.environment, q.name;
+
+-- name: seed_scheduler
+INSERT INTO {schema}.scheduler (id) VALUES (1) ON CONFLICT DO NOTHING;
+
+-- name: backfill_environments_and_queues
+INSERT INTO {schema}.environments (name, drained)
+SELECT DISTINCT environment, false FROM {schema}.runs
+ON CONFLICT DO NOTHING;
+INSERT INTO {schema}.queues (environment, name)
+SELECT DISTINCT environment, queue FROM {schema}.runs
+ON CONFLICT DO NOTHING;

@@ -1,0 +1,260 @@
+-- The fair claim. Installed as functions by migration 0002; the worker calls claim_runs().
+--
+-- Slots are derived, never counted separately: a run holds a slot exactly while it is
+-- EXECUTING, so every end of a run (complete, fail, retry, lease lapse, cancel, wait) releases
+-- its slot in the same transaction that changes its status, and nothing can leak. Counts are
+-- read under the environment's row lock, taken in a statement before the count, so each count
+-- sees every claim committed before it (READ COMMITTED gives each statement a fresh snapshot).
+--
+-- Fairness is deficit round robin in its virtual-time form: environments.served counts the runs
+-- an environment was handed. Each claim serves the environments with claimable runs in order
+-- of least service, at most `quantum` runs each per turn while others wait. An environment's
+-- deficit is how far its service lags the most-served active environment; it is capped at
+-- `max_deficit`, so one that sat at its cap gets its turn back but cannot monopolise. One that
+-- was drained rejoins level with the least-served active environment: no credit for idleness.
+
+-- name: create_take_rate_tokens
+-- Token bucket in the scheduler row, refilled by elapsed time up to `rate_burst`. Takes up to
+-- `requested` tokens and returns how many it granted. `at` is the time the bucket is asked at,
+-- so tests can drive it deterministically.
+CREATE OR REPLACE FUNCTION {schema}.take_rate_tokens(requested integer, at timestamptz)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    bucket record;
+    tokens double precision;
+    granted integer;
+BEGIN
+    SELECT rate_limit_per_s, coalesce(rate_burst, rate_limit_per_s) AS burst,
+           rate_tokens, rate_refilled_at
+    INTO bucket
+    FROM {schema}.scheduler WHERE id = 1 FOR UPDATE;
+    IF bucket.rate_limit_per_s IS NULL THEN
+        RETURN requested;
+    END IF;
+    tokens := least(bucket.burst, bucket.rate_tokens + bucket.rate_limit_per_s
+                    * greatest(0, extract(epoch FROM at - bucket.rate_refilled_at)));
+    granted := least(requested, floor(tokens))::integer;
+    UPDATE {schema}.scheduler
+    SET rate_tokens = tokens - granted,
+        rate_refilled_at = greatest(rate_refilled_at, at)
+    WHERE id = 1;
+    RETURN granted;
+END;
+$$;
+
+-- name: create_return_rate_tokens
+-- Hand back tokens a claim was granted but found no runs for.
+CREATE OR REPLACE FUNCTION {schema}.return_rate_tokens(unused integer)
+RETURNS void
+LANGUAGE sql
+AS $$
+UPDATE {schema}.scheduler
+SET rate_tokens = least(coalesce(rate_burst, rate_limit_per_s), rate_tokens + unused)
+WHERE id = 1 AND rate_limit_per_s IS NOT NULL AND unused > 0;
+$$;
+
+-- name: create_claim_from_environment
+-- Claim up to `take` runs of one environment whose row lock the caller holds: priority first,
+-- then age, across its unpaused queues, within the queue caps and the environment cap.
+CREATE OR REPLACE FUNCTION {schema}.claim_from_environment(
+    env_name text, take integer, lease_s double precision, claimer text, only_queues text[])
+RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
+               max_attempts integer, environment text, queue text, metadata jsonb,
+               machine text, max_duration_s double precision)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    env record;
+    env_room integer;
+BEGIN
+    SELECT e.concurrency_limit, e.burst_factor INTO env
+    FROM {schema}.environments e WHERE e.name = env_name;
+    env_room := take;
+    IF env.concurrency_limit IS NOT NULL THEN
+        SELECT least(take, floor(env.concurrency_limit * env.burst_factor)::integer - count(*))
+        INTO env_room
+        FROM {schema}.runs r
+        WHERE r.environment = env_name AND r.status = 'EXECUTING';
+    END IF;
+    IF env_room <= 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH running AS (
+        SELECT r.queue, count(*)::integer AS n
+        FROM {schema}.runs r
+        WHERE r.environment = env_name AND r.status = 'EXECUTING'
+        GROUP BY r.queue
+    ), queue_room AS (
+        SELECT q.name,
+               least(coalesce(q.concurrency_limit, 2147483647),
+                     coalesce(env.concurrency_limit, 2147483647)) - coalesce(running.n, 0) AS room
+        FROM {schema}.queues q
+        LEFT JOIN running ON running.queue = q.name
+        WHERE q.environment = env_name
+          AND NOT q.paused
+          AND (only_queues IS NULL OR q.name = ANY(only_queues))
+    ), picked AS (
+        SELECT candidate.id
+        FROM queue_room
+        CROSS JOIN LATERAL (
+            SELECT r.id, r.priority
+            FROM {schema}.runs r
+            WHERE r.environment = env_name AND r.queue = queue_room.name AND r.status = 'QUEUED'
+            ORDER BY r.priority DESC, r.id
+            LIMIT least(queue_room.room, env_room)
+            FOR UPDATE SKIP LOCKED
+        ) AS candidate
+        WHERE queue_room.room > 0
+        ORDER BY candidate.priority DESC, candidate.id
+        LIMIT env_room
+    )
+    UPDATE {schema}.runs AS r
+    SET status = 'EXECUTING',
+        attempts = r.attempts + 1,
+        lease_token = gen_random_uuid(),
+        lease_until = now() + make_interval(secs => lease_s),
+        worker_id = claimer,
+        started_at = now()
+    FROM picked
+    WHERE r.id = picked.id
+    RETURNING r.id, r.lease_token, r.task, r.payload, r.attempts, r.max_attempts,
+              r.environment, r.queue, r.metadata, r.machine, r.max_duration_s;
+END;
+$$;
+
+-- name: create_claim_runs
+-- The claim: up to `claim_limit` runs across environments, fairly, within every cap.
+CREATE OR REPLACE FUNCTION {schema}.claim_runs(
+    claim_limit integer, lease_s double precision, claimer text,
+    only_environments text[] DEFAULT NULL, only_queues text[] DEFAULT NULL)
+RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
+               max_attempts integer, environment text, queue text, metadata jsonb,
+               machine text, max_duration_s double precision)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    settings record;
+    remaining integer := claim_limit;
+    granted integer;
+    names text[];
+    served bigint[];
+    skipped integer[] := '{{}}';
+    take integer;
+    claimed integer;
+    total integer := 0;
+    locked_any boolean := false;
+    i integer;
+BEGIN
+    SELECT s.quantum, s.max_deficit, s.global_concurrency_limit, s.rate_limit_per_s
+    INTO settings FROM {schema}.scheduler s WHERE s.id = 1;
+    IF settings.rate_limit_per_s IS NOT NULL THEN
+        remaining := {schema}.take_rate_tokens(remaining, clock_timestamp());
+    END IF;
+    granted := remaining;
+    IF settings.global_concurrency_limit IS NOT NULL AND remaining > 0 THEN
+        -- The global cap serialises every claimer on the scheduler row; it is off by default.
+        PERFORM 1 FROM {schema}.scheduler s WHERE s.id = 1 FOR UPDATE;
+        SELECT least(remaining, settings.global_concurrency_limit - count(*))
+        INTO remaining FROM {schema}.runs r WHERE r.status = 'EXECUTING';
+    END IF;
+    IF remaining <= 0 THEN
+        PERFORM {schema}.return_rate_tokens(granted);
+        RETURN;
+    END IF;
+
+    SELECT array_agg(c.name ORDER BY c.effective_served, c.name),
+           array_agg(c.effective_served ORDER BY c.effective_served, c.name)
+    INTO names, served
+    FROM {schema}.claim_candidates(settings.max_deficit, only_environments) c;
+
+    FOR i IN 1 .. coalesce(cardinality(names), 0) LOOP
+        EXIT WHEN remaining <= 0;
+        PERFORM 1 FROM {schema}.environments e WHERE e.name = names[i] FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            skipped := skipped || i;
+            CONTINUE;
+        END IF;
+        locked_any := true;
+        -- A quantum per turn while others wait; a lone environment may take the whole claim.
+        take := least(remaining, greatest(settings.quantum,
+                                          ceil(remaining::numeric / (cardinality(names) - i + 1))));
+        RETURN QUERY SELECT * FROM {schema}.claim_from_environment(
+            names[i], take, lease_s, claimer, only_queues);
+        GET DIAGNOSTICS claimed = ROW_COUNT;
+        PERFORM {schema}.charge_environment(names[i], served[i], claimed);
+        remaining := remaining - claimed;
+        total := total + claimed;
+    END LOOP;
+
+    -- Every candidate was locked by other claimers (one busy tenant, many workers): wait for the
+    -- first instead of coming back empty. Each holder keeps the lock for one claim only, and a
+    -- claimer that waits holds no other environment lock, so waiting cannot deadlock.
+    IF NOT locked_any AND remaining > 0 AND cardinality(skipped) > 0 THEN
+        i := skipped[1];
+        PERFORM 1 FROM {schema}.environments e WHERE e.name = names[i] FOR UPDATE;
+        RETURN QUERY SELECT * FROM {schema}.claim_from_environment(
+            names[i], remaining, lease_s, claimer, only_queues);
+        GET DIAGNOSTICS claimed = ROW_COUNT;
+        PERFORM {schema}.charge_environment(names[i], served[i], claimed);
+        total := total + claimed;
+    END IF;
+
+    PERFORM {schema}.return_rate_tokens(granted - total);
+END;
+$$;
+
+-- name: create_claim_candidates
+-- Environments with claimable runs, least served first. The recursive CTE is a loose index
+-- scan of the queued index: one descent per environment, never a scan of the queued runs.
+CREATE OR REPLACE FUNCTION {schema}.claim_candidates(max_deficit integer, only_environments text[])
+RETURNS TABLE (name text, effective_served bigint)
+LANGUAGE sql
+STABLE
+AS $$
+WITH RECURSIVE active(environment) AS (
+    (SELECT r.environment FROM {schema}.runs r
+     WHERE r.status = 'QUEUED'
+     ORDER BY r.environment LIMIT 1)
+    UNION ALL
+    SELECT (SELECT r.environment FROM {schema}.runs r
+            WHERE r.status = 'QUEUED' AND r.environment > active.environment
+            ORDER BY r.environment LIMIT 1)
+    FROM active
+    WHERE active.environment IS NOT NULL
+), candidates AS (
+    SELECT e.name, e.served, e.drained
+    FROM {schema}.environments e
+    JOIN active ON active.environment = e.name
+    WHERE NOT e.paused
+      AND (only_environments IS NULL OR e.name = ANY(only_environments))
+), bounds AS (
+    SELECT max(served) FILTER (WHERE NOT drained) AS most,
+           min(served) FILTER (WHERE NOT drained) AS least_served
+    FROM candidates
+)
+SELECT c.name,
+       CASE WHEN c.drained THEN greatest(c.served, coalesce(b.least_served, c.served))
+            ELSE greatest(c.served, coalesce(b.most, c.served) - max_deficit) END
+FROM candidates c CROSS JOIN bounds b
+ORDER BY 2, c.name;
+$$;
+
+-- name: create_charge_environment
+-- Record the service an environment got; it is drained when it has no queued run left.
+CREATE OR REPLACE FUNCTION {schema}.charge_environment(
+    env_name text, effective_served bigint, claimed integer)
+RETURNS void
+LANGUAGE sql
+AS $$
+UPDATE {schema}.environments e
+SET served = CASE WHEN claimed > 0 THEN greatest(e.served, effective_served) + claimed
+                  ELSE e.served END,
+    drained = NOT EXISTS (
+        SELECT 1 FROM {schema}.runs r WHERE r.environment = env_name AND r.status = 'QUEUED')
+WHERE e.name = env_name;
+$$;
