@@ -167,8 +167,7 @@ BEGIN
         RETURN;
     END IF;
 
-    SELECT array_agg(c.name ORDER BY c.effective_served, c.name),
-           array_agg(c.effective_served ORDER BY c.effective_served, c.name)
+    SELECT array_agg(c.name ORDER BY c.turn), array_agg(c.effective_served ORDER BY c.turn)
     INTO names, served
     FROM {schema}.claim_candidates(settings.max_deficit, only_environments) c;
 
@@ -209,10 +208,11 @@ END;
 $$;
 
 -- name: create_claim_candidates
--- Environments with claimable runs, least served first. The recursive CTE is a loose index
+-- Environments with claimable runs and their turn: least served first, and among equals the
+-- one served longest ago, so environments joining level with the others go first. The recursive CTE is a loose index
 -- scan of the queued index: one descent per environment, never a scan of the queued runs.
 CREATE OR REPLACE FUNCTION {schema}.claim_candidates(max_deficit integer, only_environments text[])
-RETURNS TABLE (name text, effective_served bigint)
+RETURNS TABLE (name text, effective_served bigint, turn bigint)
 LANGUAGE sql
 STABLE
 AS $$
@@ -227,7 +227,7 @@ WITH RECURSIVE active(environment) AS (
     FROM active
     WHERE active.environment IS NOT NULL
 ), candidates AS (
-    SELECT e.name, e.served, e.drained
+    SELECT e.name, e.served, e.drained, e.last_served_at
     FROM {schema}.environments e
     JOIN active ON active.environment = e.name
     WHERE NOT e.paused
@@ -237,11 +237,16 @@ WITH RECURSIVE active(environment) AS (
            min(served) FILTER (WHERE NOT drained) AS least_served
     FROM candidates
 )
-SELECT c.name,
-       CASE WHEN c.drained THEN greatest(c.served, coalesce(b.least_served, c.served))
-            ELSE greatest(c.served, coalesce(b.most, c.served) - max_deficit) END
-FROM candidates c CROSS JOIN bounds b
-ORDER BY 2, c.name;
+SELECT ranked.name, ranked.effective_served,
+       row_number() OVER (ORDER BY ranked.effective_served, ranked.last_served_at NULLS FIRST,
+                                   ranked.name)
+FROM (
+    SELECT c.name, c.last_served_at,
+           CASE WHEN c.drained THEN greatest(c.served, coalesce(b.least_served, c.served))
+                ELSE greatest(c.served, coalesce(b.most, c.served) - max_deficit)
+           END AS effective_served
+    FROM candidates c CROSS JOIN bounds b
+) AS ranked;
 $$;
 
 -- name: create_charge_environment
@@ -254,7 +259,13 @@ AS $$
 UPDATE {schema}.environments e
 SET served = CASE WHEN claimed > 0 THEN greatest(e.served, effective_served) + claimed
                   ELSE e.served END,
-    drained = NOT EXISTS (
-        SELECT 1 FROM {schema}.runs r WHERE r.environment = env_name AND r.status = 'QUEUED')
+    last_served_at = CASE WHEN claimed > 0 THEN clock_timestamp() ELSE e.last_served_at END,
+    -- A scalar subquery keeps its ORDER BY (EXISTS would drop it), and that order matches the
+    -- queued index, so even the generic plan of this function walks the index.
+    drained = (
+        SELECT r.id FROM {schema}.runs r
+        WHERE r.environment = env_name AND r.status = 'QUEUED'
+        ORDER BY r.environment, r.queue, r.priority DESC, r.id
+        LIMIT 1) IS NULL
 WHERE e.name = env_name;
 $$;

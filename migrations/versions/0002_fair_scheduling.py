@@ -40,6 +40,7 @@ def upgrade() -> None:
         sa.Column("paused", sa.Boolean, nullable=False, server_default=sa.text("false")),
         sa.Column("served", sa.BigInteger, nullable=False, server_default="0"),
         sa.Column("drained", sa.Boolean, nullable=False, server_default=sa.text("true")),
+        sa.Column("last_served_at", tz),
         sa.Column("created_at", tz, nullable=False, server_default=sa.text("now()")),
         sa.CheckConstraint(
             "concurrency_limit IS NULL OR concurrency_limit >= 0", name="environments_limit_check"

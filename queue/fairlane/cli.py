@@ -210,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-now", metavar="JOB", help="make JOB due and run due jobs once")
     p.set_defaults(func=cmd_maintenance)
 
-    for module in ("fairlane.bench.cli", "fairlane.demo"):
+    for module in ("fairlane.limits_cli", "fairlane.bench.cli", "fairlane.demo"):
         try:
             importlib.import_module(module).add_parser(commands)
         except ModuleNotFoundError as missing:

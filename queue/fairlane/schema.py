@@ -124,6 +124,7 @@ def _environments(metadata: MetaData) -> Table:
         # Fair-scheduling state: runs handed out, and whether it ran out of queued runs.
         Column("served", BigInteger, nullable=False, server_default="0"),
         Column("drained", Boolean, nullable=False, server_default=text("true")),
+        Column("last_served_at", DateTime(timezone=True)),
         Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
         CheckConstraint(
             "concurrency_limit IS NULL OR concurrency_limit >= 0", name="environments_limit_check"

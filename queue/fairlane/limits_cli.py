@@ -1,0 +1,108 @@
+"""``fairlane limits``: show and change caps, pauses, DRR settings and the rate limit."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import psycopg
+
+from fairlane import limits
+from fairlane.settings import database_url, psycopg_dsn
+
+
+def _connect(args: argparse.Namespace) -> psycopg.Connection[Any]:
+    return psycopg.connect(psycopg_dsn(database_url(args.dsn)), autocommit=True)
+
+
+def _limit(value: str | None) -> Any:
+    if value is None:
+        return limits.UNCHANGED
+    return None if value in ("none", "unlimited") else int(value)
+
+
+def _paused(args: argparse.Namespace) -> bool | None:
+    if args.pause:
+        return True
+    if args.resume:
+        return False
+    return None
+
+
+def _show(conn: psycopg.Connection[Any], schema: str | None) -> None:
+    settings = limits.scheduler_settings(conn, schema=schema)
+    rate = f"{settings.rate_limit_per_s}/s" if settings.rate_limit_per_s else "off"
+    print(
+        f"scheduler: quantum {settings.quantum}, max deficit {settings.max_deficit}, "
+        f"global cap {settings.global_concurrency_limit or 'none'}, rate limit {rate}"
+    )
+    header = f"{'environment':<20}{'queue':<20}{'env cap':>9}{'queue cap':>10}"
+    print(f"{header}{'running':>9}{'queued':>9}  state")
+    for row in limits.limits_table(conn, schema=schema):
+        env_cap = (
+            "-" if row["env_limit"] is None else str(int(row["env_limit"] * row["burst_factor"]))
+        )
+        queue_cap = "-" if row["queue_limit"] is None else str(row["queue_limit"])
+        state = "paused" if row["env_paused"] or row["queue_paused"] else ""
+        print(
+            f"{row['environment']:<20}{row['queue']:<20}{env_cap:>9}{queue_cap:>10}"
+            f"{row['running']:>9}{row['queued']:>9}  {state}"
+        )
+
+
+def cmd_limits(args: argparse.Namespace) -> int:
+    with _connect(args) as conn:
+        if args.action == "env":
+            limits.set_environment(
+                conn, args.name, concurrency_limit=_limit(args.limit), burst_factor=args.burst,
+                paused=_paused(args), schema=args.schema,
+            )  # fmt: skip
+        elif args.action == "queue":
+            limits.set_queue(
+                conn, args.environment, args.name, concurrency_limit=_limit(args.limit),
+                paused=_paused(args), schema=args.schema,
+            )  # fmt: skip
+        elif args.action == "scheduler":
+            rate: Any = limits.UNCHANGED
+            if args.rate is not None:
+                rate = None if args.rate in ("none", "off") else float(args.rate)
+            limits.set_scheduler(
+                conn, quantum=args.quantum, max_deficit=args.max_deficit,
+                global_concurrency_limit=_limit(args.global_limit), rate_limit_per_s=rate,
+                rate_burst=args.rate_burst, schema=args.schema,
+            )  # fmt: skip
+        _show(conn, args.schema)
+    return 0
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser("limits", help="show or change caps, pauses and rate limits")
+    parser.add_argument("--dsn")
+    parser.add_argument("--schema")
+    parser.set_defaults(func=cmd_limits, action=None)
+    actions = parser.add_subparsers(dest="action")
+
+    env = actions.add_parser("env", help="an environment's cap, burst factor, pause")
+    env.add_argument("name")
+    env.add_argument("--limit", help="concurrency limit, or 'none'")
+    env.add_argument("--burst", type=float, help="burst factor (cap = floor(limit x burst))")
+    queue = actions.add_parser("queue", help="a queue's cap, pause")
+    queue.add_argument("environment")
+    queue.add_argument("name")
+    queue.add_argument("--limit", help="concurrency limit, or 'none'")
+    for action in (env, queue):
+        action.add_argument("--pause", action="store_true")
+        action.add_argument("--resume", action="store_true")
+        action.add_argument("--dsn")
+        action.add_argument("--schema")
+        action.set_defaults(func=cmd_limits)
+
+    scheduler = actions.add_parser("scheduler", help="DRR quantum/max deficit, global caps")
+    scheduler.add_argument("--quantum", type=int)
+    scheduler.add_argument("--max-deficit", type=int)
+    scheduler.add_argument("--global-limit", help="global concurrency cap, or 'none'")
+    scheduler.add_argument("--rate", help="runs started per second, or 'off'")
+    scheduler.add_argument("--rate-burst", type=float, help="bucket size (default: one second)")
+    scheduler.add_argument("--dsn")
+    scheduler.add_argument("--schema")
+    scheduler.set_defaults(func=cmd_limits)

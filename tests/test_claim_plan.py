@@ -1,0 +1,59 @@
+"""The claim reads indexes only, even with 100,000 queued runs across 100 environments.
+
+The claim is a plpgsql function, so its statements are planned inside it. auto_explain logs
+the plan of every nested statement at NOTICE level, which reaches this client.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from fairlane.worker.leases import LeaseStore
+
+pytestmark = pytest.mark.anyio
+
+FILL = """
+INSERT INTO fairlane.environments (name, drained)
+SELECT 'env-' || e, false FROM generate_series(1, 100) AS e;
+INSERT INTO fairlane.queues (environment, name)
+SELECT 'env-' || e, q FROM generate_series(1, 100) AS e, unnest(ARRAY['default', 'bulk']) AS q;
+INSERT INTO fairlane.runs (environment, queue, task, payload, status, priority)
+SELECT 'env-' || (i % 100 + 1), CASE WHEN i % 3 = 0 THEN 'bulk' ELSE 'default' END, 'noop',
+       '{}'::jsonb, 'QUEUED', i % 5
+FROM generate_series(1, 100000) AS i;
+ANALYZE fairlane.runs;
+ANALYZE fairlane.environments;
+ANALYZE fairlane.queues;
+"""
+
+
+async def test_claim_never_scans_the_runs_table(dsn: str, db: psycopg.Connection[Any]) -> None:
+    db.execute(FILL)
+    plans: list[str] = []
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        try:
+            await conn.execute("LOAD 'auto_explain'")
+        except psycopg.Error as error:
+            pytest.skip(f"auto_explain is not available to this role: {error}")
+        for setting in (
+            "auto_explain.log_min_duration = 0",
+            "auto_explain.log_nested_statements = on",
+            "auto_explain.log_level = notice",
+            "client_min_messages = notice",
+        ):
+            await conn.execute(f"SET {setting}")
+        conn.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+        store = LeaseStore("fairlane", lease_seconds=30, worker_id="plan")
+        claimed = await store.claim(conn, 100)
+        restricted = await store.claim(conn, 50, environments=["env-7"], queues=["bulk"])
+    assert len(claimed) == 100
+    assert restricted
+    assert {run.environment for run in restricted} == {"env-7"}
+    runs_plans = [plan for plan in plans if "fairlane.runs" in plan or " runs " in plan]
+    assert runs_plans, "auto_explain reported no plan touching the runs table"
+    for plan in plans:
+        assert "Seq Scan on runs" not in plan, plan
+    assert any("runs_queued_idx" in plan for plan in plans)
