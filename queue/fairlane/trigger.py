@@ -10,12 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from math import isfinite
 from typing import Any
 
 from fairlane.errors import PayloadError, TriggerOptionError
 from fairlane.payload import encode_json
 
 MAX_ATTEMPTS_CEILING = 250
+# Longest delay or max_duration accepted (100 years): past it the database's interval and
+# timestamp arithmetic overflows, which would abort the caller's transaction.
+MAX_SECONDS = 100 * 365 * 86_400
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,19 +43,34 @@ def _seconds(option: str, value: float | timedelta | None) -> float | None:
     if value is None:
         return None
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if seconds < 0 or seconds != seconds:
-        raise TriggerOptionError(option, value, "must be a non-negative number of seconds")
+    if not (isfinite(seconds) and 0 <= seconds <= MAX_SECONDS):
+        raise TriggerOptionError(
+            option, value, f"must be a number of seconds between 0 and {MAX_SECONDS}"
+        )
     return seconds
 
 
+def _check_text(option: str, value: object) -> None:
+    """A text column value: PostgreSQL text holds no NUL, and psycopg sends only UTF-8."""
+    if not value or not isinstance(value, str):
+        raise TriggerOptionError(option, value, "must be a non-empty string")
+    if "\x00" in value:
+        raise TriggerOptionError(option, value, "must not contain a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise TriggerOptionError(option, value, f"is not valid Unicode: {error.reason}") from None
+
+
 def _check(request: TriggerRequest) -> None:
-    if not request.task or not isinstance(request.task, str):
-        raise TriggerOptionError("task", request.task, "must be a non-empty string")
-    for option in ("environment", "queue"):
-        value = getattr(request, option)
-        if not value or not isinstance(value, str):
-            raise TriggerOptionError(option, value, "must be a non-empty string")
-    if not 1 <= request.max_attempts <= MAX_ATTEMPTS_CEILING:
+    for option in ("task", "environment", "queue"):
+        _check_text(option, getattr(request, option))
+    if request.machine is not None:
+        _check_text("machine", request.machine)
+    if (
+        not isinstance(request.max_attempts, int)
+        or not 1 <= request.max_attempts <= MAX_ATTEMPTS_CEILING
+    ):
         raise TriggerOptionError(
             "max_attempts", request.max_attempts, f"must be between 1 and {MAX_ATTEMPTS_CEILING}"
         )
@@ -77,6 +96,7 @@ def insert_params(requests: Iterable[TriggerRequest]) -> dict[str, list[Any]]:
             metadata = encode_json(dict(request.metadata), what="metadata")
             delay = _seconds("delay", request.delay)
             max_duration = _seconds("max_duration", request.max_duration)
+            tags = encode_json(list(request.tags), what="tags")
         except PayloadError as error:
             raise PayloadError(str(error), index=index) from None
         columns["environments"].append(request.environment)
@@ -86,7 +106,7 @@ def insert_params(requests: Iterable[TriggerRequest]) -> dict[str, list[Any]]:
         columns["priorities"].append(request.priority)
         columns["max_attempts"].append(request.max_attempts)
         columns["delays"].append(delay)
-        columns["tags"].append(encode_json(list(request.tags), what="tags"))
+        columns["tags"].append(tags)
         columns["metadata"].append(metadata)
         columns["machines"].append(request.machine)
         columns["max_durations"].append(max_duration)
