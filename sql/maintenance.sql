@@ -43,7 +43,8 @@ FROM reclaimed;
 $$;
 
 -- name: create_promote_delayed_runs
--- Delayed runs (first start or retry backoff) that are due become QUEUED.
+-- Delayed runs (first start or retry backoff) that are due become QUEUED. A run that never
+-- started is enqueued for the first time here, so its TTL is armed now.
 CREATE OR REPLACE FUNCTION {schema}.promote_delayed_runs(batch_size integer DEFAULT 1000)
 RETURNS jsonb
 LANGUAGE sql
@@ -57,7 +58,10 @@ WITH due AS (
     FOR UPDATE SKIP LOCKED
 ), promoted AS (
     UPDATE {schema}.runs AS r
-    SET status = 'QUEUED'
+    SET status = 'QUEUED',
+        expires_at = CASE WHEN r.attempts = 0 AND r.ttl_s IS NOT NULL AND r.expires_at IS NULL
+                          THEN now() + make_interval(secs => r.ttl_s)
+                          ELSE r.expires_at END
     FROM due
     WHERE r.id = due.id
     RETURNING r.environment

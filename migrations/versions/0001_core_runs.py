@@ -55,6 +55,8 @@ def upgrade() -> None:
         ),
         sa.Column("machine", sa.Text),
         sa.Column("max_duration_s", sa.Double),
+        sa.Column("ttl_s", sa.Double),
+        sa.Column("expires_at", tz),
         sa.CheckConstraint(f"status IN ({STATUSES})", name="runs_status_check"),
         sa.CheckConstraint("max_attempts >= 1", name="runs_max_attempts_check"),
         schema=schema,
@@ -73,6 +75,20 @@ def upgrade() -> None:
         ["available_at"],
         schema=schema,
         postgresql_where=sa.text("status = 'DELAYED'"),
+    )
+    op.create_index(
+        "runs_expiring_idx",
+        "runs",
+        ["expires_at"],
+        schema=schema,
+        postgresql_where=sa.text("status = 'QUEUED' AND expires_at IS NOT NULL"),
+    )
+    op.create_index(
+        "runs_finished_idx",
+        "runs",
+        ["finished_at"],
+        schema=schema,
+        postgresql_where=sa.text("finished_at IS NOT NULL"),
     )
     op.create_index(
         "runs_leased_idx",

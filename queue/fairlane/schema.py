@@ -66,6 +66,10 @@ def _runs(metadata: MetaData) -> Table:
         Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
         Column("machine", Text),
         Column("max_duration_s", Double),
+        # Time to live while queued: armed on first enqueue (trigger, or promotion of a
+        # delayed run), never on a retry.
+        Column("ttl_s", Double),
+        Column("expires_at", DateTime(timezone=True)),
         _status_check(),
         CheckConstraint("max_attempts >= 1", name="runs_max_attempts_check"),
         # Claims read this index only; finished and leased rows drop out of it. Its leading
@@ -86,6 +90,12 @@ def _runs(metadata: MetaData) -> Table:
             postgresql_where=text("status = 'EXECUTING'"),
         ),
         Index("runs_delayed_idx", "available_at", postgresql_where=text("status = 'DELAYED'")),
+        Index(
+            "runs_expiring_idx",
+            "expires_at",
+            postgresql_where=text("status = 'QUEUED' AND expires_at IS NOT NULL"),
+        ),
+        Index("runs_finished_idx", "finished_at", postgresql_where=text("finished_at IS NOT NULL")),
         Index("runs_leased_idx", "lease_until", postgresql_where=text("status = 'EXECUTING'")),
         postgresql_with={"fillfactor": "70"},
     )
@@ -172,6 +182,17 @@ def _scheduler(metadata: MetaData) -> Table:
     )
 
 
+def _settings(metadata: MetaData) -> Table:
+    return Table(
+        "settings",
+        metadata,
+        # Engine settings read by the SQL functions: batch sizes, retention, maximum TTL.
+        Column("name", Text, primary_key=True),
+        Column("value", JSONB, nullable=False),
+        Column("description", Text, nullable=False, server_default=""),
+    )
+
+
 @cache
 def build_metadata(schema: str) -> MetaData:
     """The MetaData of every fairlane table, placed in ``schema``."""
@@ -181,4 +202,5 @@ def build_metadata(schema: str) -> MetaData:
     _environments(metadata)
     _queues(metadata)
     _scheduler(metadata)
+    _settings(metadata)
     return metadata

@@ -37,6 +37,8 @@ class TriggerRequest:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     machine: str | None = None
     max_duration: float | timedelta | None = None
+    # Time to live while queued; the settings' max_ttl_s fills a missing one and caps it.
+    ttl: float | timedelta | None = None
 
 
 def _seconds(option: str, value: float | timedelta | None) -> float | None:
@@ -86,7 +88,7 @@ def insert_params(requests: Iterable[TriggerRequest]) -> dict[str, list[Any]]:
         name: []
         for name in (
             "environments", "queues", "tasks", "payloads", "priorities", "max_attempts",
-            "delays", "tags", "metadata", "machines", "max_durations",
+            "delays", "tags", "metadata", "machines", "max_durations", "ttls",
         )
     }  # fmt: skip
     for index, request in enumerate(requests):
@@ -96,6 +98,7 @@ def insert_params(requests: Iterable[TriggerRequest]) -> dict[str, list[Any]]:
             metadata = encode_json(dict(request.metadata), what="metadata")
             delay = _seconds("delay", request.delay)
             max_duration = _seconds("max_duration", request.max_duration)
+            ttl = _seconds("ttl", request.ttl)
             tags = encode_json(list(request.tags), what="tags")
         except PayloadError as error:
             raise PayloadError(str(error), index=index) from None
@@ -110,4 +113,5 @@ def insert_params(requests: Iterable[TriggerRequest]) -> dict[str, list[Any]]:
         columns["metadata"].append(metadata)
         columns["machines"].append(request.machine)
         columns["max_durations"].append(max_duration)
+        columns["ttls"].append(ttl)
     return columns

@@ -1,0 +1,31 @@
+-- Engine settings: one row each, read by the SQL functions at every call, so a change applies
+-- at the next tick. Values are JSON; null means "none" (no maximum TTL, for instance).
+
+-- name: seed_maintenance_settings
+INSERT INTO {schema}.settings (name, value, description) VALUES
+    ('max_ttl_s', 'null', 'Maximum TTL of a queued run, seconds: fills a missing TTL, caps a larger one'),
+    ('ttl_batch_size', '1000', 'Runs expired per statement by expire_ttl_runs'),
+    ('ttl_max_batches', '10', 'Statements per expire_ttl_runs tick'),
+    ('max_lease_s', '86400', 'A lease reaching further than this is treated as corrupt by the sweeper'),
+    ('prune_retention_s', '604800', 'Finished runs older than this are deleted (default 7 days)'),
+    ('prune_batch_size', '1000', 'Runs deleted per statement by prune_finished_runs'),
+    ('prune_max_batches', '10', 'Statements per prune_finished_runs tick')
+ON CONFLICT (name) DO NOTHING;
+
+-- name: list_settings
+SELECT name, value, description FROM {schema}.settings ORDER BY name;
+
+-- name: set_setting
+UPDATE {schema}.settings SET value = %(value)s::jsonb WHERE name = %(name)s
+RETURNING name, value, description;
+
+-- name: create_setting_function
+-- A setting as a number, or the default when it is missing or null.
+CREATE OR REPLACE FUNCTION {schema}.numeric_setting(setting_name text, fallback numeric)
+RETURNS numeric
+LANGUAGE sql
+STABLE
+AS $$
+SELECT coalesce((SELECT (s.value #>> '{{}}')::numeric FROM {schema}.settings s
+                 WHERE s.name = setting_name), fallback);
+$$;
