@@ -46,12 +46,20 @@ def sqlalchemy_url(url: str) -> str:
     from sqlalchemy.engine import URL
 
     params = conninfo_to_dict(url)
+    host = _str(params.get("host"))
+    if host is not None and (host.startswith("/") or "," in host):
+        # A Unix-socket folder (or several hosts) cannot sit in the URL's host part: psycopg
+        # takes them, and the port that goes with them, as query parameters.
+        host = None
+    else:
+        params.pop("host", None)
+    port = params.pop("port", None) if host is not None else None
     built = URL.create(
         "postgresql+psycopg",
         username=_str(params.pop("user", None)),
         password=_str(params.pop("password", None)),
-        host=_str(params.pop("host", None)),
-        port=int(str(params.pop("port"))) if params.get("port") else None,
+        host=host,
+        port=int(str(port)) if port else None,
         database=_str(params.pop("dbname", None)),
         query={key: str(value) for key, value in params.items() if value is not None},
     )

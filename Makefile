@@ -1,0 +1,61 @@
+# fairlane's developer commands. `make demo` and `make test` are the two that matter; both
+# set everything up on first use (a virtualenv in .venv/, the package installed editable).
+#
+# Variables: PYTHON (the interpreter that creates .venv, default python3), DATABASE_URL (for
+# migrate, demo and the tests; see queue/fairlane/settings.py), PYTEST_ARGS, DEMO_ARGS and
+# BENCH_ARGS (passed through to pytest, `fairlane demo` and each `fairlane bench` step).
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Written after a successful install; remade when pyproject.toml changes.
+STAMP := $(VENV)/.fairlane-installed
+LINT_PATHS := queue tests migrations
+
+PYTEST_ARGS ?=
+DEMO_ARGS ?=
+BENCH_ARGS ?=
+
+.PHONY: help install lint test migrate demo bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z]+):.*## /  make \1\t/' | expand -t 20
+
+install: $(STAMP) ## create .venv and install fairlane editable, with the dev and embedded extras
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,embedded]'
+	@touch $@
+
+lint: install ## ruff (lint and format check) and mypy
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/mypy
+
+# pytest exits 5 when it collected no test: that fails here like any other non-zero status.
+test: install ## run the test suite (needs PostgreSQL: DATABASE_URL, or the local server)
+	@status=0; $(BIN)/pytest $(PYTEST_ARGS) || status=$$?; \
+	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
+	exit $$status
+
+migrate: install ## apply fairlane's migrations to DATABASE_URL (creates the database if missing)
+	$(BIN)/fairlane migrate
+
+demo: install ## a multi-tenant workload with live progress (embedded PostgreSQL if none answers)
+	$(BIN)/fairlane demo $(DEMO_ARGS)
+
+bench: install ## fairlane bench enqueue, drain and latency, with BENCH_ARGS
+	$(BIN)/fairlane bench enqueue $(BENCH_ARGS)
+	$(BIN)/fairlane bench drain $(BENCH_ARGS)
+	$(BIN)/fairlane bench latency $(BENCH_ARGS)
+
+clean: ## stop the embedded server if it runs; remove .venv, .pgdata and caches
+	@if [ -f .pgdata/postmaster.pid ] && [ -x $(BIN)/python ]; then \
+		$(BIN)/python -m fairlane.embedded stop --data-dir .pgdata; fi
+	rm -rf $(VENV) .pgdata .mypy_cache .ruff_cache .pytest_cache build dist
+	find . -path ./.git -prune -o \( -name __pycache__ -o -name '*.egg-info' \) -type d -prune \
+		-exec rm -rf {} +
