@@ -9,3 +9,10 @@ ORDER BY name;
 
 -- name: make_periodic_job_due
 UPDATE {schema}.periodic_jobs SET next_due_at = now() WHERE name = %(name)s;
+
+-- name: configure_periodic_job
+UPDATE {schema}.periodic_jobs
+SET interval_s = coalesce(%(interval_s)s, interval_s),
+    enabled = coalesce(%(enabled)s, enabled)
+WHERE name = %(name)s
+RETURNING name;

@@ -133,23 +133,6 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_maintenance(args: argparse.Namespace) -> int:
-    schema = schema_name(args.schema)
-    with _connect(args) as conn:
-        if args.run_now:
-            conn.execute(query("make_periodic_job_due", schema), {"name": args.run_now})
-            ran = conn.execute(query("run_due_periodic_jobs", schema)).fetchone()
-            print(json.dumps(ran[0] if ran else {}, indent=2))
-            return 0
-        rows = conn.execute(query("list_periodic_jobs", schema)).fetchall()
-    print(f"{'job':<26}{'every':>8}  {'runs':>6}  {'next due':<34}last result")
-    for name, _fn, interval, enabled, next_due, _s, _f, result, error, count in rows:
-        outcome = f"error: {error}" if error else json.dumps(result)
-        flag = "" if enabled else " (off)"
-        print(f"{name + flag:<26}{interval:>7}s  {count:>6}  {next_due!s:<34}{outcome}")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fairlane", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -205,12 +188,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=50)
     p.set_defaults(func=cmd_runs_list)
 
-    p = commands.add_parser("maintenance", help="periodic jobs: list, or run one now")
-    _common(p)
-    p.add_argument("--run-now", metavar="JOB", help="make JOB due and run due jobs once")
-    p.set_defaults(func=cmd_maintenance)
-
-    for module in ("fairlane.limits_cli", "fairlane.bench.cli", "fairlane.demo"):
+    for module in (
+        "fairlane.limits_cli",
+        "fairlane.maintenance_cli",
+        "fairlane.bench.cli",
+        "fairlane.demo",
+    ):
         try:
             importlib.import_module(module).add_parser(commands)
         except ModuleNotFoundError as missing:

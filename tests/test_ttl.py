@@ -1,0 +1,101 @@
+"""TTL: armed on first enqueue, capped or filled by max_ttl_s, expired in bounded batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from fairlane import TriggerRequest, maintenance, trigger, trigger_many
+from fairlane.worker.leases import Failure, Lease, LeaseStore
+from tests.helpers import run_status
+
+pytestmark = pytest.mark.anyio
+
+
+def expire(db: psycopg.Connection[Any]) -> dict[str, int]:
+    row = db.execute("SELECT fairlane.expire_ttl_runs()").fetchone()
+    assert row is not None
+    return dict(row[0])
+
+
+def lapse(db: psycopg.Connection[Any], *run_ids: int) -> None:
+    db.execute(
+        "UPDATE fairlane.runs SET expires_at = now() - interval '1 ms' WHERE id = ANY(%s)",
+        (list(run_ids),),
+    )
+
+
+def ttl_of(db: psycopg.Connection[Any], run_id: int) -> tuple[float | None, Any]:
+    row = db.execute(
+        "SELECT ttl_s, expires_at - now() FROM fairlane.runs WHERE id = %s", (run_id,)
+    ).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+def test_a_queued_run_past_its_ttl_expires_with_a_reason(db: psycopg.Connection[Any]) -> None:
+    run_id = trigger(db, "t", None, ttl=60)
+    ttl, remaining = ttl_of(db, run_id)
+    assert ttl == 60
+    assert 59 < remaining.total_seconds() <= 60
+    assert expire(db)["expired"] == 0
+    lapse(db, run_id)
+    assert expire(db)["expired"] == 1
+    row = db.execute("SELECT status, error FROM fairlane.runs WHERE id = %s", (run_id,)).fetchone()
+    assert row is not None
+    assert row[0] == "EXPIRED"
+    assert row[1]["code"] == "TTL_EXPIRED"
+
+
+def test_max_ttl_fills_a_missing_ttl_and_caps_a_larger_one(db: psycopg.Connection[Any]) -> None:
+    maintenance.set_setting(db, "max_ttl_s", 60)
+    assert ttl_of(db, trigger(db, "t", None))[0] == 60
+    assert ttl_of(db, trigger(db, "t", None, ttl=3600))[0] == 60
+    assert ttl_of(db, trigger(db, "t", None, ttl=10))[0] == 10
+    maintenance.set_setting(db, "max_ttl_s", None)
+    assert ttl_of(db, trigger(db, "t", None))[0] is None
+
+
+def test_ttl_is_armed_when_a_delayed_run_is_first_enqueued(db: psycopg.Connection[Any]) -> None:
+    run_id = trigger(db, "t", None, ttl=30, delay=60)
+    assert ttl_of(db, run_id)[1] is None  # not armed while delayed
+    db.execute("UPDATE fairlane.runs SET available_at = now() WHERE id = %s", (run_id,))
+    db.execute("SELECT fairlane.promote_delayed_runs()")
+    remaining = ttl_of(db, run_id)[1]
+    assert remaining is not None
+    assert 29 < remaining.total_seconds() <= 30
+
+
+async def test_a_run_that_started_never_expires(dsn: str, db: psycopg.Connection[Any]) -> None:
+    run_id = trigger(db, "t", None, ttl=30)
+    store = LeaseStore("fairlane", lease_seconds=30, worker_id="w")
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        (run,) = await store.claim(conn, 1)
+        lapse(db, run_id)
+        assert expire(db)["expired"] == 0  # executing
+        lease = Lease(run.id, run.lease_token)
+        await store.fail(conn, [Failure(lease, "{}", "DELAYED", 0.0)])
+    db.execute("SELECT fairlane.promote_delayed_runs()")
+    assert run_status(db, run_id) == "QUEUED"
+    assert expire(db)["expired"] == 0  # a retry is not a first enqueue
+    assert run_status(db, run_id) == "QUEUED"
+
+
+def test_ten_thousand_runs_expire_in_bounded_statements(db: psycopg.Connection[Any]) -> None:
+    ids = trigger_many(db, [TriggerRequest("t", i, ttl=3600) for i in range(10_000)])
+    lapse(db, *ids)
+    maintenance.set_setting(db, "ttl_batch_size", 1000)
+    maintenance.set_setting(db, "ttl_max_batches", 3)
+    ticks = []
+    while True:
+        outcome = expire(db)
+        ticks.append(outcome)
+        if outcome["expired"] == 0:
+            break
+    assert all(tick["expired"] <= 3000 and tick["statements"] <= 3 for tick in ticks)
+    assert sum(tick["expired"] for tick in ticks) == 10_000
+    assert len(ticks) == 5  # 3000 + 3000 + 3000 + 1000, then nothing left
+    count = db.execute("SELECT count(*) FROM fairlane.runs WHERE status = 'EXPIRED'").fetchone()
+    assert count == (10_000,)
