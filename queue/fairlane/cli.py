@@ -6,6 +6,7 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -45,8 +46,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def load_registry(spec: str) -> TaskRegistry:
-    """``package.module:attribute`` naming a TaskRegistry."""
+    """``package.module:attribute`` naming a TaskRegistry, importable from the current folder."""
     module_name, _, attribute = spec.partition(":")
+    # A console script's sys.path starts with its own bin folder, not the working directory;
+    # `fairlane worker app.tasks:tasks` run in a project should find the project's modules.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     registry = getattr(importlib.import_module(module_name), attribute or "tasks")
     if not isinstance(registry, TaskRegistry):
         raise SystemExit(f"{spec} is not a fairlane TaskRegistry")
