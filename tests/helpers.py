@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -9,6 +10,7 @@ from typing import Any
 
 import anyio
 import psycopg
+from psycopg.rows import dict_row
 
 from fairlane import RunStatus, Worker
 
@@ -55,3 +57,44 @@ def run_status(db: psycopg.Connection[Any], run_id: int) -> RunStatus:
     row = db.execute("SELECT status FROM fairlane.runs WHERE id = %s", (run_id,)).fetchone()
     assert row is not None, f"run {run_id} does not exist"
     return RunStatus(row[0])
+
+
+def run_row(db: psycopg.Connection[Any], run_id: int) -> dict[str, Any]:
+    """The whole stored row of a run, as a dict."""
+    with db.cursor(row_factory=dict_row) as cursor:
+        row = cursor.execute("SELECT * FROM fairlane.runs WHERE id = %s", (run_id,)).fetchone()
+    assert row is not None, f"run {run_id} does not exist"
+    return row
+
+
+def speed_up_periodic_jobs(db: psycopg.Connection[Any], interval_s: float = 0.2) -> None:
+    """Make lease reclaim and delayed promotion tick every ``interval_s`` (and due now)."""
+    db.execute(
+        "UPDATE fairlane.periodic_jobs SET interval_s = %s, next_due_at = now()", (interval_s,)
+    )
+
+
+@asynccontextmanager
+async def worker_in_thread(worker: Worker) -> AsyncIterator[threading.Thread]:
+    """Run ``worker`` on its own event loop in its own thread (so its loop can be stalled
+    without stalling the test's), then stop it gracefully and join the thread."""
+    failures: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            anyio.run(worker.run)
+        except BaseException as error:  # reported by the context manager
+            failures.append(error)
+
+    thread = threading.Thread(target=target, name=f"worker {worker.worker_id}", daemon=True)
+    thread.start()
+    try:
+        assert await anyio.to_thread.run_sync(worker.wait_started, 10.0), "worker did not start"
+        yield thread
+    finally:
+        if thread.is_alive():
+            await anyio.to_thread.run_sync(worker.stop)
+            await anyio.to_thread.run_sync(thread.join, 30.0)
+    assert not thread.is_alive(), "worker thread did not stop"
+    if failures:
+        raise failures[0]

@@ -61,6 +61,8 @@ class Heartbeater:
             return set()
         self._stats.heartbeats += 1
         for run in active:
+            if self._held.get(run.run.id) is not run:
+                continue  # finished (or superseded) while the beat was in flight
             if run.run.id in lost:
                 self._on_lost(run)
             else:

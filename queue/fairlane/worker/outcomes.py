@@ -23,11 +23,11 @@ class OutcomeWriter:
         self,
         store: LeaseStore,
         stats: WorkerStats,
-        on_written: Callable[[set[int]], None],
+        on_written: Callable[[set[Lease]], None],
     ) -> None:
         self._store = store
         self._stats = stats
-        # Called with every run id whose outcome was written or refused: the lease is done.
+        # Called with every lease whose outcome was written or refused: the lease is done.
         self._on_written = on_written
         self._completions: list[Completion] = []
         self._failures: list[Failure] = []
@@ -55,16 +55,39 @@ class OutcomeWriter:
         while True:
             await self._pending.wait()
             self._pending = anyio.Event()
-            await self.flush(conn)
+            # A write cancelled mid-statement is cancelled in the server too and would be lost
+            # (the shutdown cancels this loop right after its final flush): finish it first.
+            with anyio.CancelScope(shield=True):
+                await self.flush(conn)
 
     async def flush(self, conn: AsyncConn) -> None:
         completions, self._completions = self._completions, []
         failures, self._failures = self._failures, []
         releases, self._releases = self._releases, []
+        try:
+            await self._write(conn, completions, failures, releases)
+        except BaseException:
+            # Not written, or not known to be: keep them for the next flush. Repeating a write
+            # that did land is harmless, the fence refuses it.
+            self._completions[:0] = completions
+            self._failures[:0] = failures
+            self._releases[:0] = releases
+            self._pending.set()
+            raise
+
+    async def _write(
+        self,
+        conn: AsyncConn,
+        completions: list[Completion],
+        failures: list[Failure],
+        releases: list[Lease],
+    ) -> None:
+        # Each list is emptied once written, so a failure later on does not repeat it.
         if completions:
             accepted = await self._store.complete(conn, completions)
             self._stats.completed += len(accepted)
             self._refused("complete", [c.lease for c in completions], accepted)
+            completions.clear()
         if failures:
             accepted = await self._store.fail(conn, failures)
             for item in failures:
@@ -76,10 +99,12 @@ class OutcomeWriter:
                     else:
                         self._stats.failed += 1
             self._refused("fail", [f.lease for f in failures], accepted)
+            failures.clear()
         if releases:
             accepted = await self._store.release(conn, releases)
             self._stats.released += len(accepted)
             self._refused("release", releases, accepted)
+            releases.clear()
 
     def _refused(self, what: str, leases: list[Lease], accepted: set[int]) -> None:
         refused = [lease.run_id for lease in leases if lease.run_id not in accepted]
@@ -90,4 +115,4 @@ class OutcomeWriter:
                 what,
                 refused,
             )
-        self._on_written({lease.run_id for lease in leases})
+        self._on_written(set(leases))

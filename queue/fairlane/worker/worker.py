@@ -113,6 +113,23 @@ class Worker:
     # -- run ----------------------------------------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run until ``stop()``. Cancelling the caller is a graceful stop too: the worker stops
+        claiming, gives handlers ``shutdown_grace``, hands the rest back, then lets the
+        cancellation through. (The shutdown runs shielded, so a cancellation cannot cut short
+        the writes that hand runs back.)"""
+        async with anyio.create_task_group() as group:
+            try:
+                await group.start(self._run_shielded)
+                task_status.started()
+                await self._stop_event.wait()
+            finally:
+                self._request_stop()
+
+    async def _run_shielded(self, *, task_status: TaskStatus[None]) -> None:
+        with anyio.CancelScope(shield=True):
+            await self._run(task_status=task_status)
+
+    async def _run(self, *, task_status: TaskStatus[None]) -> None:
         self._token = anyio.lowlevel.current_token()
         self._thread = threading.get_ident()
         claim_conn = LoopConnection(self.dsn, synchronous_commit=False)
@@ -149,6 +166,8 @@ class Worker:
                 continue
             asked = min(free, self.claim_batch)
             self._wake = anyio.Event()
+            # The database starts each lease when the claim runs: never count ours from later.
+            sent_at = time.monotonic()
             try:
                 claimed = await self.store.claim(
                     await connection.get(), asked,
@@ -161,15 +180,20 @@ class Worker:
             self.stats.claims += 1
             self.stats.claimed += len(claimed)
             for run in claimed:
-                self._start(run, handlers)
+                self._start(run, handlers, sent_at)
             if len(claimed) < asked and not self._stopping:
                 with anyio.move_on_after(self.poll_interval):
                     await self._wake.wait()
 
-    def _start(self, run: ClaimedRun, handlers: TaskGroup) -> None:
+    def _start(self, run: ClaimedRun, handlers: TaskGroup, sent_at: float) -> None:
+        previous = self.held.get(run.id)
+        if previous is not None:
+            # The database took the lease back before we noticed and we claimed the run again:
+            # the earlier attempt is stale. Stop it; it must not touch the new attempt's entry.
+            self._lease_lost(previous)
         lease = Lease(run.id, run.lease_token)
         ctx = RunContext(run=run, worker_id=self.worker_id)
-        confirmed_until = time.monotonic() + self.store.lease_seconds
+        confirmed_until = sent_at + self.store.lease_seconds
         active = ActiveRun(run=run, lease=lease, ctx=ctx, confirmed_until=confirmed_until)
         self.held[run.id] = active
         self._running += 1
@@ -182,7 +206,7 @@ class Worker:
             self._running -= 1
             self._slot_free.set()
             if active.ctx.stop_reason == STOP_LEASE_LOST:
-                self.held.pop(active.run.id, None)
+                self._forget(active.lease)
             if self._running == 0:
                 self._idle.set()
 
@@ -235,9 +259,15 @@ class Worker:
             return
         active.stop(STOP_LEASE_LOST)
 
-    def _outcomes_written(self, run_ids: set[int]) -> None:
-        for run_id in run_ids:
-            self.held.pop(run_id, None)
+    def _outcomes_written(self, leases: set[Lease]) -> None:
+        for lease in leases:
+            self._forget(lease)
+
+    def _forget(self, lease: Lease) -> None:
+        """Stop tracking ``lease``; a later attempt of the same run held here stays."""
+        active = self.held.get(lease.run_id)
+        if active is not None and active.lease == lease:
+            del self.held[lease.run_id]
 
 
 def run_forever(worker: Worker, **kwargs: Any) -> None:
