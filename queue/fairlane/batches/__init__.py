@@ -1,0 +1,1 @@
+"""Batch triggers: two-phase creation, streamed NDJSON items, fair processing."""
