@@ -2,24 +2,29 @@
 -- trigger; setting a limit for one that has none yet creates it.
 
 -- name: upsert_environment_settings
-INSERT INTO {schema}.environments AS e (name, concurrency_limit, burst_factor, paused)
+-- size_limit caps the runs waiting to start (QUEUED or DELAYED) across the environment's queues;
+-- triggers check it in their transaction (sql/queue_size.sql). NULL is unlimited.
+INSERT INTO {schema}.environments AS e (name, concurrency_limit, burst_factor, paused, size_limit)
 VALUES (%(name)s, %(concurrency_limit)s, coalesce(%(burst_factor)s, 1.0),
-        coalesce(%(paused)s, false))
+        coalesce(%(paused)s, false), %(size_limit)s)
 ON CONFLICT (name) DO UPDATE
 SET concurrency_limit = CASE WHEN %(set_limit)s THEN excluded.concurrency_limit
                              ELSE e.concurrency_limit END,
     burst_factor = coalesce(%(burst_factor)s, e.burst_factor),
-    paused = coalesce(%(paused)s, e.paused)
-RETURNING name, concurrency_limit, burst_factor, paused;
+    paused = coalesce(%(paused)s, e.paused),
+    size_limit = CASE WHEN %(set_size_limit)s THEN excluded.size_limit ELSE e.size_limit END
+RETURNING name, concurrency_limit, burst_factor, paused, size_limit;
 
 -- name: upsert_queue_settings
-INSERT INTO {schema}.queues AS q (environment, name, concurrency_limit, paused)
-VALUES (%(environment)s, %(name)s, %(concurrency_limit)s, coalesce(%(paused)s, false))
+INSERT INTO {schema}.queues AS q (environment, name, concurrency_limit, paused, size_limit)
+VALUES (%(environment)s, %(name)s, %(concurrency_limit)s, coalesce(%(paused)s, false),
+        %(size_limit)s)
 ON CONFLICT (environment, name) DO UPDATE
 SET concurrency_limit = CASE WHEN %(set_limit)s THEN excluded.concurrency_limit
                              ELSE q.concurrency_limit END,
-    paused = coalesce(%(paused)s, q.paused)
-RETURNING environment, name, concurrency_limit, paused;
+    paused = coalesce(%(paused)s, q.paused),
+    size_limit = CASE WHEN %(set_size_limit)s THEN excluded.size_limit ELSE q.size_limit END
+RETURNING environment, name, concurrency_limit, paused, size_limit;
 
 -- name: ensure_environment
 INSERT INTO {schema}.environments (name) VALUES (%(name)s) ON CONFLICT DO NOTHING;
@@ -43,7 +48,8 @@ SELECT quantum, max_deficit, global_concurrency_limit, rate_limit_per_s, rate_bu
 FROM {schema}.scheduler WHERE id = 1;
 
 -- name: limits_table
--- Every queue with its caps, its running and queued runs, for `fairlane limits`.
+-- Every queue with its caps and size limits, its running, queued and delayed runs, for
+-- `fairlane limits`.
 SELECT q.environment, q.name AS queue, e.concurrency_limit AS env_limit, e.burst_factor,
        e.paused AS env_paused, q.concurrency_limit AS queue_limit, q.paused AS queue_paused,
        (SELECT count(*) FROM {schema}.runs r
@@ -51,7 +57,11 @@ SELECT q.environment, q.name AS queue, e.concurrency_limit AS env_limit, e.burst
            AS running,
        (SELECT count(*) FROM {schema}.runs r
         WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'QUEUED')
-           AS queued
+           AS queued,
+       (SELECT count(*) FROM {schema}.runs r
+        WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'DELAYED')
+           AS delayed,
+       e.size_limit AS env_size_limit, q.size_limit AS queue_size_limit
 FROM {schema}.queues q
 JOIN {schema}.environments e ON e.name = q.environment
 ORDER BY q.environment, q.name;

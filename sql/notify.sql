@@ -1,2 +1,5 @@
 -- name: listen_channel
 LISTEN {channel_identifier};
+
+-- name: listen_cancel_channel
+LISTEN {cancel_channel_identifier};

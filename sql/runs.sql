@@ -1,7 +1,8 @@
 -- name: get_run
 SELECT id, environment, queue, task, payload, status, priority, attempts, max_attempts,
        available_at, created_at, started_at, finished_at, lease_token, lease_until, worker_id,
-       result, error, tags, metadata, machine, max_duration_s
+       result, error, tags, metadata, machine, max_duration_s, parent_run_id, idempotency_key,
+       idempotency_key_expires_at
 FROM {schema}.runs
 WHERE id = %(id)s;
 
@@ -12,11 +13,19 @@ GROUP BY status
 ORDER BY status;
 
 -- name: list_runs
+-- Newest first, every filter optional (NULL: any). `tags` matches runs carrying all of them;
+-- `before_id` pages: pass the last id of the previous page. The scan walks the primary key
+-- backwards, filtering, so a rare filter value reads far; it is an operator's view, not a hot path.
 SELECT id, environment, queue, task, payload, status, priority, attempts, max_attempts,
        available_at, created_at, started_at, finished_at, lease_token, lease_until, worker_id,
-       result, error, tags, metadata, machine, max_duration_s
+       result, error, tags, metadata, machine, max_duration_s, parent_run_id, idempotency_key,
+       idempotency_key_expires_at
 FROM {schema}.runs
-WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+WHERE (%(environment)s::text IS NULL OR environment = %(environment)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+  AND (%(tags)s::text[] IS NULL OR tags @> %(tags)s::text[])
+  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
 ORDER BY id DESC
 LIMIT %(limit)s;

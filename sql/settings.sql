@@ -29,3 +29,14 @@ AS $$
 SELECT coalesce((SELECT (s.value #>> '{{}}')::numeric FROM {schema}.settings s
                  WHERE s.name = setting_name), fallback);
 $$;
+
+-- name: seed_trigger_option_settings
+INSERT INTO {schema}.settings (name, value, description) VALUES
+    ('idempotency_key_ttl_s', '2592000', 'How long an idempotency key stays active when the trigger gives no idempotency_ttl, seconds (default 30 days)'),
+    ('debounce_max_delay_s', '600', 'How long after its creation a debounced run can still be pushed back when the trigger gives no max_delay, seconds (default 10 minutes)'),
+    ('debounce_prune_batch_size', '5000', 'Stale debounce keys deleted per prune_debounce_keys tick')
+ON CONFLICT (name) DO NOTHING;
+
+-- name: remove_trigger_option_settings
+DELETE FROM {schema}.settings
+WHERE name IN ('idempotency_key_ttl_s', 'debounce_max_delay_s', 'debounce_prune_batch_size');

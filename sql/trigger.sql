@@ -3,16 +3,21 @@
 -- so a bulk trigger is one round trip. Delays use the database clock, not the caller's.
 -- Environments and queues get their settings rows on first use; ON CONFLICT DO NOTHING neither
 -- writes nor waits when the row exists, even while a claimer holds its lock.
+-- This is the path of requests without idempotency keys or debounce (trigger_keyed_runs has
+-- the others). Where a queue or environment has a size limit, check_queue_sizes locks and
+-- counts before any row is inserted; a rejection inserts nothing and comes back as one row
+-- with a NULL id, so the caller's transaction stays usable. Without limits it is not called.
 WITH t AS (
     SELECT *
     FROM unnest(
             %(environments)s::text[], %(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[],
             %(priorities)s::integer[], %(max_attempts)s::integer[], %(delays)s::float8[],
-            %(tags)s::text[], %(metadata)s::text[], %(machines)s::text[],
-            %(max_durations)s::float8[], %(ttls)s::float8[]
+            %(delay_untils)s::timestamptz[], %(tags)s::text[], %(metadata)s::text[],
+            %(machines)s::text[], %(max_durations)s::float8[], %(ttls)s::float8[],
+            %(parent_run_ids)s::bigint[]
          ) WITH ORDINALITY
-         AS t(environment, queue, task, payload, priority, max_attempts, delay_s,
-              tags, metadata, machine, max_duration_s, requested_ttl_s, ord)
+         AS t(environment, queue, task, payload, priority, max_attempts, delay_s, delay_until,
+              tags, metadata, machine, max_duration_s, requested_ttl_s, parent_run_id, ord)
 ), max_ttl AS (
     SELECT (value #>> '{{}}')::float8 AS seconds FROM {schema}.settings WHERE name = 'max_ttl_s'
 ), ttl AS (
@@ -20,7 +25,10 @@ WITH t AS (
     SELECT t.*,
            CASE WHEN max_ttl.seconds IS NULL THEN t.requested_ttl_s
                 ELSE least(coalesce(t.requested_ttl_s, max_ttl.seconds), max_ttl.seconds)
-           END AS ttl_s
+           END AS ttl_s,
+           CASE WHEN t.delay_until > now() THEN t.delay_until
+                WHEN t.delay_s > 0 THEN now() + make_interval(secs => t.delay_s)
+           END AS start_at
     FROM t LEFT JOIN max_ttl ON true
 ), new_environments AS (
     INSERT INTO {schema}.environments (name)
@@ -30,26 +38,63 @@ WITH t AS (
     INSERT INTO {schema}.queues (environment, name)
     SELECT DISTINCT environment, queue FROM t
     ON CONFLICT DO NOTHING
+), limited AS (
+    -- Runs added per queue, where the queue or its environment has a size limit.
+    SELECT added.environment, added.queue, added.runs
+    FROM (SELECT environment, queue, count(*)::integer AS runs FROM t GROUP BY 1, 2) AS added
+    LEFT JOIN {schema}.environments e ON e.name = added.environment
+    LEFT JOIN {schema}.queues q ON q.environment = added.environment AND q.name = added.queue
+    WHERE e.size_limit IS NOT NULL OR q.size_limit IS NOT NULL
+), rejected AS (
+    SELECT full_queue.*
+    FROM (SELECT array_agg(environment) AS envs, array_agg(queue) AS queues,
+                 array_agg(runs) AS runs
+          FROM limited HAVING count(*) > 0) AS batch
+    CROSS JOIN LATERAL {schema}.check_queue_sizes(batch.envs, batch.queues, batch.runs)
+        AS full_queue
+), inserted AS (
+    INSERT INTO {schema}.runs
+        (environment, queue, task, payload, status, priority, max_attempts, available_at,
+         tags, metadata, machine, max_duration_s, ttl_s, expires_at, parent_run_id)
+    SELECT t.environment,
+           t.queue,
+           t.task,
+           t.payload::jsonb,
+           CASE WHEN t.start_at IS NOT NULL THEN 'DELAYED' ELSE 'QUEUED' END,
+           t.priority,
+           t.max_attempts,
+           t.start_at,
+           ARRAY(SELECT jsonb_array_elements_text(t.tags::jsonb)),
+           t.metadata::jsonb,
+           t.machine,
+           t.max_duration_s,
+           t.ttl_s,
+           -- Armed now only when the run is enqueued now; a delayed run arms it when promoted.
+           CASE WHEN t.start_at IS NULL AND t.ttl_s IS NOT NULL
+                THEN now() + make_interval(secs => t.ttl_s) END,
+           t.parent_run_id
+    FROM ttl AS t
+    WHERE NOT EXISTS (SELECT 1 FROM rejected)
+    ORDER BY t.ord
+    RETURNING id
 )
-INSERT INTO {schema}.runs
-    (environment, queue, task, payload, status, priority, max_attempts, available_at,
-     tags, metadata, machine, max_duration_s, ttl_s, expires_at)
-SELECT t.environment,
-       t.queue,
-       t.task,
-       t.payload::jsonb,
-       CASE WHEN t.delay_s > 0 THEN 'DELAYED' ELSE 'QUEUED' END,
-       t.priority,
-       t.max_attempts,
-       CASE WHEN t.delay_s > 0 THEN now() + make_interval(secs => t.delay_s) END,
-       ARRAY(SELECT jsonb_array_elements_text(t.tags::jsonb)),
-       t.metadata::jsonb,
-       t.machine,
-       t.max_duration_s,
-       t.ttl_s,
-       -- Armed now only when the run is enqueued now; a delayed run arms it when promoted.
-       CASE WHEN coalesce(t.delay_s, 0) <= 0 AND t.ttl_s IS NOT NULL
-            THEN now() + make_interval(secs => t.ttl_s) END
-FROM ttl AS t
-ORDER BY t.ord
-RETURNING id;
+SELECT id, 'created'::text AS outcome, NULL::text AS environment, NULL::text AS queue,
+       NULL::integer AS size_limit, NULL::text AS scope, NULL::integer AS size,
+       NULL::integer AS item
+FROM inserted
+UNION ALL
+SELECT NULL, NULL, environment, queue, size_limit, scope, size, NULL FROM rejected;
+
+-- name: trigger_keyed_runs
+-- Requests with an idempotency key or debounce, decided one by one under row locks
+-- (sql/trigger_keyed.sql). Same arrays as insert_runs plus the keys. Rows come back in request
+-- order; a rejection (queue full) is a single row with a NULL id and nothing was written.
+SELECT id, outcome, environment, queue, size_limit, scope, size, item
+FROM {schema}.trigger_keyed_runs(
+    %(environments)s::text[], %(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[],
+    %(priorities)s::integer[], %(max_attempts)s::integer[], %(delays)s::float8[],
+    %(delay_untils)s::timestamptz[], %(tags)s::text[], %(metadata)s::text[],
+    %(machines)s::text[], %(max_durations)s::float8[], %(ttls)s::float8[],
+    %(parent_run_ids)s::bigint[], %(idempotency_keys)s::text[],
+    %(idempotency_ttls)s::float8[], %(debounce_keys)s::text[], %(debounce_delays)s::float8[],
+    %(debounce_trailing)s::boolean[], %(debounce_max_delays)s::float8[]);

@@ -1,33 +1,50 @@
 """fairlane: a fair, fenced job queue and run engine on PostgreSQL alone."""
 
 from fairlane.client import Client
+from fairlane.debounce import Debounce
 from fairlane.enqueue import trigger, trigger_async, trigger_many, trigger_many_async
 from fairlane.errors import (
     ConfigurationError,
     FairlaneError,
+    InvalidDurationError,
     LeaseLostError,
     PayloadError,
+    QueueSizeLimitExceeded,
+    RunNotDelayedError,
     RunNotFoundError,
+    RunNotRetryableError,
+    RunStateError,
     TriggerOptionError,
     UnknownTaskError,
 )
+from fairlane.idempotency import IdempotencyScope
 from fairlane.models import FINAL_STATUSES, ClaimedRun, Run, RunStatus
 from fairlane.retry import Backoff
+from fairlane.run_control import CancelResult, RunFilter
 from fairlane.trigger import TriggerRequest
 from fairlane.worker import RunContext, TaskRegistry, Worker, WorkerStats
 
 __all__ = [
     "FINAL_STATUSES",
     "Backoff",
+    "CancelResult",
     "ClaimedRun",
     "Client",
     "ConfigurationError",
+    "Debounce",
     "FairlaneError",
+    "IdempotencyScope",
+    "InvalidDurationError",
     "LeaseLostError",
     "PayloadError",
+    "QueueSizeLimitExceeded",
     "Run",
     "RunContext",
+    "RunFilter",
+    "RunNotDelayedError",
     "RunNotFoundError",
+    "RunNotRetryableError",
+    "RunStateError",
     "RunStatus",
     "TaskRegistry",
     "TriggerOptionError",

@@ -18,7 +18,6 @@ import psycopg
 from fairlane import migrate
 from fairlane.client import Client
 from fairlane.errors import FairlaneError
-from fairlane.rows import run_from_row
 from fairlane.settings import database_url, psycopg_dsn, schema_name
 from fairlane.sqlfiles import query
 from fairlane.worker import TaskRegistry, Worker
@@ -94,10 +93,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_trigger(args: argparse.Namespace) -> int:
     payload = json.loads(args.payload) if args.payload is not None else None
+    metadata = json.loads(args.metadata) if args.metadata is not None else {}
     with Client(args.dsn, schema=args.schema) as client:
         run_id = client.trigger_sync(
             args.task, payload, environment=args.environment, queue=args.queue,
             priority=args.priority, max_attempts=args.max_attempts, delay=args.delay,
+            ttl=args.ttl, max_duration=args.max_duration, tags=args.tag or (),
+            metadata=metadata, machine=args.machine, idempotency_key=args.idempotency_key,
         )  # fmt: skip
     print(run_id)
     return 0
@@ -113,28 +115,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"{'status':<16}{'runs':>10}")
     for status, count in rows:
         print(f"{status:<16}{count:>10}")
-    return 0
-
-
-def cmd_runs_show(args: argparse.Namespace) -> int:
-    with Client(args.dsn, schema=args.schema) as client:
-        run = client.get_run_sync(args.run_id)
-    document = {key: getattr(run, key) for key in run.__slots__}
-    print(json.dumps(document, default=str, indent=2))
-    return 0
-
-
-def cmd_runs_list(args: argparse.Namespace) -> int:
-    schema = schema_name(args.schema)
-    params = {"status": args.status, "task": args.task, "limit": args.limit}
-    with _connect(args) as conn:
-        rows = conn.execute(query("list_runs", schema), params).fetchall()
-    for row in rows:
-        run = run_from_row(row)
-        print(
-            f"{run.id:>10} {run.status:<15} {run.task:<24} "
-            f"attempts {run.attempts}/{run.max_attempts}"
-        )
     return 0
 
 
@@ -172,28 +152,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue", default="default")
     p.add_argument("--priority", type=int, default=0)
     p.add_argument("--max-attempts", type=int, default=3)
-    p.add_argument("--delay", type=float)
+    p.add_argument("--delay", help="seconds or a duration such as 90s, 5m, 2h30m")
+    p.add_argument("--ttl", help="expire if still queued after this long")
+    p.add_argument("--max-duration", help="time the handler out after this long")
+    p.add_argument("--tag", action="append", help="a tag (repeat for several)")
+    p.add_argument("--metadata", help="a JSON object stored with the run")
+    p.add_argument("--machine", help="a machine preset name, passed to the handler")
+    p.add_argument("--idempotency-key", help="a second trigger with this key returns the run")
     p.set_defaults(func=cmd_trigger)
 
     p = commands.add_parser("status", help="runs per status")
     _common(p)
     p.set_defaults(func=cmd_status)
 
-    runs = commands.add_parser("runs", help="inspect runs").add_subparsers(
-        dest="runs", required=True
-    )
-    p = runs.add_parser("show", help="one run, whole")
-    _common(p)
-    p.add_argument("run_id", type=int)
-    p.set_defaults(func=cmd_runs_show)
-    p = runs.add_parser("list", help="recent runs")
-    _common(p)
-    p.add_argument("--status")
-    p.add_argument("--task")
-    p.add_argument("--limit", type=int, default=50)
-    p.set_defaults(func=cmd_runs_list)
-
     for module in (
+        "fairlane.runs_cli",
         "fairlane.limits_cli",
         "fairlane.maintenance_cli",
         "fairlane.bench.cli",

@@ -1,14 +1,16 @@
-"""The client: trigger runs and read them back, from async code or from sync code.
+"""The client: trigger runs, read them back and act on them, from async or from sync code.
 
 A ``Client`` owns at most one async and one sync connection, opened on first use and used
-one statement at a time. To trigger inside your own transaction, use ``fairlane.trigger``
-with your connection or session instead.
+one statement at a time, each committed on return. To trigger inside your own transaction,
+use ``fairlane.trigger`` with your connection or session instead. Every async method has a
+``_sync`` twin.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
 
@@ -16,12 +18,17 @@ import anyio
 import psycopg
 
 from fairlane import enqueue
+from fairlane import run_control as control
+from fairlane.durations import Duration
 from fairlane.errors import RunNotFoundError
 from fairlane.models import Run
 from fairlane.rows import run_from_row
+from fairlane.run_control import CancelResult, RunFilter
 from fairlane.settings import database_url, psycopg_dsn, schema_name
 from fairlane.sqlfiles import query
 from fairlane.trigger import TriggerRequest
+
+Row = tuple[Any, ...]
 
 
 class Client:
@@ -43,8 +50,26 @@ class Client:
             self._sync_conn = psycopg.Connection.connect(self.dsn, autocommit=True)
         return self._sync_conn
 
+    async def _rows(self, name: str, params: dict[str, Any]) -> list[Row]:
+        async with self._async_lock:
+            conn = await self._conn()
+            cursor = await conn.execute(query(name, self.schema), params)
+            return await cursor.fetchall()
+
+    def _rows_sync(self, name: str, params: dict[str, Any]) -> list[Row]:
+        with self._sync_lock:
+            return self._sync().execute(query(name, self.schema), params).fetchall()
+
+    # -- triggering -------------------------------------------------------------------------
+
     async def trigger(self, task: str, payload: Any = None, **options: Any) -> int:
-        """Create a run (committed on return); returns its id."""
+        """Create a run (committed on return); returns its id.
+
+        ``options`` are ``TriggerRequest``'s: delay, ttl, idempotency_key (+ idempotency_scope,
+        idempotency_ttl, parent_run_id, parent_attempt), debounce=Debounce(...), priority,
+        queue, environment, max_attempts, max_duration, tags, metadata, machine. With an
+        idempotency key or debounce the id may be an existing run's.
+        """
         return (await self.trigger_many([TriggerRequest(task, payload, **options)]))[0]
 
     async def trigger_many(self, requests: Sequence[TriggerRequest]) -> list[int]:
@@ -61,21 +86,87 @@ class Client:
         with self._sync_lock:
             return enqueue.trigger_many(self._sync(), requests, schema=self.schema)
 
+    async def create_failed_run(
+        self, task: str, payload: Any = None, *, code: str, message: str, **options: Any
+    ) -> int:
+        """Create a run that has already ended SYSTEM_FAILURE with ``code`` (for instance
+        ``PAYLOAD_TOO_LARGE``): it never runs, and whatever waits on it sees it final.
+        ``options``: environment, queue, parent_run_id, tags, metadata, machine."""
+        params = control.failed_run_params(task, payload, code=code, message=message, **options)
+        return int((await self._rows("insert_failed_run", params))[0][0])
+
+    def create_failed_run_sync(
+        self, task: str, payload: Any = None, *, code: str, message: str, **options: Any
+    ) -> int:
+        params = control.failed_run_params(task, payload, code=code, message=message, **options)
+        return int(self._rows_sync("insert_failed_run", params)[0][0])
+
+    # -- reading ----------------------------------------------------------------------------
+
     async def get_run(self, run_id: int) -> Run:
-        async with self._async_lock:
-            conn = await self._conn()
-            cursor = await conn.execute(query("get_run", self.schema), {"id": run_id})
-            row = await cursor.fetchone()
-        if row is None:
+        rows = await self._rows("get_run", {"id": run_id})
+        if not rows:
             raise RunNotFoundError(run_id)
-        return run_from_row(row)
+        return run_from_row(rows[0])
 
     def get_run_sync(self, run_id: int) -> Run:
-        with self._sync_lock:
-            row = self._sync().execute(query("get_run", self.schema), {"id": run_id}).fetchone()
-        if row is None:
+        rows = self._rows_sync("get_run", {"id": run_id})
+        if not rows:
             raise RunNotFoundError(run_id)
-        return run_from_row(row)
+        return run_from_row(rows[0])
+
+    async def list_runs(self, filters: RunFilter | None = None, **by: Any) -> list[Run]:
+        """Runs newest first, filtered by environment, queue, task, status, tags (all
+        optional): pass a ``RunFilter`` or its fields as keywords."""
+        params = (filters or RunFilter(**by)).params()
+        return [run_from_row(row) for row in await self._rows("list_runs", params)]
+
+    def list_runs_sync(self, filters: RunFilter | None = None, **by: Any) -> list[Run]:
+        params = (filters or RunFilter(**by)).params()
+        return [run_from_row(row) for row in self._rows_sync("list_runs", params)]
+
+    # -- acting on runs ---------------------------------------------------------------------
+
+    async def cancel(self, run_id: int) -> CancelResult:
+        """End a run CANCELED, with every descendant still going; a no-op on a final run.
+
+        A QUEUED or DELAYED run ends at once. An EXECUTING one ends at once too, and its worker
+        is told to cancel the handler, whose outcome the lease fence then refuses.
+        """
+        rows = await self._rows("cancel_run", {"id": run_id})
+        return control.cancel_result(run_id, rows[0] if rows else None)
+
+    def cancel_sync(self, run_id: int) -> CancelResult:
+        rows = self._rows_sync("cancel_run", {"id": run_id})
+        return control.cancel_result(run_id, rows[0] if rows else None)
+
+    async def reschedule(self, run_id: int, delay: Duration | datetime) -> Run:
+        """Move a DELAYED run's start to ``delay`` from now, or to an aware datetime.
+
+        Raises ``RunNotDelayedError`` when the run is not DELAYED (it started or ended)."""
+        rows = await self._rows("reschedule_run", control.reschedule_params(run_id, delay))
+        control.check_rescheduled(run_id, rows[0] if rows else None)
+        return await self.get_run(run_id)
+
+    def reschedule_sync(self, run_id: int, delay: Duration | datetime) -> Run:
+        rows = self._rows_sync("reschedule_run", control.reschedule_params(run_id, delay))
+        control.check_rescheduled(run_id, rows[0] if rows else None)
+        return self.get_run_sync(run_id)
+
+    async def retry(self, run_id: int) -> Run:
+        """Requeue a run that ended FAILED, CRASHED, TIMED_OUT, EXPIRED or SYSTEM_FAILURE with
+        one more attempt (see ``sql/run_control.sql``). Raises ``RunNotRetryableError`` for
+        other statuses and ``QueueSizeLimitExceeded`` when its queue is full."""
+        rows = await self._rows("retry_run", {"id": run_id})
+        control.check_retried(run_id, rows[0] if rows else None)
+        return await self.get_run(run_id)
+
+    def retry_sync(self, run_id: int) -> Run:
+        rows = self._rows_sync("retry_run", {"id": run_id})
+        control.check_retried(run_id, rows[0] if rows else None)
+        return self.get_run_sync(run_id)
+
+    # -- lifecycle --------------------------------------------------------------------------
 
     async def aclose(self) -> None:
         if self._async_conn is not None:

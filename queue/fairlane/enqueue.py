@@ -3,6 +3,11 @@
 Accepted: a psycopg ``Connection``/``AsyncConnection``, or a SQLAlchemy ``Connection``,
 ``Session``, ``AsyncConnection`` or ``AsyncSession`` (psycopg or psycopg2 driver). The
 statement joins the caller's transaction; committing it is the caller's business.
+
+A bulk trigger is all or nothing: every request gets a run (new, or the one its idempotency
+key or debounce key leads to), or none is written and a typed error names the first request
+that could not be taken. A full queue raises ``QueueSizeLimitExceeded`` without aborting the
+caller's transaction (the statement inserts nothing and reports the limit).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import psycopg
 from sqlalchemy.engine import Connection as SAConnection
 from sqlalchemy.orm import Session
 
-from fairlane.errors import UnsupportedConnectionError
+from fairlane.errors import QueueSizeLimitExceeded, UnsupportedConnectionError
 from fairlane.settings import schema_name
 from fairlane.sqlfiles import query
 from fairlane.trigger import TriggerRequest, insert_params
@@ -29,9 +34,39 @@ if TYPE_CHECKING:
 SyncConnection = psycopg.Connection[Any] | SAConnection | Session
 
 
-def _ids(rows: Sequence[Sequence[Any]]) -> list[int]:
-    # One statement numbers its rows in insertion order, so sorted ids follow the input order.
+def _statement(requests: Sequence[TriggerRequest], schema: str | None) -> str:
+    keyed = any(request.keyed for request in requests)
+    return query("trigger_keyed_runs" if keyed else "insert_runs", schema_name(schema))
+
+
+def _ids(requests: Sequence[TriggerRequest], rows: Sequence[Sequence[Any]]) -> list[int]:
+    """Run ids in request order, or the typed error of a rejected trigger.
+
+    Rows are (id, outcome, environment, queue, size_limit, scope, size, item); a rejection is
+    one row with a NULL id. The keyed statement returns rows in request order; the plain one
+    numbers its rows in insertion order, so there sorted ids follow the input order.
+    """
+    for row in rows:
+        if row[0] is None:
+            raise _size_error(requests, row)
+    if rows and rows[0][7] is not None:
+        return [int(row[0]) for row in sorted(rows, key=lambda row: int(row[7]))]
     return sorted(int(row[0]) for row in rows)
+
+
+def _size_error(requests: Sequence[TriggerRequest], row: Sequence[Any]) -> QueueSizeLimitExceeded:
+    _id, _outcome, environment, queue, limit, scope, size, item = row
+    if item is None:
+        # The first request of that queue (or environment) past the room that was left.
+        matching = [
+            index for index, request in enumerate(requests)
+            if request.environment == environment
+            and (scope == "environment" or request.queue == queue)
+        ]  # fmt: skip
+        item = matching[min(max(limit - size, 0), len(matching) - 1)]
+    return QueueSizeLimitExceeded(
+        environment, requests[item].queue, limit, scope=scope, size=size, index=item
+    )
 
 
 def trigger_many(
@@ -41,13 +76,13 @@ def trigger_many(
     if not requests:
         return []
     params = insert_params(requests)
-    statement = query("insert_runs", schema_name(schema))
+    statement = _statement(requests, schema)
     if isinstance(conn, psycopg.Connection):
-        return _ids(conn.execute(statement, params).fetchall())
+        return _ids(requests, conn.execute(statement, params).fetchall())
     if isinstance(conn, Session):
         conn = conn.connection()
     if isinstance(conn, SAConnection):
-        return _ids(conn.exec_driver_sql(statement, params).fetchall())
+        return _ids(requests, conn.exec_driver_sql(statement, params).fetchall())
     raise UnsupportedConnectionError(conn)
 
 
@@ -70,10 +105,10 @@ async def trigger_many_async(
     if not requests:
         return []
     params = insert_params(requests)
-    statement = query("insert_runs", schema_name(schema))
+    statement = _statement(requests, schema)
     if isinstance(conn, psycopg.AsyncConnection):
         cursor = await conn.execute(statement, params)
-        return _ids(await cursor.fetchall())
+        return _ids(requests, await cursor.fetchall())
     from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
     from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -81,7 +116,7 @@ async def trigger_many_async(
         conn = await conn.connection()
     if isinstance(conn, SAAsyncConnection):
         result = await conn.exec_driver_sql(statement, params)
-        return _ids(result.fetchall())
+        return _ids(requests, result.fetchall())
     raise UnsupportedConnectionError(conn)
 
 

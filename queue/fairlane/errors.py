@@ -24,12 +24,95 @@ class PayloadError(FairlaneError):
 
 
 class TriggerOptionError(FairlaneError):
-    """A trigger option is out of range or of the wrong type."""
+    """A trigger option is out of range or of the wrong type.
 
-    def __init__(self, option: str, value: object, reason: str) -> None:
+    ``index`` is the position of the offending request in a bulk trigger (0 for a single one),
+    or None when the option did not come from a trigger request.
+    """
+
+    def __init__(
+        self, option: str, value: object, reason: str, *, index: int | None = None
+    ) -> None:
         self.option = option
         self.value = value
-        super().__init__(f"{option}={value!r}: {reason}")
+        self.reason = reason
+        self.index = index
+        where = f" (item {index})" if index is not None else ""
+        super().__init__(f"{option}={value!r}: {reason}{where}")
+
+    def at(self, index: int) -> TriggerOptionError:
+        """The same error, naming the bulk item it came from."""
+        # Built without __init__, so subclasses with other signatures keep their type.
+        located = type(self).__new__(type(self))
+        located.__dict__.update(self.__dict__)
+        located.index = index
+        located.args = (f"{self.option}={self.value!r}: {self.reason} (item {index})",)
+        return located
+
+
+class InvalidDurationError(TriggerOptionError):
+    """A duration (delay, ttl, max_duration, debounce delay, ...) could not be understood.
+
+    ``value`` is the bad value exactly as it was given.
+    """
+
+    def __init__(self, option: str, value: object, *, index: int | None = None) -> None:
+        reason = (
+            "is not a duration: give seconds, a timedelta, or a string such as "
+            "'500ms', '5s', '1m', '2h30m', '1d' or '1w'"
+        )
+        super().__init__(option, value, reason, index=index)
+
+
+class QueueSizeLimitExceeded(FairlaneError):
+    """A trigger would take a queue or environment past its size limit; nothing was written.
+
+    ``scope`` says which limit was hit ("queue" or "environment"); ``size`` is how many runs
+    were already QUEUED or DELAYED there (counted up to limit + 1); ``index`` is the first
+    request of the trigger that did not fit.
+    """
+
+    def __init__(
+        self, environment: str, queue: str, limit: int, *, scope: str, size: int, index: int
+    ) -> None:
+        self.environment = environment
+        self.queue = queue
+        self.limit = limit
+        self.scope = scope
+        self.size = size
+        self.index = index
+        target = f"queue {queue!r} of environment {environment!r}"
+        if scope == "environment":
+            target = f"environment {environment!r} (queue {queue!r})"
+        super().__init__(
+            f"{target} is full: {size} runs queued or delayed, size limit {limit} (item {index})"
+        )
+
+
+class RunStateError(FairlaneError):
+    """An operation needs the run in another state than the one it is in."""
+
+    def __init__(self, run_id: int, status: str, wanted: str) -> None:
+        self.run_id = run_id
+        self.status = status
+        super().__init__(f"run {run_id} is {status}: {wanted}")
+
+
+class RunNotDelayedError(RunStateError):
+    """Only a DELAYED run can be rescheduled."""
+
+    def __init__(self, run_id: int, status: str) -> None:
+        super().__init__(run_id, status, "only a DELAYED run can be rescheduled")
+
+
+class RunNotRetryableError(RunStateError):
+    """Only a run that ended FAILED, CRASHED, TIMED_OUT, EXPIRED or SYSTEM_FAILURE is retried."""
+
+    def __init__(self, run_id: int, status: str) -> None:
+        super().__init__(
+            run_id, status, "only a FAILED, CRASHED, TIMED_OUT, EXPIRED or SYSTEM_FAILURE run "
+            "can be retried",
+        )  # fmt: skip
 
 
 class UnknownTaskError(FairlaneError):

@@ -1,5 +1,5 @@
 """Scheduling settings changed at run time: environment and queue caps, pause, DRR knobs,
-the global concurrency cap and the global rate limit.
+the global concurrency cap and the global rate limit, and queue and environment size limits.
 
 Each function takes a psycopg connection (sync or async twin) and commits nothing itself: with
 an autocommit connection the change applies at once; inside a transaction, at its commit.
@@ -27,6 +27,8 @@ class EnvironmentSettings:
     concurrency_limit: int | None
     burst_factor: Decimal
     paused: bool
+    # Most runs that may wait to start (QUEUED or DELAYED) across its queues; None: unlimited.
+    size_limit: int | None = None
 
     @property
     def cap(self) -> int | None:
@@ -42,6 +44,8 @@ class QueueSettings:
     name: str
     concurrency_limit: int | None
     paused: bool
+    # Most runs that may wait to start (QUEUED or DELAYED) in it; None: unlimited.
+    size_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,15 +72,22 @@ def set_environment(
     concurrency_limit: int | None = UNCHANGED,
     burst_factor: float | None = None,
     paused: bool | None = None,
+    size_limit: int | None = UNCHANGED,
     schema: str | None = None,
 ) -> EnvironmentSettings:
-    """Change an environment's settings; arguments left out keep their value."""
+    """Change an environment's settings; arguments left out keep their value.
+
+    ``size_limit`` is a hard cap on the runs waiting to start (QUEUED or DELAYED) in all its
+    queues together; a trigger past it raises ``QueueSizeLimitExceeded``. None: unlimited.
+    """
     set_limit, limit = _limit("concurrency_limit", concurrency_limit)
+    set_size_limit, size = _limit("size_limit", size_limit)
     if burst_factor is not None and burst_factor < 1:
         raise TriggerOptionError("burst_factor", burst_factor, "must be at least 1")
     params = {
         "name": name, "concurrency_limit": limit, "set_limit": set_limit,
-        "burst_factor": burst_factor, "paused": paused,
+        "burst_factor": burst_factor, "paused": paused, "size_limit": size,
+        "set_size_limit": set_size_limit,
     }  # fmt: skip
     row = conn.execute(query("upsert_environment_settings", schema_name(schema)), params).fetchone()
     assert row is not None
@@ -90,15 +101,22 @@ def set_queue(
     *,
     concurrency_limit: int | None = UNCHANGED,
     paused: bool | None = None,
+    size_limit: int | None = UNCHANGED,
     schema: str | None = None,
 ) -> QueueSettings:
-    """Change a queue's settings; arguments left out keep their value."""
+    """Change a queue's settings; arguments left out keep their value.
+
+    ``size_limit`` is a hard cap on the queue's runs waiting to start (QUEUED or DELAYED); a
+    trigger past it raises ``QueueSizeLimitExceeded``. None: unlimited (the default).
+    """
     set_limit, limit = _limit("concurrency_limit", concurrency_limit)
+    set_size_limit, size = _limit("size_limit", size_limit)
     target = schema_name(schema)
     conn.execute(query("ensure_environment", target), {"name": environment})
     params = {
         "environment": environment, "name": name, "concurrency_limit": limit,
-        "set_limit": set_limit, "paused": paused,
+        "set_limit": set_limit, "paused": paused, "size_limit": size,
+        "set_size_limit": set_size_limit,
     }  # fmt: skip
     row = conn.execute(query("upsert_queue_settings", target), params).fetchone()
     assert row is not None
@@ -150,7 +168,7 @@ def scheduler_settings(
 def limits_table(
     conn: psycopg.Connection[Any], *, schema: str | None = None
 ) -> list[dict[str, Any]]:
-    """Every queue with its caps and its running and queued counts."""
+    """Every queue with its caps, size limits and its running, queued and delayed counts."""
     cursor = conn.execute(query("limits_table", schema_name(schema)))
     columns = [column.name for column in cursor.description or []]
     return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]

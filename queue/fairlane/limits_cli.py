@@ -1,4 +1,5 @@
-"""``fairlane limits``: show and change caps, pauses, DRR settings and the rate limit."""
+"""``fairlane limits``: show and change caps, pauses, size limits, DRR settings and the rate
+limit."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _show(conn: psycopg.Connection[Any], schema: str | None) -> None:
         f"global cap {settings.global_concurrency_limit or 'none'}, rate limit {rate}"
     )
     header = f"{'environment':<20}{'queue':<20}{'env cap':>9}{'queue cap':>10}"
-    print(f"{header}{'running':>9}{'queued':>9}  state")
+    print(f"{header}{'running':>9}{'queued':>9}{'delayed':>9}{'size limit':>18}  state")
     for row in limits.limits_table(conn, schema=schema):
         env_cap = (
             "-" if row["env_limit"] is None else str(int(row["env_limit"] * row["burst_factor"]))
@@ -46,8 +47,14 @@ def _show(conn: psycopg.Connection[Any], schema: str | None) -> None:
         state = "paused" if row["env_paused"] or row["queue_paused"] else ""
         print(
             f"{row['environment']:<20}{row['queue']:<20}{env_cap:>9}{queue_cap:>10}"
-            f"{row['running']:>9}{row['queued']:>9}  {state}"
+            f"{row['running']:>9}{row['queued']:>9}{row['delayed']:>9}{_sizes(row):>18}  {state}"
         )
+
+
+def _sizes(row: dict[str, Any]) -> str:
+    """Queue size limit / environment size limit, "-" for unlimited."""
+    queue, env = row["queue_size_limit"], row["env_size_limit"]
+    return f"{'-' if queue is None else queue}/{'-' if env is None else env}"
 
 
 def cmd_limits(args: argparse.Namespace) -> int:
@@ -55,12 +62,12 @@ def cmd_limits(args: argparse.Namespace) -> int:
         if args.action == "env":
             limits.set_environment(
                 conn, args.name, concurrency_limit=_limit(args.limit), burst_factor=args.burst,
-                paused=_paused(args), schema=args.schema,
+                paused=_paused(args), size_limit=_limit(args.size_limit), schema=args.schema,
             )  # fmt: skip
         elif args.action == "queue":
             limits.set_queue(
                 conn, args.environment, args.name, concurrency_limit=_limit(args.limit),
-                paused=_paused(args), schema=args.schema,
+                paused=_paused(args), size_limit=_limit(args.size_limit), schema=args.schema,
             )  # fmt: skip
         elif args.action == "scheduler":
             rate: Any = limits.UNCHANGED
@@ -91,6 +98,9 @@ def add_parser(commands: Any) -> None:
     queue.add_argument("name")
     queue.add_argument("--limit", help="concurrency limit, or 'none'")
     for action in (env, queue):
+        action.add_argument(
+            "--size-limit", help="most runs waiting to start (queued or delayed), or 'none'"
+        )
         action.add_argument("--pause", action="store_true")
         action.add_argument("--resume", action="store_true")
         action.add_argument("--dsn")

@@ -66,6 +66,10 @@ class Run:
     metadata: dict[str, Any] = field(default_factory=dict)
     machine: str | None = None
     max_duration_s: float | None = None
+    parent_run_id: int | None = None
+    # The stored (hashed) idempotency key while it is active, and when it expires.
+    idempotency_key: str | None = None
+    idempotency_key_expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,6 +70,14 @@ def _runs(metadata: MetaData) -> Table:
         # delayed run), never on a retry.
         Column("ttl_s", Double),
         Column("expires_at", DateTime(timezone=True)),
+        # The run that triggered this one: cancel reaches down through it (no foreign key, so
+        # pruning a finished parent never touches its children).
+        Column("parent_run_id", BigInteger),
+        # SHA-256 of the caller's key and scope (fairlane.idempotency). Unique per environment
+        # and task while set; freeing a key moves it to inactive_idempotency_key.
+        Column("idempotency_key", Text),
+        Column("idempotency_key_expires_at", DateTime(timezone=True)),
+        Column("inactive_idempotency_key", Text),
         _status_check(),
         CheckConstraint("max_attempts >= 1", name="runs_max_attempts_check"),
         # Claims read this index only; finished and leased rows drop out of it. Its leading
@@ -97,6 +105,24 @@ def _runs(metadata: MetaData) -> Table:
         ),
         Index("runs_finished_idx", "finished_at", postgresql_where=text("finished_at IS NOT NULL")),
         Index("runs_leased_idx", "lease_until", postgresql_where=text("status = 'EXECUTING'")),
+        # Queue size limits count QUEUED runs through runs_queued_idx and DELAYED ones here.
+        Index(
+            "runs_delayed_queue_idx",
+            "environment",
+            "queue",
+            postgresql_where=text("status = 'DELAYED'"),
+        ),
+        Index(
+            "runs_idempotency_key_idx",
+            "environment",
+            "task",
+            "idempotency_key",
+            unique=True,
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+        ),
+        Index(
+            "runs_parent_idx", "parent_run_id", postgresql_where=text("parent_run_id IS NOT NULL")
+        ),
         postgresql_with={"fillfactor": "70"},
     )
 
@@ -136,9 +162,12 @@ def _environments(metadata: MetaData) -> Table:
         Column("drained", Boolean, nullable=False, server_default=text("true")),
         Column("last_served_at", DateTime(timezone=True)),
         Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        # Hard cap on its runs waiting to start (QUEUED or DELAYED), all queues; NULL unlimited.
+        Column("size_limit", Integer),
         CheckConstraint(
             "concurrency_limit IS NULL OR concurrency_limit >= 0", name="environments_limit_check"
         ),
+        CheckConstraint("size_limit IS NULL OR size_limit >= 0", name="environments_size_check"),
         CheckConstraint("burst_factor >= 1", name="environments_burst_check"),
     )
 
@@ -153,9 +182,12 @@ def _queues(metadata: MetaData) -> Table:
         Column("concurrency_limit", Integer),
         Column("paused", Boolean, nullable=False, server_default=text("false")),
         Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        # Hard cap on its runs waiting to start (QUEUED or DELAYED); NULL is unlimited.
+        Column("size_limit", Integer),
         CheckConstraint(
             "concurrency_limit IS NULL OR concurrency_limit >= 0", name="queues_limit_check"
         ),
+        CheckConstraint("size_limit IS NULL OR size_limit >= 0", name="queues_size_check"),
     )
 
 
@@ -193,6 +225,18 @@ def _settings(metadata: MetaData) -> Table:
     )
 
 
+def _debounce_keys(metadata: MetaData) -> Table:
+    return Table(
+        "debounce_keys",
+        metadata,
+        # A debounce key's current run; triggers of the key lock this row (sql/debounce.sql).
+        Column("environment", Text, primary_key=True),
+        Column("task", Text, primary_key=True),
+        Column("key", Text, primary_key=True),
+        Column("run_id", BigInteger),
+    )
+
+
 @cache
 def build_metadata(schema: str) -> MetaData:
     """The MetaData of every fairlane table, placed in ``schema``."""
@@ -203,4 +247,5 @@ def build_metadata(schema: str) -> MetaData:
     _queues(metadata)
     _scheduler(metadata)
     _settings(metadata)
+    _debounce_keys(metadata)
     return metadata

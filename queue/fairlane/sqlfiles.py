@@ -3,8 +3,9 @@
 Each file holds statements under ``-- name: <name>`` headers. The schema reaches the text
 through ``psycopg.sql`` composition (an ``Identifier``), never through string formatting:
 ``{schema}`` is the quoted schema, ``{schema_name}`` and ``{channel}`` are string literals,
-``{channel_identifier}`` is the notification channel as an identifier. Statements are rendered
-once per schema and cached.
+``{channel_identifier}`` is the notification channel as an identifier; ``{cancel_channel}`` and
+``{cancel_channel_identifier}`` are the same for the channel that announces cancels. Statements
+are rendered once per schema and cached.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ def channel_name(schema: str) -> str:
     return f"{schema}.runs"
 
 
+def cancel_channel_name(schema: str) -> str:
+    """The channel on which cancelled EXECUTING runs are announced (payload: the run id)."""
+    return f"{schema}.cancel"
+
+
 @cache
 def query(name: str, schema: str) -> LiteralString:
     """The statement ``name`` with the schema composed in, ready for psycopg or SQLAlchemy."""
@@ -70,6 +76,8 @@ def query(name: str, schema: str) -> LiteralString:
         schema_name=sql.Literal(schema),
         channel=sql.Literal(channel_name(schema)),
         channel_identifier=sql.Identifier(channel_name(schema)),
+        cancel_channel=sql.Literal(cancel_channel_name(schema)),
+        cancel_channel_identifier=sql.Identifier(cancel_channel_name(schema)),
     )
     # Identifiers and literals are quoted without a connection; the result is plain SQL.
     return composed.as_string(None)

@@ -3,28 +3,45 @@
 The statement runs inside the caller's transaction, so a run triggered in a transaction that
 rolls back never exists, and one that commits is claimable at once. Every value is encoded and
 checked before the statement is sent: a bad item raises a typed error and nothing is written.
+
+Requests without an idempotency key or debounce go through ``insert_runs``, one set-based
+statement; the others through ``trigger_keyed_runs``, which decides each of them under row
+locks (see ``sql/trigger.sql`` and ``docs/trigger-options.md``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
-from math import isfinite
+from datetime import datetime
 from typing import Any
 
+from fairlane.debounce import Debounce, debounce_params
+from fairlane.durations import MAX_SECONDS, Duration, seconds
 from fairlane.errors import PayloadError, TriggerOptionError
+from fairlane.idempotency import IdempotencyScope, stored_key
 from fairlane.payload import encode_json
 
 MAX_ATTEMPTS_CEILING = 250
-# Longest delay or max_duration accepted (100 years): past it the database's interval and
-# timestamp arithmetic overflows, which would abort the caller's transaction.
-MAX_SECONDS = 100 * 365 * 86_400
+__all__ = ["MAX_ATTEMPTS_CEILING", "MAX_SECONDS", "TriggerRequest", "insert_params"]
+
+# The array parameters of both trigger statements, one element per request.
+COLUMNS = (
+    "environments", "queues", "tasks", "payloads", "priorities", "max_attempts", "delays",
+    "delay_untils", "tags", "metadata", "machines", "max_durations", "ttls", "parent_run_ids",
+    "idempotency_keys", "idempotency_ttls", "debounce_keys", "debounce_delays",
+    "debounce_trailing", "debounce_max_delays",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class TriggerRequest:
-    """One run to create. ``delay`` is seconds or a timedelta; None starts it at once."""
+    """One run to create.
+
+    ``delay`` is seconds, a timedelta, a duration string ("5s", "2h30m") or an aware datetime
+    to start at; None starts it at once. ``ttl``, ``max_duration`` and ``idempotency_ttl`` take
+    the same duration forms.
+    """
 
     task: str
     payload: Any = None
@@ -32,24 +49,26 @@ class TriggerRequest:
     queue: str = "default"
     priority: int = 0
     max_attempts: int = 3
-    delay: float | timedelta | None = None
+    delay: Duration | datetime | None = None
     tags: Sequence[str] = ()
     metadata: Mapping[str, Any] = field(default_factory=dict)
     machine: str | None = None
-    max_duration: float | timedelta | None = None
+    max_duration: Duration | None = None
     # Time to live while queued; the settings' max_ttl_s fills a missing one and caps it.
-    ttl: float | timedelta | None = None
+    ttl: Duration | None = None
+    # The run that triggered this one: scopes idempotency keys, and cancel reaches children.
+    parent_run_id: int | None = None
+    parent_attempt: int | None = None
+    idempotency_key: str | None = None
+    idempotency_scope: str = IdempotencyScope.RUN
+    # How long the key stays active; None takes the idempotency_key_ttl_s setting (30 days).
+    idempotency_ttl: Duration | None = None
+    debounce: Debounce | None = None
 
-
-def _seconds(option: str, value: float | timedelta | None) -> float | None:
-    if value is None:
-        return None
-    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if not (isfinite(seconds) and 0 <= seconds <= MAX_SECONDS):
-        raise TriggerOptionError(
-            option, value, f"must be a number of seconds between 0 and {MAX_SECONDS}"
-        )
-    return seconds
+    @property
+    def keyed(self) -> bool:
+        """Whether the request needs the keyed (row-locking) trigger path."""
+        return self.idempotency_key is not None or self.debounce is not None
 
 
 def _check_text(option: str, value: object) -> None:
@@ -64,11 +83,21 @@ def _check_text(option: str, value: object) -> None:
         raise TriggerOptionError(option, value, f"is not valid Unicode: {error.reason}") from None
 
 
+def _check_id(option: str, value: object) -> None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**63
+    ):
+        raise TriggerOptionError(option, value, "must be a positive integer")
+
+
 def _check(request: TriggerRequest) -> None:
     for option in ("task", "environment", "queue"):
         _check_text(option, getattr(request, option))
-    if request.machine is not None:
-        _check_text("machine", request.machine)
+    for option in ("machine", "idempotency_key"):
+        if getattr(request, option) is not None:
+            _check_text(option, getattr(request, option))
+    if request.debounce is not None:
+        _check_text("debounce.key", getattr(request.debounce, "key", None))
     if (
         not isinstance(request.max_attempts, int)
         or not 1 <= request.max_attempts <= MAX_ATTEMPTS_CEILING
@@ -80,38 +109,64 @@ def _check(request: TriggerRequest) -> None:
         raise TriggerOptionError("priority", request.priority, "must be a 32-bit integer")
     if isinstance(request.tags, str) or not all(isinstance(t, str) for t in request.tags):
         raise TriggerOptionError("tags", request.tags, "must be a sequence of strings")
+    _check_id("parent_run_id", request.parent_run_id)
+    _check_id("parent_attempt", request.parent_attempt)
+
+
+def _delay(value: Duration | datetime | None) -> tuple[float | None, datetime | None]:
+    """(seconds from the database's now, or an absolute start time)."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise TriggerOptionError("delay", value, "a datetime must carry its time zone")
+        return None, value
+    return seconds("delay", value), None
+
+
+def _idempotency(request: TriggerRequest) -> tuple[str | None, float | None]:
+    if request.idempotency_key is None:
+        return None, None
+    key = stored_key(
+        request.idempotency_key, request.idempotency_scope,
+        parent_run_id=request.parent_run_id, parent_attempt=request.parent_attempt,
+    )  # fmt: skip
+    return key, seconds("idempotency_ttl", request.idempotency_ttl)
+
+
+def _row(request: TriggerRequest) -> dict[str, Any]:
+    """One request's elements of the statement's arrays, in ``COLUMNS`` order."""
+    _check(request)
+    delay, delay_until = _delay(request.delay)
+    debounce = debounce_params(request.debounce) if request.debounce is not None else None
+    if debounce is not None and delay is None and delay_until is None:
+        # The seeds' pipeline: the run's first delay is `delay`, else the debounce delay.
+        delay = debounce.delay_s
+    idempotency_key, idempotency_ttl = _idempotency(request)
+    values = (
+        request.environment, request.queue, request.task, encode_json(request.payload),
+        request.priority, request.max_attempts, delay, delay_until,
+        encode_json(list(request.tags), what="tags"),
+        encode_json(dict(request.metadata), what="metadata"), request.machine,
+        seconds("max_duration", request.max_duration), seconds("ttl", request.ttl),
+        request.parent_run_id, idempotency_key, idempotency_ttl,
+        debounce.key if debounce else None, debounce.delay_s if debounce else None,
+        debounce.trailing if debounce else None, debounce.max_delay_s if debounce else None,
+    )  # fmt: skip
+    return dict(zip(COLUMNS, values, strict=True))
 
 
 def insert_params(requests: Iterable[TriggerRequest]) -> dict[str, list[Any]]:
-    """The array parameters of ``insert_runs``; raises before anything reaches the database."""
-    columns: dict[str, list[Any]] = {
-        name: []
-        for name in (
-            "environments", "queues", "tasks", "payloads", "priorities", "max_attempts",
-            "delays", "tags", "metadata", "machines", "max_durations", "ttls",
-        )
-    }  # fmt: skip
+    """The array parameters of the trigger statements; raises before anything is sent.
+
+    A refused request raises ``PayloadError`` or ``TriggerOptionError`` carrying its index.
+    """
+    columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
     for index, request in enumerate(requests):
         try:
-            _check(request)
-            payload = encode_json(request.payload)
-            metadata = encode_json(dict(request.metadata), what="metadata")
-            delay = _seconds("delay", request.delay)
-            max_duration = _seconds("max_duration", request.max_duration)
-            ttl = _seconds("ttl", request.ttl)
-            tags = encode_json(list(request.tags), what="tags")
+            row = _row(request)
         except PayloadError as error:
             raise PayloadError(str(error), index=index) from None
-        columns["environments"].append(request.environment)
-        columns["queues"].append(request.queue)
-        columns["tasks"].append(request.task)
-        columns["payloads"].append(payload)
-        columns["priorities"].append(request.priority)
-        columns["max_attempts"].append(request.max_attempts)
-        columns["delays"].append(delay)
-        columns["tags"].append(tags)
-        columns["metadata"].append(metadata)
-        columns["machines"].append(request.machine)
-        columns["max_durations"].append(max_duration)
-        columns["ttls"].append(ttl)
+        except TriggerOptionError as error:
+            raise error.at(index) from None
+        for name, value in row.items():
+            columns[name].append(value)
     return columns

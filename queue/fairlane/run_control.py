@@ -1,0 +1,150 @@
+"""Acting on runs from outside a worker: cancel, reschedule, retry, list, create pre-failed.
+
+Each operation is one named statement (``sql/cancel.sql``, ``sql/run_control.sql``,
+``sql/runs.sql``) that decides on the locked row. This module builds their parameters and turns
+their rows into typed results and errors; ``Client`` runs them, async or sync.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from fairlane.durations import Duration, seconds
+from fairlane.errors import (
+    QueueSizeLimitExceeded,
+    RunNotDelayedError,
+    RunNotFoundError,
+    RunNotRetryableError,
+    TriggerOptionError,
+)
+from fairlane.models import RunStatus
+from fairlane.payload import encode_json
+
+# Error codes of pre-failed runs (the seeds' codes; any non-empty code is accepted).
+PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+BATCH_ITEM_COULD_NOT_TRIGGER = "BATCH_ITEM_COULD_NOT_TRIGGER"
+
+Row = Sequence[Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """What ``Client.cancel`` did.
+
+    ``canceled`` is False when the run had already ended: then ``status`` is the final status
+    it keeps. ``descendants_canceled`` counts runs below it (by ``parent_run_id``) that were
+    still going and are CANCELED now.
+    """
+
+    run_id: int
+    canceled: bool
+    status: RunStatus
+    previous_status: RunStatus
+    descendants_canceled: int = 0
+
+    @property
+    def already_final(self) -> bool:
+        return not self.canceled
+
+
+def cancel_result(run_id: int, row: Row) -> CancelResult:
+    if row is None:
+        raise RunNotFoundError(run_id)
+    previous, canceled, descendants = row
+    status = RunStatus.CANCELED if canceled else RunStatus(previous)
+    return CancelResult(run_id, bool(canceled), status, RunStatus(previous), int(descendants))
+
+
+def reschedule_params(run_id: int, delay: Duration | datetime) -> dict[str, Any]:
+    """``delay`` from now (the database's clock), or an aware datetime to start at."""
+    if isinstance(delay, datetime):
+        if delay.tzinfo is None or delay.utcoffset() is None:
+            raise TriggerOptionError("delay", delay, "a datetime must carry its time zone")
+        return {"id": run_id, "start_at": delay, "delay_s": None}
+    return {"id": run_id, "start_at": None, "delay_s": seconds("delay", delay)}
+
+
+def check_rescheduled(run_id: int, row: Row) -> None:
+    if row is None:
+        raise RunNotFoundError(run_id)
+    status, rescheduled = row
+    if not rescheduled:
+        raise RunNotDelayedError(run_id, status)
+
+
+def check_retried(run_id: int, row: Row) -> None:
+    if row is None:
+        raise RunNotFoundError(run_id)
+    previous, retried, environment, queue, limit, scope, size = row
+    if retried:
+        return
+    if limit is not None:
+        raise QueueSizeLimitExceeded(environment, queue, limit, scope=scope, size=size, index=0)
+    raise RunNotRetryableError(run_id, previous)
+
+
+@dataclass(frozen=True, slots=True)
+class RunFilter:
+    """Which runs ``Client.list_runs`` returns, newest first. Every filter is optional.
+
+    ``status`` is one status or several; ``tags`` keeps runs that carry all of them.
+    ``before_id`` pages: pass the smallest id of the previous page.
+    """
+
+    environment: str | None = None
+    queue: str | None = None
+    task: str | None = None
+    status: str | Sequence[str] | None = None
+    tags: Sequence[str] = ()
+    limit: int = 100
+    before_id: int | None = None
+
+    def params(self) -> dict[str, Any]:
+        statuses: list[str] | None = None
+        if isinstance(self.status, str):
+            statuses = [RunStatus(self.status).value]
+        elif self.status is not None:
+            statuses = [RunStatus(status).value for status in self.status]
+        if isinstance(self.tags, str):
+            raise TriggerOptionError("tags", self.tags, "must be a sequence of strings")
+        return {
+            "environment": self.environment, "queue": self.queue, "task": self.task,
+            "statuses": statuses, "tags": list(self.tags) or None, "limit": self.limit,
+            "before_id": self.before_id,
+        }  # fmt: skip
+
+
+def failed_run_params(
+    task: str,
+    payload: Any,
+    *,
+    code: str,
+    message: str,
+    environment: str = "default",
+    queue: str = "default",
+    parent_run_id: int | None = None,
+    tags: Sequence[str] = (),
+    metadata: Mapping[str, Any] | None = None,
+    machine: str | None = None,
+    max_attempts: int = 1,
+) -> dict[str, Any]:
+    """Parameters of ``insert_failed_run``, checked like a trigger's before anything is sent."""
+    for option, value in (("task", task), ("code", code), ("environment", environment),
+                          ("queue", queue)):  # fmt: skip
+        if not value or not isinstance(value, str) or "\x00" in value:
+            raise TriggerOptionError(option, value, "must be a non-empty string without NUL")
+    if isinstance(tags, str):
+        raise TriggerOptionError("tags", tags, "must be a sequence of strings")
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise TriggerOptionError("max_attempts", max_attempts, "must be a positive integer")
+    # Encoding refuses NUL characters and lone surrogates, which text columns cannot hold.
+    encode_json([message, list(tags), machine], what="message, tags or machine")
+    return {
+        "task": task, "payload": encode_json(payload), "code": code, "message": message,
+        "environment": environment, "queue": queue, "parent_run_id": parent_run_id,
+        "tags": list(tags), "metadata": encode_json(dict(metadata or {}), what="metadata"),
+        "machine": machine, "max_attempts": max_attempts,
+    }  # fmt: skip

@@ -1,0 +1,103 @@
+"""``fairlane runs``: show, list, cancel, retry and reschedule runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from fairlane.client import Client
+from fairlane.models import Run
+from fairlane.run_control import RunFilter
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(args.dsn, schema=args.schema)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        run = client.get_run_sync(args.run_id)
+    document = {key: getattr(run, key) for key in run.__slots__}
+    print(json.dumps(document, default=str, indent=2))
+    return 0
+
+
+def _line(run: Run) -> str:
+    tags = f"  [{', '.join(run.tags)}]" if run.tags else ""
+    return (
+        f"{run.id:>10} {run.status:<15} {run.environment:<14} {run.queue:<14} {run.task:<24} "
+        f"attempts {run.attempts}/{run.max_attempts}{tags}"
+    )
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    filters = RunFilter(
+        environment=args.environment, queue=args.queue, task=args.task, status=args.status,
+        tags=args.tag or (), limit=args.limit, before_id=args.before,
+    )  # fmt: skip
+    with _client(args) as client:
+        for run in client.list_runs_sync(filters):
+            print(_line(run))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        result = client.cancel_sync(args.run_id)
+    if result.already_final:
+        print(f"run {result.run_id} had already ended {result.status}: nothing to cancel")
+    else:
+        print(
+            f"run {result.run_id} canceled (was {result.previous_status}); "
+            f"{result.descendants_canceled} descendant runs canceled"
+        )
+    return 0
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        run = client.retry_sync(args.run_id)
+    print(f"run {run.id} requeued for attempt {run.attempts + 1} of {run.max_attempts}")
+    return 0
+
+
+def cmd_reschedule(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        run = client.reschedule_sync(args.run_id, args.delay)
+    print(f"run {run.id} starts at {run.available_at}")
+    return 0
+
+
+def add_parser(commands: Any) -> None:
+    runs = commands.add_parser("runs", help="show, list, cancel, retry, reschedule runs")
+    actions = runs.add_subparsers(dest="runs", required=True)
+
+    def action(name: str, help: str, func: Any) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = actions.add_parser(name, help=help)
+        parser.add_argument("--dsn", help="database URL (default: $DATABASE_URL)")
+        parser.add_argument("--schema", help="fairlane's schema (default: $FAIRLANE_SCHEMA)")
+        parser.set_defaults(func=func)
+        return parser
+
+    action("show", "one run, whole", cmd_show).add_argument("run_id", type=int)
+    p = action("list", "runs, newest first, filtered", cmd_list)
+    p.add_argument("--environment")
+    p.add_argument("--queue")
+    p.add_argument("--task")
+    p.add_argument("--status", action="append", help="a status (repeat for several)")
+    p.add_argument("--tag", action="append", help="runs carrying this tag (repeat: all of them)")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--before", type=int, help="only runs with a smaller id (paging)")
+    action(
+        "cancel", "end a run and its descendants CANCELED (a no-op on an ended run)", cmd_cancel
+    ).add_argument("run_id", type=int)
+    action(
+        "retry",
+        "requeue a FAILED, CRASHED, TIMED_OUT, EXPIRED or SYSTEM_FAILURE run for one more "
+        "attempt (its last error is cleared; no TTL)",
+        cmd_retry,
+    ).add_argument("run_id", type=int)
+    p = action("reschedule", "move a DELAYED run's start", cmd_reschedule)
+    p.add_argument("run_id", type=int)
+    p.add_argument("delay", help="from now: seconds or a duration such as 90s, 5m, 2h30m")

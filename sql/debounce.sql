@@ -1,0 +1,112 @@
+-- Debounce: one row per (environment, task, key) in debounce_keys names the key's current run.
+-- A debounced trigger locks that row FOR UPDATE for the rest of its transaction, so triggers
+-- of one key are decided one after another, each seeing what the one before it committed; the
+-- seeds' pending claims, polling and compare-and-set have no counterpart here.
+
+-- name: create_lock_debounce_key
+-- Create the key's row if it is new, lock it, and return its current run (NULL if none). The
+-- INSERT waits for a concurrent inserter to commit; the SELECT is a later statement, so it sees
+-- that row, and FOR UPDATE then waits for whoever holds it and returns the version it left.
+CREATE OR REPLACE FUNCTION {schema}.lock_debounce_key(env text, task_name text, debounce_key text)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    current_run bigint;
+BEGIN
+    LOOP
+        INSERT INTO {schema}.debounce_keys (environment, task, key)
+        VALUES (env, task_name, debounce_key)
+        ON CONFLICT DO NOTHING;
+        SELECT k.run_id INTO current_run
+        FROM {schema}.debounce_keys k
+        WHERE k.environment = env AND k.task = task_name AND k.key = debounce_key
+        FOR UPDATE;
+        -- Not found: the pruner deleted the row between the two statements. Make it again.
+        IF FOUND THEN
+            RETURN current_run;
+        END IF;
+    END LOOP;
+END;
+$$;
+
+-- name: create_join_debounced_run
+-- With the key locked: push the key's run to start no earlier than now + delay_s and, in
+-- trailing mode, give it this trigger's payload, metadata, tags, max_attempts, max_duration and
+-- machine. Returns false, changing nothing, when a new run must be made instead: the run is
+-- gone or has started (it is not DELAYED, or it is a retry's backoff), or the new start would be
+-- later than its creation + max_delay_s (else the debounce_max_delay_s setting, 10 minutes).
+-- The run's row lock keeps delayed promotion (SKIP LOCKED) and cancel off it until commit.
+CREATE OR REPLACE FUNCTION {schema}.join_debounced_run(
+    target bigint, delay_s float8, max_delay_s float8, trailing_mode boolean, new_payload jsonb,
+    new_metadata jsonb, new_tags text[], new_max_attempts integer, new_max_duration_s float8,
+    new_machine text)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    debounced record;
+    start_at timestamptz := now() + make_interval(secs => delay_s);
+    window_s float8 := coalesce(max_delay_s,
+                                {schema}.numeric_setting('debounce_max_delay_s', 600));
+BEGIN
+    SELECT r.status, r.attempts, r.created_at INTO debounced
+    FROM {schema}.runs r WHERE r.id = target
+    FOR UPDATE;
+    IF NOT FOUND OR debounced.status <> 'DELAYED' OR debounced.attempts > 0
+       OR start_at > debounced.created_at + make_interval(secs => window_s) THEN
+        RETURN false;
+    END IF;
+    UPDATE {schema}.runs r
+    SET available_at = greatest(r.available_at, start_at),
+        payload = CASE WHEN trailing_mode THEN new_payload ELSE r.payload END,
+        metadata = CASE WHEN trailing_mode THEN new_metadata ELSE r.metadata END,
+        tags = CASE WHEN trailing_mode THEN new_tags ELSE r.tags END,
+        max_attempts = CASE WHEN trailing_mode THEN new_max_attempts ELSE r.max_attempts END,
+        max_duration_s = CASE WHEN trailing_mode THEN new_max_duration_s ELSE r.max_duration_s END,
+        machine = CASE WHEN trailing_mode THEN new_machine ELSE r.machine END
+    WHERE r.id = target;
+    RETURN true;
+END;
+$$;
+
+-- name: create_prune_debounce_keys
+-- Periodic: delete keys whose run has started, ended or gone; the next trigger of such a key
+-- makes a new run anyway, so they only take space. Rows are locked first (SKIP LOCKED: a
+-- trigger holding one is using it) and re-checked in a later statement, whose fresh snapshot
+-- sees a run a trigger pointed the key at after the first statement's snapshot was taken.
+CREATE OR REPLACE FUNCTION {schema}.prune_debounce_keys()
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    envs text[];
+    tasks text[];
+    keys text[];
+    pruned integer;
+BEGIN
+    WITH stale AS (
+        SELECT k.environment, k.task, k.key
+        FROM {schema}.debounce_keys k
+        WHERE NOT EXISTS (SELECT 1 FROM {schema}.runs r
+                          WHERE r.id = k.run_id AND r.status = 'DELAYED' AND r.attempts = 0)
+        LIMIT {schema}.numeric_setting('debounce_prune_batch_size', 5000)::integer
+        FOR UPDATE SKIP LOCKED
+    )
+    SELECT array_agg(environment), array_agg(task), array_agg(key)
+    INTO envs, tasks, keys
+    FROM stale;
+    DELETE FROM {schema}.debounce_keys k
+    USING unnest(envs, tasks, keys) AS s(environment, task, key)
+    WHERE k.environment = s.environment AND k.task = s.task AND k.key = s.key
+      AND NOT EXISTS (SELECT 1 FROM {schema}.runs r
+                      WHERE r.id = k.run_id AND r.status = 'DELAYED' AND r.attempts = 0);
+    GET DIAGNOSTICS pruned = ROW_COUNT;
+    RETURN jsonb_build_object('pruned', pruned);
+END;
+$$;
+
+-- name: seed_debounce_periodic_job
+INSERT INTO {schema}.periodic_jobs (name, function, interval_s)
+VALUES ('prune_debounce_keys', 'prune_debounce_keys', 60.0)
+ON CONFLICT (name) DO NOTHING;

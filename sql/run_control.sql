@@ -1,0 +1,101 @@
+-- Changing runs from outside a worker: reschedule a delayed run, retry a failed one, and create
+-- a run that has already failed. Each is one statement; the decision is made on the locked row.
+
+-- name: create_reschedule_run
+-- A DELAYED run starts at `start_at` instead (earlier or later). The row lock keeps delayed
+-- promotion (SKIP LOCKED) off it meanwhile. Any other status changes nothing and is returned,
+-- so the caller can say why; no row means no such run.
+CREATE OR REPLACE FUNCTION {schema}.reschedule_run(target bigint, start_at timestamptz)
+RETURNS TABLE (status text, rescheduled boolean)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    current_status text;
+BEGIN
+    SELECT r.status INTO current_status FROM {schema}.runs r WHERE r.id = target FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF current_status <> 'DELAYED' THEN
+        RETURN QUERY SELECT current_status, false;
+        RETURN;
+    END IF;
+    UPDATE {schema}.runs r SET available_at = start_at WHERE r.id = target;
+    RETURN QUERY SELECT current_status, true;
+END;
+$$;
+
+-- name: reschedule_run
+SELECT status, rescheduled
+FROM {schema}.reschedule_run(
+    %(id)s, coalesce(%(start_at)s::timestamptz, now() + make_interval(secs => %(delay_s)s)));
+
+-- name: create_retry_run
+-- A run that ended FAILED, CRASHED, TIMED_OUT, EXPIRED or SYSTEM_FAILURE goes back to QUEUED
+-- with exactly one more attempt (max_attempts = attempts + 1); its last error and result are
+-- cleared and it gets no TTL (one armed at its first enqueue has lapsed or was spent). Queue
+-- size limits apply as to a trigger. Returns the status it had and whether it was requeued; a
+-- full queue returns the limit it hit. No row: no such run.
+CREATE OR REPLACE FUNCTION {schema}.retry_run(target bigint)
+RETURNS TABLE (previous_status text, retried boolean, environment text, queue text,
+               size_limit integer, scope text, size integer)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    failed_run record;
+    full_queue record;
+BEGIN
+    SELECT r.status, r.environment, r.queue INTO failed_run
+    FROM {schema}.runs r WHERE r.id = target FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF failed_run.status NOT IN ('FAILED', 'CRASHED', 'TIMED_OUT', 'EXPIRED', 'SYSTEM_FAILURE') THEN
+        RETURN QUERY SELECT failed_run.status, false, NULL::text, NULL::text, NULL::integer,
+                            NULL::text, NULL::integer;
+        RETURN;
+    END IF;
+    SELECT * INTO full_queue FROM {schema}.check_queue_sizes(
+        ARRAY[failed_run.environment], ARRAY[failed_run.queue], ARRAY[1]);
+    IF FOUND THEN
+        RETURN QUERY SELECT failed_run.status, false, full_queue.environment, full_queue.queue,
+                            full_queue.size_limit, full_queue.scope, full_queue.size;
+        RETURN;
+    END IF;
+    UPDATE {schema}.runs r
+    SET status = 'QUEUED',
+        max_attempts = r.attempts + 1,
+        available_at = NULL,
+        expires_at = NULL,
+        started_at = NULL,
+        finished_at = NULL,
+        worker_id = NULL,
+        result = NULL,
+        error = NULL
+    WHERE r.id = target;
+    PERFORM pg_notify({channel}, failed_run.environment);
+    RETURN QUERY SELECT failed_run.status, true, NULL::text, NULL::text, NULL::integer,
+                        NULL::text, NULL::integer;
+END;
+$$;
+
+-- name: retry_run
+SELECT previous_status, retried, environment, queue, size_limit, scope, size
+FROM {schema}.retry_run(%(id)s);
+
+-- name: insert_failed_run
+-- A run created already ended: SYSTEM_FAILURE with an error code (PAYLOAD_TOO_LARGE,
+-- BATCH_ITEM_COULD_NOT_TRIGGER, ...). It never enters a queue, so no size limit applies, and
+-- anything waiting on it sees a final run at once.
+INSERT INTO {schema}.runs
+    (environment, queue, task, payload, status, max_attempts, tags, metadata, machine,
+     parent_run_id, finished_at, error)
+VALUES
+    (%(environment)s, %(queue)s, %(task)s, %(payload)s::jsonb, 'SYSTEM_FAILURE',
+     %(max_attempts)s, %(tags)s::text[], %(metadata)s::jsonb, %(machine)s, %(parent_run_id)s,
+     now(),
+     jsonb_build_object('type', 'SystemFailure', 'code', %(code)s::text,
+                        'message', %(message)s::text, 'attempt', 0))
+RETURNING id;
