@@ -8,6 +8,8 @@ from typing import Any
 
 from fairlane.models import ClaimedRun
 
+_EVENT_LOCK = threading.Lock()
+
 
 @dataclass(slots=True)
 class RunContext:
@@ -20,8 +22,32 @@ class RunContext:
 
     run: ClaimedRun
     worker_id: str
-    stop_requested: threading.Event = field(default_factory=threading.Event)
     stop_reason: str | None = None
+    # The event is made on first use: most runs never look at it, and a threading.Event costs
+    # a lock and a condition. ``_stopped`` remembers a stop asked for before anyone looked.
+    _stop_event: threading.Event | None = field(default=None, init=False, repr=False)
+    _stopped: bool = field(default=False, init=False, repr=False)
+
+    @property
+    def stop_requested(self) -> threading.Event:
+        event = self._stop_event
+        if event is None:
+            # Handlers in threads may look while the worker's loop asks for the stop.
+            with _EVENT_LOCK:
+                if self._stop_event is None:
+                    self._stop_event = threading.Event()
+                    if self._stopped:
+                        self._stop_event.set()
+                event = self._stop_event
+        return event
+
+    def request_stop(self) -> None:
+        """Set ``stop_requested`` (for the worker; handlers only read it)."""
+        with _EVENT_LOCK:
+            self._stopped = True
+            event = self._stop_event
+        if event is not None:
+            event.set()
 
     @property
     def run_id(self) -> int:

@@ -7,12 +7,15 @@ id AND lease_token: whatever a worker whose lease lapsed sends, it changes nothi
 
 from __future__ import annotations
 
+import json
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg.types.json import set_json_loads
 
 from fairlane.models import ClaimedRun
 from fairlane.rows import claimed_from_row
@@ -42,11 +45,22 @@ class Failure:
     retry_delay_s: float | None
 
 
+def _loads_json(data: str | bytes) -> Any:
+    """``json.loads`` that answers the commonest claimed values (no payload, no metadata)
+    without parsing them: every claimed row carries two jsonb columns."""
+    if data in (b"{}", "{}"):
+        return {}
+    if data in (b"null", "null"):
+        return None
+    return json.loads(data)
+
+
 class LeaseStore:
     def __init__(self, schema: str, *, lease_seconds: float, worker_id: str) -> None:
         self.schema = schema
         self.lease_seconds = lease_seconds
         self.worker_id = worker_id
+        self._claim_connections: weakref.WeakSet[AsyncConn] = weakref.WeakSet()
 
     async def claim(
         self,
@@ -63,6 +77,9 @@ class LeaseStore:
             "environments": list(environments) if environments else None,
             "queues": list(queues) if queues else None,
         }
+        if conn not in self._claim_connections:
+            set_json_loads(_loads_json, conn)
+            self._claim_connections.add(conn)
         cursor = await conn.execute(query("claim_runs", self.schema), params)
         return [claimed_from_row(row) for row in await cursor.fetchall()]
 

@@ -1,0 +1,29 @@
+"""``fairlane bench enqueue|drain|latency``: one JSON line on stdout per run."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from fairlane.bench import drain, enqueue, latency
+from fairlane.bench.common import LOOPS
+
+
+def add_parser(commands: Any) -> None:
+    """Add ``bench`` and its scenarios to the ``fairlane`` command's subparsers."""
+    bench = commands.add_parser(
+        "bench", help="benchmarks on a fresh database: enqueue, drain, latency"
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--dsn",
+        help="server URL; a database is created on it per run "
+        "(default: $DATABASE_URL or postgresql://127.0.0.1:5432/postgres)",
+    )
+    common.add_argument("--keep-db", action="store_true", help="do not drop the database")
+    common.add_argument(
+        "--loop", choices=LOOPS, default="asyncio", help="event loop (uvloop must be installed)"
+    )
+    scenarios = bench.add_subparsers(dest="scenario", required=True)
+    for module in (enqueue, drain, latency):
+        module.add_parser(scenarios, common)

@@ -1,0 +1,114 @@
+"""What every scenario shares: a fresh migrated database, percentiles, one JSON line out."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar, TypeVarTuple
+
+import anyio
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from fairlane import migrate
+from fairlane.settings import psycopg_dsn
+
+log = logging.getLogger("fairlane.bench")
+
+DEFAULT_SERVER_URL = "postgresql://127.0.0.1:5432/postgres"
+SCHEMA = "fairlane"
+
+
+def server_url(explicit: str | None = None) -> str:
+    """The server to benchmark: ``--dsn``, else ``DATABASE_URL``, else the local server."""
+    return psycopg_dsn(explicit or os.environ.get("DATABASE_URL") or DEFAULT_SERVER_URL)
+
+
+def database_name(scenario: str) -> str:
+    return f"fairlane_bench_{scenario}_{os.getpid()}"
+
+
+@contextmanager
+def fresh_database(server: str, scenario: str, *, keep: bool = False) -> Iterator[str]:
+    """CREATE a database for one run, migrate it, yield its DSN, DROP it afterwards.
+
+    ``server`` is any DSN on the server; its database is only used to create and drop ours.
+    """
+    name = database_name(scenario)
+    identifier = sql.Identifier(name)
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(identifier))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(identifier))
+    dsn = make_conninfo(server, dbname=name)
+    try:
+        started = time.perf_counter()
+        migrate.upgrade(dsn, SCHEMA)
+        log.info("database %s created and migrated in %.2fs", name, time.perf_counter() - started)
+        yield dsn
+    finally:
+        if keep:
+            log.info("keeping database %s", name)
+        else:
+            _drop(server, name)
+
+
+def _drop(server: str, name: str) -> None:
+    with psycopg.connect(server, autocommit=True) as admin:
+        # Give closing connections a moment before forcing them out.
+        for _ in range(50):
+            row = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (name,)
+            ).fetchone()
+            if not row or not row[0]:
+                break
+            time.sleep(0.1)
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default), like the peer harness."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = (len(ordered) - 1) * p / 100
+    lo = int(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+LOOPS = ("asyncio", "uvloop")
+
+
+def run_async(func: Callable[[*Ts], Awaitable[T]], *args: *Ts, loop: str = "asyncio") -> T:
+    """``anyio.run`` on asyncio, or on uvloop when asked for (it must be installed)."""
+    if loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        raise SystemExit("--loop uvloop: uvloop is not installed")
+    options = {"use_uvloop": loop == "uvloop"}
+    return anyio.run(func, *args, backend="asyncio", backend_options=options)
+
+
+def emit(result: dict[str, Any]) -> None:
+    """The scenario's one line on stdout."""
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+def count_statuses(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    rows = conn.execute(
+        sql.SQL("SELECT status, count(*) FROM {}.runs GROUP BY status").format(
+            sql.Identifier(SCHEMA)
+        )
+    ).fetchall()
+    return {str(status): int(count) for status, count in rows}

@@ -1,0 +1,140 @@
+"""drain: N no-op runs already queued (bulk); one worker drains them.
+
+Timed from the moment the worker is started until the database shows every run COMPLETED.
+``process_runs_per_s`` times from the first handler call instead, which is how the peer
+harness times its drains; ``startup_s`` is the difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from typing import Any
+
+import anyio
+import psycopg
+
+from fairlane.bench.common import (
+    SCHEMA,
+    count_statuses,
+    emit,
+    fresh_database,
+    run_async,
+    server_url,
+)
+from fairlane.bench.enqueue import BATCH, TASK, open_client, trigger_bulk
+from fairlane.worker import RunContext, TaskRegistry, Worker
+
+log = logging.getLogger("fairlane.bench")
+
+# Once every handler has run, how often the database is asked whether all runs are done.
+POLL_S = 0.005
+TIMEOUT_S = 280.0
+
+PENDING_SQL = f"""
+SELECT EXISTS (SELECT 1 FROM {SCHEMA}.runs WHERE status = 'QUEUED')
+    OR EXISTS (SELECT 1 FROM {SCHEMA}.runs WHERE status = 'EXECUTING')
+"""
+
+
+class Tracker:
+    """Counts handler calls; remembers the first one and when the target was reached."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.count = 0
+        self.first_start: float | None = None
+        self.done = anyio.Event()
+
+    def hit(self) -> None:
+        if self.first_start is None:
+            self.first_start = time.perf_counter()
+        self.count += 1
+        if self.count >= self.target:
+            self.done.set()
+
+
+def registry_for(tracker: Tracker) -> TaskRegistry:
+    tasks = TaskRegistry()
+
+    @tasks.task(TASK)
+    async def noop(ctx: RunContext, payload: Any) -> None:
+        tracker.hit()
+
+    return tasks
+
+
+async def wait_all_done(conn: psycopg.AsyncConnection[Any]) -> float:
+    """Poll until no run is QUEUED or EXECUTING; returns perf_counter at that moment."""
+    while True:
+        cursor = await conn.execute(PENDING_SQL)
+        row = await cursor.fetchone()
+        if row is not None and not row[0]:
+            return time.perf_counter()
+        await anyio.sleep(POLL_S)
+
+
+async def _drain(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
+    client = await open_client(dsn)
+    async with client:
+        enqueue_s = await trigger_bulk(client, args.runs, BATCH)
+    log.info("%d runs queued in %.2fs", args.runs, enqueue_s)
+    tracker = Tracker(args.runs)
+    worker = Worker(
+        registry_for(tracker), dsn, schema=SCHEMA, concurrency=args.concurrency,
+        claim_batch=args.claim_batch, shutdown_grace=5.0,
+    )  # fmt: skip
+    probe = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    async with probe, anyio.create_task_group() as group:
+        started = time.perf_counter()
+        await group.start(worker.run)
+        with anyio.fail_after(TIMEOUT_S):
+            await tracker.done.wait()
+            done = await wait_all_done(probe)
+        worker.stop()
+    seconds = done - started
+    first = tracker.first_start or started
+    return {
+        "seconds": seconds,
+        "startup_s": first - started,
+        "process_s": done - first,
+        "enqueue_s": enqueue_s,
+        "stats": worker.stats.as_dict(),
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    with fresh_database(server_url(args.dsn), "drain", keep=args.keep_db) as dsn:
+        timing = run_async(_drain, dsn, args, loop=args.loop)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            completed = count_statuses(conn).get("COMPLETED", 0)
+    log.info("worker stats: %s", timing["stats"])
+    n = args.runs
+    return {
+        "scenario": "drain",
+        "loop": args.loop,
+        "runs": n,
+        "concurrency": args.concurrency,
+        "claim_batch": args.claim_batch or args.concurrency,
+        "runs_per_s": round(n / timing["seconds"]),
+        "process_runs_per_s": round(n / timing["process_s"]),
+        "seconds": round(timing["seconds"], 3),
+        "startup_s": round(timing["startup_s"], 3),
+        "enqueue_runs_per_s": round(n / timing["enqueue_s"]),
+        "claims": timing["stats"]["claims"],
+        "ok": completed == n,
+    }
+
+
+def main(args: argparse.Namespace) -> int:
+    emit(run(args))
+    return 0
+
+
+def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    p = commands.add_parser("drain", parents=[common], help="drain a bulk-queued backlog")
+    p.add_argument("--runs", type=int, default=20000)
+    p.add_argument("--concurrency", type=int, default=10)
+    p.add_argument("--claim-batch", type=int, help="runs per claim (default: the concurrency)")
+    p.set_defaults(func=main)

@@ -1,0 +1,75 @@
+"""``fairlane bench``: each scenario runs end to end on its own database and prints one JSON
+line. Tiny sizes; the figures themselves are not checked (benchmarks are not timed tests)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+
+from fairlane.bench.common import percentile
+from fairlane.cli import main
+
+
+def bench(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    assert main(["bench", *argv]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1, lines
+    result: dict[str, Any] = json.loads(lines[0])
+    return result
+
+
+def bench_databases(db: psycopg.Connection[Any]) -> list[str]:
+    rows = db.execute(
+        "SELECT datname FROM pg_database WHERE datname LIKE 'fairlane\\_bench\\_%'"
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def test_enqueue(dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]) -> None:
+    before = bench_databases(db)
+    result = bench(capsys, "enqueue", "--dsn", dsn, "--runs", "250", "--batch", "100")
+    assert result["scenario"] == "enqueue"
+    assert result["runs"] == 250
+    assert result["runs_per_s"] > 0
+    assert result["ok"] is True
+    assert bench_databases(db) == before, "the benchmark database was not dropped"
+
+
+@pytest.mark.parametrize(("concurrency", "claim_batch"), [(10, None), (20, 5)])
+def test_drain(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str],
+    concurrency: int, claim_batch: int | None,
+) -> None:  # fmt: skip
+    argv = ["drain", "--dsn", dsn, "--runs", "200", "--concurrency", str(concurrency)]
+    if claim_batch:
+        argv += ["--claim-batch", str(claim_batch)]
+    before = bench_databases(db)
+    result = bench(capsys, *argv)
+    assert result["scenario"] == "drain"
+    assert result["runs"] == 200
+    assert result["concurrency"] == concurrency
+    assert result["claim_batch"] == (claim_batch or concurrency)
+    assert result["runs_per_s"] > 0
+    assert result["ok"] is True, "not every run was COMPLETED"
+    assert bench_databases(db) == before
+
+
+def test_latency(dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]) -> None:
+    before = bench_databases(db)
+    result = bench(capsys, "latency", "--dsn", dsn, "--runs", "20", "--gap-ms", "5")
+    assert result["scenario"] == "latency"
+    assert result["runs"] == 20
+    assert 0 < result["p50_ms"] <= result["p95_ms"] <= result["p99_ms"] <= result["max_ms"]
+    assert result["ok"] is True, "not every triggered run was COMPLETED"
+    assert bench_databases(db) == before
+
+
+def test_percentiles_interpolate_like_the_peer_harness() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == pytest.approx(50.5)
+    assert percentile(values, 99) == pytest.approx(99.01)
+    assert percentile([4.0, 1.0, 3.0, 2.0], 50) == pytest.approx(2.5)
+    assert percentile([7.0], 95) == 7.0
