@@ -22,8 +22,6 @@ log = logging.getLogger("fairlane.worker")
 
 STOP_SHUTDOWN = "shutdown"
 STOP_LEASE_LOST = "lease_lost"
-# The run was cancelled (Client.cancel): it is CANCELED already and its lease token cleared.
-STOP_CANCELED = "canceled"
 
 
 @dataclass(slots=True)
@@ -98,9 +96,6 @@ async def execute(
         writer.release(active.lease)
     elif ctx.stop_reason == STOP_LEASE_LOST:
         log.warning("run %s: lease lost, result of attempt %s discarded", run.id, run.attempt)
-    elif ctx.stop_reason == STOP_CANCELED:
-        # Nothing to write: the cancel ended the run, and the fence would refuse it anyway.
-        log.info("run %s: canceled during attempt %s; handler stopped", run.id, run.attempt)
     elif cut_short:
         # Nobody asked for a stop, so the deadline did.
         ctx.request_stop()

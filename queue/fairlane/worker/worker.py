@@ -27,16 +27,10 @@ from anyio.abc import TaskStatus
 
 from fairlane.models import ClaimedRun
 from fairlane.settings import database_url, psycopg_dsn, schema_name
-from fairlane.worker import cancels, heartbeat, notifier, periodic
+from fairlane.worker import heartbeat, notifier, periodic
 from fairlane.worker.connections import LoopConnection
 from fairlane.worker.context import RunContext
-from fairlane.worker.executor import (
-    STOP_CANCELED,
-    STOP_LEASE_LOST,
-    STOP_SHUTDOWN,
-    ActiveRun,
-    execute,
-)
+from fairlane.worker.executor import STOP_LEASE_LOST, STOP_SHUTDOWN, ActiveRun, execute
 from fairlane.worker.leases import Lease, LeaseStore
 from fairlane.worker.outcomes import OutcomeWriter
 from fairlane.worker.registry import TaskRegistry
@@ -147,16 +141,12 @@ class Worker:
         write_conn = LoopConnection(self.dsn)
         listen_conn = LoopConnection(self.dsn)
         tick_conn = LoopConnection(self.dsn)
-        cancel_conn = LoopConnection(self.dsn)
         try:
             async with anyio.create_task_group() as background:
                 background.start_soon(self._write_loop, write_conn)
                 background.start_soon(self.heartbeater.run, beat_conn)
                 if self.listen:
                     background.start_soon(notifier.listen, listen_conn, self.schema, self._notified)
-                    background.start_soon(
-                        cancels.listen, cancel_conn, self.schema, self._cancel_requested
-                    )
                 if self.run_periodic_jobs:
                     background.start_soon(self._periodic_loop, tick_conn)
                 async with anyio.create_task_group() as runners:
@@ -171,7 +161,7 @@ class Worker:
                 await self._flush_outcomes(write_conn)
                 background.cancel_scope.cancel()
         finally:
-            for conn in (claim_conn, beat_conn, write_conn, listen_conn, tick_conn, cancel_conn):
+            for conn in (claim_conn, beat_conn, write_conn, listen_conn, tick_conn):
                 await conn.close()
             log.info("worker %s stopped: %s", self.worker_id, self.stats.as_dict())
 
@@ -226,7 +216,7 @@ class Worker:
             finally:
                 self._running -= 1
                 self._slot_free.set()
-                if active.ctx.stop_reason in (STOP_LEASE_LOST, STOP_CANCELED):
+                if active.ctx.stop_reason == STOP_LEASE_LOST:
                     self._forget(active.lease)
                 if self._running == 0:
                     self._idle.set()
@@ -284,16 +274,6 @@ class Worker:
             self.stats.lost_leases += 1
             log.warning("run %s: lease lost; stopping its handler", active.run.id)
         active.stop(STOP_LEASE_LOST)
-
-    def _cancel_requested(self, run_id: int) -> None:
-        """The run was cancelled while executing (``cancels.listen``): stop its handler."""
-        active = self.held.get(run_id)
-        if active is None or active.handler_done or active.ctx.stop_reason is not None:
-            # Not ours, or finishing already: the fence refuses whatever outcome it writes.
-            return
-        self.stats.canceled += 1
-        log.info("run %s: canceled; stopping its handler", run_id)
-        active.stop(STOP_CANCELED)
 
     def _outcomes_written(self, leases: set[Lease]) -> None:
         for lease in leases:
