@@ -18,6 +18,8 @@ class WorkerStats:
     lost_leases: int = 0
     # Outcome writes the fence refused: the run had been re-claimed or had ended.
     stale_writes: int = 0
+    # Runs whose handler was stopped because the run was cancelled while it executed.
+    canceled: int = 0
     heartbeats: int = 0
     wakeups: int = 0
     periodic_ticks: int = 0
