@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import traceback
 from dataclasses import dataclass, field
 from functools import partial
@@ -43,7 +42,7 @@ class ActiveRun:
         """Ask the handler to stop: cancel it if async, signal it if sync."""
         if self.ctx.stop_reason is None:
             self.ctx.stop_reason = reason
-        self.ctx.stop_requested.set()
+        self.ctx.request_stop()
         self.scope.cancel()
 
 
@@ -74,33 +73,43 @@ async def execute(
     writer: OutcomeWriter,
     limiter: anyio.CapacityLimiter,
 ) -> None:
+    """Run the handler under the run's own cancel scope and hand its outcome to the writer.
+
+    One scope per run serves both ways a handler is cut short: ``ActiveRun.stop`` cancels it
+    (lease lost, shutdown) and ``max_duration`` is its deadline. A run stopped before it
+    started is not executed at all.
+    """
     run, ctx = active.run, active.ctx
     error: BaseException | None = None
     result: Any = None
-    timed_out = False
-    with active.scope:
-        try:
-            definition = registry.get(run.task)
-            deadline = run.max_duration_s if run.max_duration_s is not None else math.inf
-            with anyio.move_on_after(deadline) as duration:
-                result = await _call(definition, ctx, run.payload, limiter)
-            timed_out = duration.cancelled_caught
-        except Exception as raised:
-            error = raised
+    cut_short = True
+    if ctx.stop_reason is None:
+        scope = active.scope
+        if run.max_duration_s is not None:
+            scope.deadline = anyio.current_time() + run.max_duration_s
+        with scope:
+            try:
+                result = await _call(registry.get(run.task), ctx, run.payload, limiter)
+            except Exception as raised:
+                error = raised
+        cut_short = scope.cancelled_caught
     active.handler_done = True
-    if ctx.stop_reason == STOP_SHUTDOWN and active.scope.cancelled_caught:
+    if ctx.stop_reason == STOP_SHUTDOWN and cut_short:
         writer.release(active.lease)
     elif ctx.stop_reason == STOP_LEASE_LOST:
         log.warning("run %s: lease lost, result of attempt %s discarded", run.id, run.attempt)
     elif ctx.stop_reason == STOP_CANCELED:
         # Nothing to write: the cancel ended the run, and the fence would refuse it anyway.
         log.info("run %s: canceled during attempt %s; handler stopped", run.id, run.attempt)
-    elif timed_out:
-        ctx.stop_requested.set()
+    elif cut_short:
+        # Nobody asked for a stop, so the deadline did.
+        ctx.request_stop()
         timeout = MaxDurationExceededError(f"run exceeded max_duration of {run.max_duration_s}s")
         writer.fail(_final_failure(active, timeout, RunStatus.TIMED_OUT, "MAX_DURATION_EXCEEDED"))
     elif error is not None:
         writer.fail(_failure(active, error, registry))
+    elif result is None:
+        writer.complete(Completion(active.lease, "null"))
     else:
         try:
             writer.complete(Completion(active.lease, encode_json(result, what="result")))

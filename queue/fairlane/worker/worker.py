@@ -1,8 +1,9 @@
 """The worker: claims runs in batches, executes them, keeps their leases, writes outcomes.
 
 Loops, each on its own connection: the claimer (this file), the outcome writer, the
-heartbeater, the notification listener and the periodic-job runner. Shutdown stops the
-claimer first, gives running handlers ``shutdown_grace`` seconds, cancels what is left and
+heartbeater, the notification listener and the periodic-job runner. Claimed runs go to a
+fixed pool of ``concurrency`` runner tasks, so a run costs no task of its own. Shutdown stops
+the claimer first, gives running handlers ``shutdown_grace`` seconds, cancels what is left and
 hands those runs back to QUEUED without counting the attempt.
 """
 
@@ -14,6 +15,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +23,7 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 import psycopg
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 
 from fairlane.models import ClaimedRun
 from fairlane.settings import database_url, psycopg_dsn, schema_name
@@ -87,6 +89,8 @@ class Worker:
         )  # fmt: skip
         self.writer = OutcomeWriter(self.store, self.stats, self._outcomes_written)
         self._limiter = anyio.CapacityLimiter(concurrency)
+        self._ready = _ReadyQueue()
+        # Runs claimed and not yet finished: handed to a runner, or executing.
         self._running = 0
         self._wake = anyio.Event()
         self._slot_free = anyio.Event()
@@ -155,11 +159,15 @@ class Worker:
                     )
                 if self.run_periodic_jobs:
                     background.start_soon(self._periodic_loop, tick_conn)
-                async with anyio.create_task_group() as handlers:
+                async with anyio.create_task_group() as runners:
+                    for _ in range(self.concurrency):
+                        runners.start_soon(self._runner)
                     self._started.set()
                     task_status.started()
-                    await self._claim_loop(claim_conn, handlers)
-                    await self._drain(handlers)
+                    await self._claim_loop(claim_conn)
+                    await self._drain()
+                    # Every run has finished; the runners wait on an empty queue.
+                    runners.cancel_scope.cancel()
                 await self._flush_outcomes(write_conn)
                 background.cancel_scope.cancel()
         finally:
@@ -167,7 +175,7 @@ class Worker:
                 await conn.close()
             log.info("worker %s stopped: %s", self.worker_id, self.stats.as_dict())
 
-    async def _claim_loop(self, connection: LoopConnection, handlers: TaskGroup) -> None:
+    async def _claim_loop(self, connection: LoopConnection) -> None:
         while not self._stopping:
             free = self.concurrency - self._running
             if free <= 0:
@@ -190,12 +198,12 @@ class Worker:
             self.stats.claims += 1
             self.stats.claimed += len(claimed)
             for run in claimed:
-                self._start(run, handlers, sent_at)
+                self._start(run, sent_at)
             if len(claimed) < asked and not self._stopping:
                 with anyio.move_on_after(self.poll_interval):
                     await self._wake.wait()
 
-    def _start(self, run: ClaimedRun, handlers: TaskGroup, sent_at: float) -> None:
+    def _start(self, run: ClaimedRun, sent_at: float) -> None:
         previous = self.held.get(run.id)
         if previous is not None:
             # The database took the lease back before we noticed and we claimed the run again:
@@ -207,20 +215,23 @@ class Worker:
         active = ActiveRun(run=run, lease=lease, ctx=ctx, confirmed_until=confirmed_until)
         self.held[run.id] = active
         self._running += 1
-        handlers.start_soon(self._execute, active)
+        self._ready.put(active)
 
-    async def _execute(self, active: ActiveRun) -> None:
-        try:
-            await execute(active, self.registry, self.writer, self._limiter)
-        finally:
-            self._running -= 1
-            self._slot_free.set()
-            if active.ctx.stop_reason in (STOP_LEASE_LOST, STOP_CANCELED):
-                self._forget(active.lease)
-            if self._running == 0:
-                self._idle.set()
+    async def _runner(self) -> None:
+        """One of ``concurrency`` long-lived tasks: execute handed-over runs one at a time."""
+        while True:
+            active = await self._ready.get()
+            try:
+                await execute(active, self.registry, self.writer, self._limiter)
+            finally:
+                self._running -= 1
+                self._slot_free.set()
+                if active.ctx.stop_reason in (STOP_LEASE_LOST, STOP_CANCELED):
+                    self._forget(active.lease)
+                if self._running == 0:
+                    self._idle.set()
 
-    async def _drain(self, handlers: TaskGroup) -> None:
+    async def _drain(self) -> None:
         """Let running handlers finish within the grace period, then cancel the rest."""
         if self._running:
             self._idle = anyio.Event()
@@ -229,6 +240,10 @@ class Worker:
         for active in list(self.held.values()):
             if not active.handler_done:
                 active.stop(STOP_SHUTDOWN)
+        # Cancelled async handlers return at once; abandoned sync ones do not hold us up.
+        while self._running:
+            self._idle = anyio.Event()
+            await self._idle.wait()
 
     async def _flush_outcomes(self, connection: LoopConnection) -> None:
         with anyio.CancelScope(shield=True):
@@ -261,12 +276,13 @@ class Worker:
             self._wake.set()
 
     def _lease_lost(self, active: ActiveRun) -> None:
+        if active.handler_done:
+            # Its outcome is queued or in flight, and may well have just ended the lease. If
+            # the lease was really lost, the fence refuses the write and the writer counts it.
+            return
         if active.ctx.stop_reason is None:
             self.stats.lost_leases += 1
             log.warning("run %s: lease lost; stopping its handler", active.run.id)
-        if active.handler_done:
-            # Its outcome is queued; the fence will refuse it and the writer counts that.
-            return
         active.stop(STOP_LEASE_LOST)
 
     def _cancel_requested(self, run_id: int) -> None:
@@ -288,6 +304,55 @@ class Worker:
         active = self.held.get(lease.run_id)
         if active is not None and active.lease == lease:
             del self.held[lease.run_id]
+
+
+class _ReadyQueue:
+    """Claimed runs waiting for a runner.
+
+    Unbounded: the claimer never asks for more runs than there are idle runners, so whatever
+    is here is picked up within a few loop turns. Idle runners are woken ``_WAKE_AHEAD`` at a
+    time, and every runner that takes a run tops the wake-ups up while runs remain. Handlers
+    that return without suspending are then run back to back by the runners already awake,
+    rather than every idle runner being woken once per run; handlers that do suspend still
+    get a runner each, ``_WAKE_AHEAD`` more per loop turn.
+    """
+
+    def __init__(self) -> None:
+        self._items: deque[ActiveRun] = deque()
+        self._waiters: deque[anyio.Event] = deque()
+        self._waking = 0  # runners woken that have not resumed yet
+
+    def put(self, item: ActiveRun) -> None:
+        self._items.append(item)
+        self._wake_more()
+
+    def _wake_more(self) -> None:
+        wanted = min(len(self._items), _WAKE_AHEAD)
+        while self._waking < wanted and self._waiters:
+            self._waking += 1
+            self._waiters.popleft().set()
+
+    async def get(self) -> ActiveRun:
+        while not self._items:
+            waiter = anyio.Event()
+            self._waiters.append(waiter)
+            try:
+                await waiter.wait()
+            except BaseException:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+                else:
+                    # Woken, then cancelled: let another runner have the wake-up.
+                    self._waking -= 1
+                    self._wake_more()
+                raise
+            self._waking -= 1
+        item = self._items.popleft()
+        self._wake_more()
+        return item
+
+
+_WAKE_AHEAD = 16
 
 
 def run_forever(worker: Worker, **kwargs: Any) -> None:
