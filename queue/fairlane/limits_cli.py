@@ -83,7 +83,9 @@ def cmd_limits(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: Any) -> None:
-    parser = commands.add_parser("limits", help="show or change caps, pauses and rate limits")
+    parser = commands.add_parser(
+        "limits", help="show or change caps, size limits, pauses and rate limits"
+    )
     parser.add_argument("--dsn")
     parser.add_argument("--schema")
     parser.set_defaults(func=cmd_limits, action=None)
