@@ -31,6 +31,12 @@ from fairlane.trigger import TriggerRequest
 Row = tuple[Any, ...]
 
 
+def _filter(filters: RunFilter | None, by: dict[str, Any]) -> RunFilter:
+    if filters is not None and by:
+        raise TypeError("pass a RunFilter or filter keywords, not both")
+    return filters or RunFilter(**by)
+
+
 class Client:
     def __init__(self, dsn: str | None = None, *, schema: str | None = None) -> None:
         self.dsn = psycopg_dsn(database_url(dsn))
@@ -118,11 +124,11 @@ class Client:
     async def list_runs(self, filters: RunFilter | None = None, **by: Any) -> list[Run]:
         """Runs newest first, filtered by environment, queue, task, status, tags (all
         optional): pass a ``RunFilter`` or its fields as keywords."""
-        params = (filters or RunFilter(**by)).params()
+        params = _filter(filters, by).params()
         return [run_from_row(row) for row in await self._rows("list_runs", params)]
 
     def list_runs_sync(self, filters: RunFilter | None = None, **by: Any) -> list[Run]:
-        params = (filters or RunFilter(**by)).params()
+        params = _filter(filters, by).params()
         return [run_from_row(row) for row in self._rows_sync("list_runs", params)]
 
     # -- acting on runs ---------------------------------------------------------------------

@@ -43,8 +43,8 @@ def _ids(requests: Sequence[TriggerRequest], rows: Sequence[Sequence[Any]]) -> l
     """Run ids in request order, or the typed error of a rejected trigger.
 
     Rows are (id, outcome, environment, queue, size_limit, scope, size, item); a rejection is
-    one row with a NULL id. The keyed statement returns rows in request order; the plain one
-    numbers its rows in insertion order, so there sorted ids follow the input order.
+    one row with a NULL id. The keyed statement numbers its rows with the request index
+    (``item``); the plain one inserts in request order, so there sorted ids follow it.
     """
     for row in rows:
         if row[0] is None:

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from fairlane.client import Client
-from fairlane.models import Run
+from fairlane.models import Run, RunStatus
 from fairlane.run_control import RunFilter
 
 
@@ -85,7 +85,10 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--environment")
     p.add_argument("--queue")
     p.add_argument("--task")
-    p.add_argument("--status", action="append", help="a status (repeat for several)")
+    p.add_argument(
+        "--status", action="append", choices=[status.value for status in RunStatus],
+        help="a status (repeat for several)",
+    )  # fmt: skip
     p.add_argument("--tag", action="append", help="runs carrying this tag (repeat: all of them)")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--before", type=int, help="only runs with a smaller id (paging)")
