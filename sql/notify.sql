@@ -1,2 +1,5 @@
 -- name: listen_channel
 LISTEN {channel_identifier};
+
+-- name: listen_resume_channel
+LISTEN {resume_channel_identifier};

@@ -33,6 +33,7 @@ from fairlane.worker.leases import Lease, LeaseStore
 from fairlane.worker.outcomes import OutcomeWriter
 from fairlane.worker.registry import TaskRegistry
 from fairlane.worker.stats import WorkerStats
+from fairlane.worker.waiting import WaitService
 
 log = logging.getLogger("fairlane.worker")
 
@@ -80,6 +81,10 @@ class Worker:
             interval=heartbeat_interval or lease_seconds / 3,
         )  # fmt: skip
         self.writer = OutcomeWriter(self.store, self.stats, self._outcomes_written)
+        self.waits = WaitService(
+            self.dsn, self.schema, poll_interval=poll_interval,
+            release_slot=self._release_local_slot, reacquire_slot=self._reacquire_local_slot,
+        )  # fmt: skip
         self._limiter = anyio.CapacityLimiter(concurrency)
         self._running = 0
         self._wake = anyio.Event()
@@ -104,7 +109,7 @@ class Worker:
         self._stopping = True
         self._stop_event.set()
         self._wake.set()
-        self._slot_free.set()
+        self._announce_free_slot()
 
     def wait_started(self, timeout: float | None = None) -> bool:
         """For threads that started ``run`` elsewhere: block until the worker claims."""
@@ -124,6 +129,7 @@ class Worker:
             async with anyio.create_task_group() as background:
                 background.start_soon(self._write_loop, write_conn)
                 background.start_soon(self.heartbeater.run, beat_conn)
+                background.start_soon(self.waits.listen)
                 if self.listen:
                     background.start_soon(notifier.listen, listen_conn, self.schema, self._notified)
                 if self.run_periodic_jobs:
@@ -138,13 +144,13 @@ class Worker:
         finally:
             for conn in (claim_conn, beat_conn, write_conn, listen_conn, tick_conn):
                 await conn.close()
+            await self.waits.close()
             log.info("worker %s stopped: %s", self.worker_id, self.stats.as_dict())
 
     async def _claim_loop(self, connection: LoopConnection, handlers: TaskGroup) -> None:
         while not self._stopping:
             free = self.concurrency - self._running
             if free <= 0:
-                self._slot_free = anyio.Event()
                 await self._slot_free.wait()
                 continue
             asked = min(free, self.claim_batch)
@@ -168,9 +174,10 @@ class Worker:
 
     def _start(self, run: ClaimedRun, handlers: TaskGroup) -> None:
         lease = Lease(run.id, run.lease_token)
-        ctx = RunContext(run=run, worker_id=self.worker_id)
+        ctx = RunContext(run=run, worker_id=self.worker_id, _waits=self.waits)
         confirmed_until = time.monotonic() + self.store.lease_seconds
         active = ActiveRun(run=run, lease=lease, ctx=ctx, confirmed_until=confirmed_until)
+        ctx._active = active
         self.held[run.id] = active
         self._running += 1
         handlers.start_soon(self._execute, active)
@@ -180,7 +187,7 @@ class Worker:
             await execute(active, self.registry, self.writer, self._limiter)
         finally:
             self._running -= 1
-            self._slot_free.set()
+            self._announce_free_slot()
             if active.ctx.stop_reason == STOP_LEASE_LOST:
                 self.held.pop(active.run.id, None)
             if self._running == 0:
@@ -214,6 +221,24 @@ class Worker:
                 log.warning("writing outcomes failed; retrying", exc_info=True)
                 await connection.discard()
                 await anyio.sleep(0.5)
+
+    def _announce_free_slot(self) -> None:
+        # Wakes every task waiting for a slot (the claimer, resuming handlers); each re-checks.
+        freed, self._slot_free = self._slot_free, anyio.Event()
+        freed.set()
+
+    # -- waiting handlers hold no local slot ---------------------------------------------
+
+    def _release_local_slot(self) -> None:
+        self._running -= 1
+        self._announce_free_slot()
+        if self._running == 0:
+            self._idle.set()
+
+    async def _reacquire_local_slot(self) -> None:
+        while self._running >= self.concurrency:
+            await self._slot_free.wait()
+        self._running += 1
 
     # -- callbacks ----------------------------------------------------------------------
 
