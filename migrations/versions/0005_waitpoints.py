@@ -1,7 +1,7 @@
 """Waitpoints: runs waiting on runs, times and tokens, without holding a slot.
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-12-02
 """
 
@@ -15,8 +15,8 @@ from sqlalchemy.dialects import postgresql
 
 from fairlane.migrate import migration_schema, run_frozen_sql, run_named_sql
 
-revision: str = "0004"
-down_revision: str | None = "0003"
+revision: str = "0005"
+down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -158,7 +158,7 @@ def downgrade() -> None:
     op.drop_column("runs", "resume_ready", schema=schema)
     op.drop_column("runs", "has_waiters", schema=schema)
     run_frozen_sql(
-        "0004_downgrade.sql",
-        "restore_claim_from_environment_0003",
-        "restore_reclaim_expired_leases_0003",
+        "0005_downgrade.sql",
+        "restore_claim_from_environment_0004",
+        "restore_reclaim_expired_leases_0004",
     )

@@ -1,7 +1,7 @@
--- Function bodies as they were before migration 0004 (waitpoints), which its downgrade
+-- Function bodies as they were before migration 0005 (waitpoints), which its downgrade
 -- restores. Frozen: never edit these to follow later changes.
 
--- name: restore_claim_from_environment_0003
+-- name: restore_claim_from_environment_0004
 -- Claim up to `take` runs of one environment whose row lock the caller holds: priority first,
 -- then age, across its unpaused queues, within the queue caps and the environment cap.
 CREATE OR REPLACE FUNCTION {schema}.claim_from_environment(
@@ -72,7 +72,7 @@ BEGIN
 END;
 $$;
 
--- name: restore_reclaim_expired_leases_0003
+-- name: restore_reclaim_expired_leases_0004
 -- A run whose lease lapsed goes back to QUEUED; the claim already counted its attempt, so on
 -- the last attempt it ends CRASHED instead. The stale owner stays fenced: its token is cleared.
 CREATE OR REPLACE FUNCTION {schema}.reclaim_expired_leases(batch_size integer DEFAULT 1000)
