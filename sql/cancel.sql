@@ -52,7 +52,7 @@ BEGIN
         WHERE r.id = doomed.id
         RETURNING r.id, doomed.status AS was
     ), told AS (
-        SELECT pg_notify({cancel_channel}, ended.id::text) FROM ended WHERE ended.was = 'EXECUTING'
+        SELECT pg_notify({cancel_channel}, ended.id::text) FROM ended WHERE ended.was IN ('EXECUTING', 'WAITING')
     )
     SELECT count(*) FILTER (WHERE ended.id <> target) INTO below
     FROM ended

@@ -9,7 +9,7 @@ SET lease_until = now() + make_interval(secs => %(lease_s)s)
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS held(id, token)
 WHERE r.id = held.id
   AND r.lease_token = held.token
-  AND r.status = 'EXECUTING'
+  AND r.status IN ('EXECUTING', 'WAITING')
 RETURNING r.id;
 
 -- name: complete_runs
@@ -56,11 +56,12 @@ WITH released AS (
         lease_token = NULL,
         lease_until = NULL,
         worker_id = NULL,
-        started_at = NULL
+        started_at = NULL,
+        resume_ready = false
     FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS held(id, token)
     WHERE r.id = held.id
       AND r.lease_token = held.token
-      AND r.status = 'EXECUTING'
+      AND r.status IN ('EXECUTING', 'WAITING')
     RETURNING r.id, r.environment
 ), woken AS (
     SELECT pg_notify({channel}, environment)

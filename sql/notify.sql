@@ -3,3 +3,6 @@ LISTEN {channel_identifier};
 
 -- name: listen_cancel_channel
 LISTEN {cancel_channel_identifier};
+
+-- name: listen_resume_channel
+LISTEN {resume_channel_identifier};

@@ -55,6 +55,24 @@ SET rate_tokens = least(coalesce(rate_burst, rate_limit_per_s), rate_tokens + un
 WHERE id = 1 AND rate_limit_per_s IS NOT NULL AND unused > 0;
 $$;
 
+-- name: create_slot_holders
+-- The runs holding (or owed) a slot in an environment: EXECUTING ones, and WAITING ones whose
+-- waitpoints completed, so that they resume ahead of fresh work.
+CREATE OR REPLACE FUNCTION {schema}.slot_holders(env_name text)
+RETURNS TABLE (queue text)
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT r.queue FROM {schema}.runs r
+    WHERE r.environment = env_name AND r.status = 'EXECUTING'
+    UNION ALL
+    SELECT r.queue FROM {schema}.runs r
+    WHERE r.environment = env_name AND r.status = 'WAITING' AND r.resume_ready;
+END;
+$$;
+
 -- name: create_claim_from_environment
 -- Claim up to `take` runs of one environment whose row lock the caller holds: priority first,
 -- then age, across its unpaused queues, within the queue caps and the environment cap.
@@ -76,18 +94,16 @@ BEGIN
     IF env.concurrency_limit IS NOT NULL THEN
         SELECT least(take, floor(env.concurrency_limit * env.burst_factor)::integer - count(*))
         INTO env_room
-        FROM {schema}.runs r
-        WHERE r.environment = env_name AND r.status = 'EXECUTING';
+        FROM {schema}.slot_holders(env_name);
     END IF;
     IF env_room <= 0 THEN
         RETURN;
     END IF;
     RETURN QUERY
     WITH running AS (
-        SELECT r.queue, count(*)::integer AS n
-        FROM {schema}.runs r
-        WHERE r.environment = env_name AND r.status = 'EXECUTING'
-        GROUP BY r.queue
+        SELECT holder.queue, count(*)::integer AS n
+        FROM {schema}.slot_holders(env_name) AS holder
+        GROUP BY holder.queue
     ), queue_room AS (
         SELECT q.name,
                least(coalesce(q.concurrency_limit, 2147483647),

@@ -56,9 +56,10 @@ async def test_the_runs_table_stays_small_under_a_soak(
         for wave in range(10):
             trigger_many(db, [TriggerRequest("t", i) for i in range(1000)])
             await wait_until(
-                lambda: statuses(db).get("QUEUED", 0) == 0, what=f"wave {wave} to be claimed"
+                lambda: set(statuses(db)) <= {"COMPLETED"}, what=f"wave {wave} to finish"
             )
             sizes.append(sum(statuses(db).values()))
         await wait_until(lambda: sum(statuses(db).values()) == 0, what="everything pruned")
-    # 10,000 runs went through; the table never held much more than two waves.
-    assert max(sizes) <= 2500, sizes
+    # 10,000 runs went through; with 0.2 s retention the table only ever held the last few
+    # waves (how many depends on how fast waves drain, so the bound leaves room for that).
+    assert max(sizes) <= 4000, sizes

@@ -51,6 +51,20 @@ def run_named_sql(*names: str) -> None:
         op.get_bind().exec_driver_sql(query(name, schema))
 
 
+def run_frozen_sql(filename: str, *names: str) -> None:
+    """Execute statements frozen in ``migrations/sql/<filename>`` (old function bodies that a
+    downgrade restores), inside the running migration."""
+    from alembic import op
+
+    from fairlane.sqlfiles import parse_named_statements, render
+
+    schema = migration_schema()
+    source = (migrations_dir() / "sql" / filename).read_text("utf-8")
+    statements = parse_named_statements(source)
+    for name in names:
+        op.get_bind().exec_driver_sql(render(statements[name], schema))
+
+
 def ensure_database(url: str | None = None) -> None:
     """Create the target database when it does not exist yet (first ``make migrate``)."""
     dsn = psycopg_dsn(database_url(url))

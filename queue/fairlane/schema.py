@@ -78,6 +78,9 @@ def _runs(metadata: MetaData) -> Table:
         Column("idempotency_key", Text),
         Column("idempotency_key_expires_at", DateTime(timezone=True)),
         Column("inactive_idempotency_key", Text),
+        # Waitpoints: somebody waits on this run; a WAITING run whose waitpoints all completed.
+        Column("has_waiters", Boolean, nullable=False, server_default=text("false")),
+        Column("resume_ready", Boolean, nullable=False, server_default=text("false")),
         _status_check(),
         CheckConstraint("max_attempts >= 1", name="runs_max_attempts_check"),
         # Claims read this index only; finished and leased rows drop out of it. Its leading
@@ -104,7 +107,6 @@ def _runs(metadata: MetaData) -> Table:
             postgresql_where=text("status = 'QUEUED' AND expires_at IS NOT NULL"),
         ),
         Index("runs_finished_idx", "finished_at", postgresql_where=text("finished_at IS NOT NULL")),
-        Index("runs_leased_idx", "lease_until", postgresql_where=text("status = 'EXECUTING'")),
         # Queue size limits count QUEUED runs through runs_queued_idx and DELAYED ones here.
         Index(
             "runs_delayed_queue_idx",
@@ -122,6 +124,18 @@ def _runs(metadata: MetaData) -> Table:
         ),
         Index(
             "runs_parent_idx", "parent_run_id", postgresql_where=text("parent_run_id IS NOT NULL")
+        ),
+        Index(
+            "runs_leased_idx",
+            "lease_until",
+            postgresql_where=text("status IN ('EXECUTING', 'WAITING')"),
+        ),
+        # Ready runs keep room reserved in their queue: claims leave it to them.
+        Index(
+            "runs_resumable_idx",
+            "environment",
+            "queue",
+            postgresql_where=text("status = 'WAITING' AND resume_ready"),
         ),
         postgresql_with={"fillfactor": "70"},
     )
@@ -237,6 +251,56 @@ def _debounce_keys(metadata: MetaData) -> Table:
     )
 
 
+def _waitpoints(metadata: MetaData) -> Table:
+    return Table(
+        "waitpoints",
+        metadata,
+        Column("id", BigInteger, primary_key=True, autoincrement=True),
+        Column("kind", Text, nullable=False),
+        Column("status", Text, nullable=False, server_default="PENDING"),
+        # RUN: the awaited run. DATETIME: when it completes. MANUAL: when it times out.
+        Column("run_id", BigInteger),
+        Column("complete_after", DateTime(timezone=True)),
+        Column("timeout_at", DateTime(timezone=True)),
+        Column("idempotency_key", Text),
+        Column("inactive_idempotency_key", Text),
+        Column("idempotency_expires_at", DateTime(timezone=True)),
+        Column("is_error", Boolean, nullable=False, server_default=text("false")),
+        Column("output", JSONB),
+        Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        Column("completed_at", DateTime(timezone=True)),
+        CheckConstraint(
+            "kind IN ('RUN', 'DATETIME', 'MANUAL', 'BATCH')", name="waitpoints_kind_check"
+        ),
+        CheckConstraint("status IN ('PENDING', 'COMPLETED')", name="waitpoints_status_check"),
+        Index("waitpoints_run_idx", "run_id", unique=True, postgresql_where=text("kind = 'RUN'")),
+        Index(
+            "waitpoints_token_key_idx",
+            "idempotency_key",
+            unique=True,
+            postgresql_where=text("kind = 'MANUAL' AND idempotency_key IS NOT NULL"),
+        ),
+        Index(
+            "waitpoints_due_idx",
+            text("coalesce(complete_after, timeout_at)"),
+            postgresql_where=text("status = 'PENDING' AND kind IN ('DATETIME', 'MANUAL')"),
+        ),
+    )
+
+
+def _run_waitpoints(metadata: MetaData) -> Table:
+    return Table(
+        "run_waitpoints",
+        metadata,
+        # The waiting run, the call position in its handler, the item of a batch call.
+        Column("run_id", BigInteger, primary_key=True),
+        Column("position", Integer, primary_key=True),
+        Column("item", Integer, primary_key=True),
+        Column("waitpoint_id", BigInteger, nullable=False),
+        Index("run_waitpoints_waitpoint_idx", "waitpoint_id"),
+    )
+
+
 @cache
 def build_metadata(schema: str) -> MetaData:
     """The MetaData of every fairlane table, placed in ``schema``."""
@@ -248,4 +312,6 @@ def build_metadata(schema: str) -> MetaData:
     _scheduler(metadata)
     _settings(metadata)
     _debounce_keys(metadata)
+    _waitpoints(metadata)
+    _run_waitpoints(metadata)
     return metadata

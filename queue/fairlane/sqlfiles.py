@@ -67,17 +67,28 @@ def cancel_channel_name(schema: str) -> str:
     return f"{schema}.cancel"
 
 
+def resume_channel_name(schema: str) -> str:
+    """The channel on which waiting runs whose waitpoints completed are announced."""
+    return f"{schema}.resume"
+
+
 @cache
 def query(name: str, schema: str) -> LiteralString:
     """The statement ``name`` with the schema composed in, ready for psycopg or SQLAlchemy."""
-    template = sql.SQL(_raw_statements()[name])
-    composed = template.format(
+    return render(_raw_statements()[name], schema)
+
+
+def render(template: str, schema: str) -> LiteralString:
+    """Compose the schema (and channel names) into a statement from a ``sql/`` file."""
+    composed = sql.SQL(template).format(
         schema=sql.Identifier(schema),
         schema_name=sql.Literal(schema),
         channel=sql.Literal(channel_name(schema)),
         channel_identifier=sql.Identifier(channel_name(schema)),
         cancel_channel=sql.Literal(cancel_channel_name(schema)),
         cancel_channel_identifier=sql.Identifier(cancel_channel_name(schema)),
+        resume_channel=sql.Literal(resume_channel_name(schema)),
+        resume_channel_identifier=sql.Identifier(resume_channel_name(schema)),
     )
     # Identifiers and literals are quoted without a connection; the result is plain SQL.
     return composed.as_string(None)

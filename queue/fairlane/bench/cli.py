@@ -1,18 +1,18 @@
-"""``fairlane bench enqueue|drain|latency``: one JSON line on stdout per run."""
+"""``fairlane bench enqueue|drain|latency|fairness|rate``: one JSON line on stdout per run."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from fairlane.bench import drain, enqueue, latency
+from fairlane.bench import drain, enqueue, fairness, latency, rate
 from fairlane.bench.common import LOOPS
 
 
 def add_parser(commands: Any) -> None:
     """Add ``bench`` and its scenarios to the ``fairlane`` command's subparsers."""
     bench = commands.add_parser(
-        "bench", help="benchmarks on a fresh database: enqueue, drain, latency"
+        "bench", help="benchmarks on a fresh database: enqueue, drain, latency, fairness, rate"
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -25,5 +25,5 @@ def add_parser(commands: Any) -> None:
         "--loop", choices=LOOPS, default="asyncio", help="event loop (uvloop must be installed)"
     )
     scenarios = bench.add_subparsers(dest="scenario", required=True)
-    for module in (enqueue, drain, latency):
+    for module in (enqueue, drain, latency, fairness, rate):
         module.add_parser(scenarios, common)

@@ -1,5 +1,11 @@
 """drain: N no-op runs already queued (bulk); one worker drains them.
 
+With ``--tenants T`` the runs are spread round robin over T environments (``t000``, ...) and
+every cap is on: each environment's ``concurrency_limit`` and its queue's ``concurrency_limit``
+are the worker's concurrency (never the bottleneck, but checked on every claim), and the queue's
+``size_limit`` is the number of runs (checked on every trigger). ``--tenants 1`` is the same
+setup with one environment, the baseline to compare against.
+
 Timed from the moment the worker is started until the database shows every run COMPLETED.
 ``process_runs_per_s`` times from the first handler call instead, which is how the peer
 harness times its drains; ``startup_s`` is the difference.
@@ -24,6 +30,9 @@ from fairlane.bench.common import (
     server_url,
 )
 from fairlane.bench.enqueue import BATCH, TASK, open_client, trigger_bulk
+from fairlane.client import Client
+from fairlane.limits import set_environment, set_queue
+from fairlane.trigger import TriggerRequest
 from fairlane.worker import RunContext, TaskRegistry, Worker
 
 log = logging.getLogger("fairlane.bench")
@@ -75,10 +84,40 @@ async def wait_all_done(conn: psycopg.AsyncConnection[Any]) -> float:
         await anyio.sleep(POLL_S)
 
 
+def tenant_names(tenants: int) -> list[str]:
+    return [f"t{i:03d}" for i in range(tenants)]
+
+
+def set_caps(dsn: str, tenants: int, concurrency: int, runs: int) -> None:
+    """Every environment and its queue capped at the worker's concurrency; queue size limits."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for env in tenant_names(tenants):
+            set_environment(conn, env, concurrency_limit=concurrency, schema=SCHEMA)
+            set_queue(
+                conn, env, "default", concurrency_limit=concurrency, size_limit=runs,
+                schema=SCHEMA,
+            )  # fmt: skip
+
+
+async def trigger_tenants(client: Client, runs: int, tenants: int, batch: int = BATCH) -> float:
+    """Like ``trigger_bulk``, run i going to environment i mod ``tenants``."""
+    names = tenant_names(tenants)
+    started = time.perf_counter()
+    for offset in range(0, runs, batch):
+        size = min(batch, runs - offset)
+        await client.trigger_many(
+            [TriggerRequest(TASK, environment=names[(offset + i) % tenants]) for i in range(size)]
+        )
+    return time.perf_counter() - started
+
+
 async def _drain(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     client = await open_client(dsn)
     async with client:
-        enqueue_s = await trigger_bulk(client, args.runs, BATCH)
+        if args.tenants:
+            enqueue_s = await trigger_tenants(client, args.runs, args.tenants, BATCH)
+        else:
+            enqueue_s = await trigger_bulk(client, args.runs, BATCH)
     log.info("%d runs queued in %.2fs", args.runs, enqueue_s)
     tracker = Tracker(args.runs)
     worker = Worker(
@@ -106,6 +145,8 @@ async def _drain(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with fresh_database(server_url(args.dsn), "drain", keep=args.keep_db) as dsn:
+        if args.tenants:
+            set_caps(dsn, args.tenants, args.concurrency, args.runs)
         timing = run_async(_drain, dsn, args, loop=args.loop)
         with psycopg.connect(dsn, autocommit=True) as conn:
             completed = count_statuses(conn).get("COMPLETED", 0)
@@ -117,6 +158,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "runs": n,
         "concurrency": args.concurrency,
         "claim_batch": args.claim_batch or args.concurrency,
+        "tenants": args.tenants or 1,
+        "caps": bool(args.tenants),
         "runs_per_s": round(n / timing["seconds"]),
         "process_runs_per_s": round(n / timing["process_s"]),
         "seconds": round(timing["seconds"], 3),
@@ -137,4 +180,8 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", type=int, default=20000)
     p.add_argument("--concurrency", type=int, default=10)
     p.add_argument("--claim-batch", type=int, help="runs per claim (default: the concurrency)")
+    p.add_argument(
+        "--tenants", type=int, default=0,
+        help="spread the runs over this many environments, with caps on (default: one, no caps)",
+    )  # fmt: skip
     p.set_defaults(func=main)

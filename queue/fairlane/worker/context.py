@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
+from fairlane.errors import FairlaneError
 from fairlane.models import ClaimedRun
+from fairlane.trigger import TriggerRequest
+from fairlane.waitpoints import WaitResult
+
+if TYPE_CHECKING:
+    from fairlane.worker.executor import ActiveRun
+    from fairlane.worker.waiting import WaitService
 
 _EVENT_LOCK = threading.Lock()
 
@@ -49,6 +58,11 @@ class RunContext:
         if event is not None:
             event.set()
 
+    _waits: WaitService | None = field(default=None, repr=False)
+    _active: ActiveRun | None = field(default=None, repr=False)
+    # Waits are keyed by call position, so a re-executed handler finds its earlier waits.
+    _position: int = field(default=0, repr=False)
+
     @property
     def run_id(self) -> int:
         return self.run.id
@@ -88,3 +102,46 @@ class RunContext:
     @property
     def lease_lost(self) -> bool:
         return self.stop_reason == "lease_lost"
+
+    # -- waiting -----------------------------------------------------------------------
+
+    def _next_wait(self) -> tuple[WaitService, ActiveRun, int]:
+        if self._waits is None or self._active is None:
+            raise FairlaneError("waiting needs a run executed by a worker")
+        position = self._position
+        self._position += 1
+        return self._waits, self._active, position
+
+    async def trigger_and_wait(self, task: str, payload: Any = None, **options: Any) -> WaitResult:
+        """Trigger a child run and wait for it without holding a slot; returns how it ended."""
+        (result,) = await self.batch_trigger_and_wait([TriggerRequest(task, payload, **options)])
+        return result
+
+    async def batch_trigger_and_wait(self, requests: Sequence[TriggerRequest]) -> list[WaitResult]:
+        """Trigger child runs and wait for all; results come back in the order of requests."""
+        waits, active, position = self._next_wait()
+        return await waits.trigger_and_wait(active, position, list(requests))
+
+    async def wait_for_runs(self, run_ids: Sequence[int]) -> list[WaitResult]:
+        """Wait for runs triggered elsewhere (several parents may wait on one run)."""
+        waits, active, position = self._next_wait()
+        return await waits.wait_for_runs(active, position, run_ids)
+
+    async def wait_until(self, when: datetime | float | timedelta) -> None:
+        """Wait until a time (or for a number of seconds) without holding a slot."""
+        waits, active, position = self._next_wait()
+        await waits.wait_until(active, position, when)
+
+    async def wait_for_token(
+        self,
+        token_id: int,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - the token's timeout, kept in the database
+    ) -> WaitResult:
+        """Wait until code completes the token (``fairlane.waitpoints.complete_token``).
+
+        With ``timeout``, the token completes with a WAITPOINT_TIMEOUT error after that many
+        seconds unless completed first; the run waits without a slot either way.
+        """
+        waits, active, position = self._next_wait()
+        return await waits.wait_for_token(active, position, token_id, timeout)

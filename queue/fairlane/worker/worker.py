@@ -23,7 +23,7 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 import psycopg
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from fairlane.models import ClaimedRun
 from fairlane.settings import database_url, psycopg_dsn, schema_name
@@ -41,6 +41,7 @@ from fairlane.worker.leases import Lease, LeaseStore
 from fairlane.worker.outcomes import OutcomeWriter
 from fairlane.worker.registry import TaskRegistry
 from fairlane.worker.stats import WorkerStats
+from fairlane.worker.waiting import WaitService
 
 log = logging.getLogger("fairlane.worker")
 
@@ -88,8 +89,15 @@ class Worker:
             interval=heartbeat_interval or lease_seconds / 3,
         )  # fmt: skip
         self.writer = OutcomeWriter(self.store, self.stats, self._outcomes_written)
+        self.waits = WaitService(
+            self.dsn, self.schema, poll_interval=poll_interval,
+            release_slot=self._release_local_slot, reacquire_slot=self._reacquire_local_slot,
+        )  # fmt: skip
         self._limiter = anyio.CapacityLimiter(concurrency)
         self._ready = _ReadyQueue()
+        self._runners: TaskGroup | None = None
+        # Runners beyond ``concurrency``, left by handlers that waited and resumed.
+        self._surplus_runners = 0
         # Runs claimed and not yet finished: handed to a runner, or executing.
         self._running = 0
         self._wake = anyio.Event()
@@ -114,7 +122,7 @@ class Worker:
         self._stopping = True
         self._stop_event.set()
         self._wake.set()
-        self._slot_free.set()
+        self._announce_free_slot()
 
     def wait_started(self, timeout: float | None = None) -> bool:
         """For threads that started ``run`` elsewhere: block until the worker claims."""
@@ -153,6 +161,7 @@ class Worker:
                 background.start_soon(self._write_loop, write_conn)
                 background.start_soon(self.heartbeater.run, beat_conn)
                 if self.listen:
+                    background.start_soon(self.waits.listen)
                     background.start_soon(notifier.listen, listen_conn, self.schema, self._notified)
                     background.start_soon(
                         cancels.listen, cancel_conn, self.schema, self._cancel_requested
@@ -160,6 +169,7 @@ class Worker:
                 if self.run_periodic_jobs:
                     background.start_soon(self._periodic_loop, tick_conn)
                 async with anyio.create_task_group() as runners:
+                    self._runners = runners
                     for _ in range(self.concurrency):
                         runners.start_soon(self._runner)
                     self._started.set()
@@ -173,13 +183,13 @@ class Worker:
         finally:
             for conn in (claim_conn, beat_conn, write_conn, listen_conn, tick_conn, cancel_conn):
                 await conn.close()
+            await self.waits.close()
             log.info("worker %s stopped: %s", self.worker_id, self.stats.as_dict())
 
     async def _claim_loop(self, connection: LoopConnection) -> None:
         while not self._stopping:
             free = self.concurrency - self._running
             if free <= 0:
-                self._slot_free = anyio.Event()
                 await self._slot_free.wait()
                 continue
             asked = min(free, self.claim_batch)
@@ -210,26 +220,31 @@ class Worker:
             # the earlier attempt is stale. Stop it; it must not touch the new attempt's entry.
             self._lease_lost(previous)
         lease = Lease(run.id, run.lease_token)
-        ctx = RunContext(run=run, worker_id=self.worker_id)
+        ctx = RunContext(run=run, worker_id=self.worker_id, _waits=self.waits)
         confirmed_until = sent_at + self.store.lease_seconds
         active = ActiveRun(run=run, lease=lease, ctx=ctx, confirmed_until=confirmed_until)
+        ctx._active = active
         self.held[run.id] = active
         self._running += 1
         self._ready.put(active)
 
     async def _runner(self) -> None:
-        """One of ``concurrency`` long-lived tasks: execute handed-over runs one at a time."""
+        """One of the long-lived tasks that execute handed-over runs one at a time."""
         while True:
             active = await self._ready.get()
             try:
                 await execute(active, self.registry, self.writer, self._limiter)
             finally:
                 self._running -= 1
-                self._slot_free.set()
+                self._announce_free_slot()
                 if active.ctx.stop_reason in (STOP_LEASE_LOST, STOP_CANCELED):
                     self._forget(active.lease)
                 if self._running == 0:
                     self._idle.set()
+            if self._surplus_runners > 0:
+                # A handler that waited has resumed on its own runner: the pool shrinks back.
+                self._surplus_runners -= 1
+                return
 
     async def _drain(self) -> None:
         """Let running handlers finish within the grace period, then cancel the rest."""
@@ -263,6 +278,28 @@ class Worker:
                 log.warning("writing outcomes failed; retrying", exc_info=True)
                 await connection.discard()
                 await anyio.sleep(0.5)
+
+    def _announce_free_slot(self) -> None:
+        # Wakes every task waiting for a slot (the claimer, resuming handlers); each re-checks.
+        freed, self._slot_free = self._slot_free, anyio.Event()
+        freed.set()
+
+    # -- waiting handlers hold no local slot ---------------------------------------------
+
+    def _release_local_slot(self) -> None:
+        # The waiting handler keeps its runner, so another runner takes its place meanwhile.
+        self._running -= 1
+        if self._runners is not None:
+            self._runners.start_soon(self._runner)
+        self._announce_free_slot()
+        if self._running == 0:
+            self._idle.set()
+
+    async def _reacquire_local_slot(self) -> None:
+        while self._running >= self.concurrency:
+            await self._slot_free.wait()
+        self._running += 1
+        self._surplus_runners += 1
 
     # -- callbacks ----------------------------------------------------------------------
 

@@ -1,0 +1,114 @@
+"""Waitpoint results and manual tokens.
+
+A handler waits through its ``RunContext`` (``trigger_and_wait``, ``batch_trigger_and_wait``,
+``wait_until``, ``wait_for_token``). Tokens are created and completed by any code holding a
+connection, inside or outside a worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+from fairlane.payload import encode_json
+from fairlane.settings import schema_name
+from fairlane.sqlfiles import query
+
+DEFAULT_TOKEN_KEY_TTL_S = 30 * 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class WaitResult:
+    """How a waitpoint completed: ``ok`` with ``output``, or an ``error`` the waiter inspects.
+
+    For a run, ``output`` is its result; ``error`` holds its final ``status`` (FAILED, CRASHED,
+    TIMED_OUT, EXPIRED, CANCELED, SYSTEM_FAILURE) and the stored error. For a token that timed
+    out, ``error["code"]`` is ``WAITPOINT_TIMEOUT``.
+    """
+
+    ok: bool
+    output: Any = None
+    error: dict[str, Any] | None = None
+    run_id: int | None = None
+
+    @classmethod
+    def from_row(cls, is_error: bool, output: Any, run_id: int | None) -> WaitResult:
+        if is_error:
+            error = output if isinstance(output, dict) else {"message": str(output)}
+            return cls(ok=False, error=error, run_id=run_id)
+        return cls(ok=True, output=output, run_id=run_id)
+
+
+def _seconds(value: float | timedelta | None) -> float | None:
+    if value is None:
+        return None
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _token_params(
+    idempotency_key: str | None, idempotency_ttl: float | timedelta | None,
+    timeout: float | timedelta | None,
+) -> dict[str, Any]:  # fmt: skip
+    return {
+        "key": idempotency_key,
+        "key_ttl_s": _seconds(idempotency_ttl) or DEFAULT_TOKEN_KEY_TTL_S,
+        "timeout_s": _seconds(timeout),
+    }
+
+
+def create_token(
+    conn: psycopg.Connection[Any],
+    *,
+    idempotency_key: str | None = None,
+    idempotency_ttl: float | timedelta | None = None,
+    timeout: float | timedelta | None = None,
+    schema: str | None = None,
+) -> int:
+    """A token for ``wait_for_token``; the same live idempotency key returns the same token."""
+    target = schema_name(schema)
+    params = _token_params(idempotency_key, idempotency_ttl, timeout)
+    with conn.transaction():
+        if idempotency_key is not None:
+            conn.execute(query("rotate_expired_token_key", target), params)
+        row = conn.execute(query("create_token", target), params).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def complete_token(
+    conn: psycopg.Connection[Any], token_id: int, output: Any = None, *, schema: str | None = None
+) -> bool:
+    """Complete a token and wake whoever waits on it; False if it was already complete."""
+    params = {"id": token_id, "output": encode_json(output, what="token output")}
+    return conn.execute(query("complete_token", schema_name(schema)), params).fetchone() is not None
+
+
+async def create_token_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    idempotency_key: str | None = None,
+    idempotency_ttl: float | timedelta | None = None,
+    timeout: float | timedelta | None = None,  # noqa: ASYNC109 - stored on the token
+    schema: str | None = None,
+) -> int:
+    target = schema_name(schema)
+    params = _token_params(idempotency_key, idempotency_ttl, timeout)
+    async with conn.transaction():
+        if idempotency_key is not None:
+            await conn.execute(query("rotate_expired_token_key", target), params)
+        cursor = await conn.execute(query("create_token", target), params)
+        row = await cursor.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def complete_token_async(
+    conn: psycopg.AsyncConnection[Any], token_id: int, output: Any = None, *,
+    schema: str | None = None,
+) -> bool:  # fmt: skip
+    params = {"id": token_id, "output": encode_json(output, what="token output")}
+    cursor = await conn.execute(query("complete_token", schema_name(schema)), params)
+    return await cursor.fetchone() is not None

@@ -1,0 +1,217 @@
+"""Waiting inside a handler: on child runs, on a time, on a token.
+
+Each wait is one transaction on the worker's wait connection: find the waitpoints already at
+this call position (a re-executed run finds the ones its first execution made), or make them
+(trigger the children, create their run waitpoints lazily, link them), then give up the run's
+slot (EXECUTING -> WAITING, fenced by the lease token). The handler then sleeps without holding
+a slot, locally or in the database, until the resume channel (or a poll) says its waitpoints
+completed; it takes a slot again through ``resume_run`` (same caps as a claim, ahead of fresh
+work) and reads the results in call order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import psycopg
+
+from fairlane.enqueue import trigger_many_async
+from fairlane.errors import LeaseLostError
+from fairlane.sqlfiles import query
+from fairlane.trigger import TriggerRequest
+from fairlane.waitpoints import WaitResult
+from fairlane.worker.connections import LoopConnection
+
+if TYPE_CHECKING:
+    from fairlane.worker.executor import ActiveRun
+
+log = logging.getLogger("fairlane.worker")
+
+Edges = list[tuple[int, int]]  # (item, waitpoint id)
+
+
+class WaitService:
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        *,
+        poll_interval: float,
+        release_slot: Callable[[], None],
+        reacquire_slot: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._schema = schema
+        self._connection = LoopConnection(dsn)
+        self._listen_connection = LoopConnection(dsn)
+        self._lock = anyio.Lock()
+        self._poll_interval = poll_interval
+        self._release_slot = release_slot
+        self._reacquire_slot = reacquire_slot
+        self._ready: dict[int, anyio.Event] = {}
+
+    # -- the waits ---------------------------------------------------------------------
+
+    async def trigger_and_wait(
+        self, active: ActiveRun, position: int, requests: Sequence[TriggerRequest]
+    ) -> list[WaitResult]:
+        # Children know their parent: cancelling the parent reaches them, and idempotency
+        # scopes "run" and "attempt" key on it.
+        linked = [
+            request if request.parent_run_id is not None
+            else replace(request, parent_run_id=active.run.id, parent_attempt=active.run.attempt)
+            for request in requests
+        ]  # fmt: skip
+
+        async def make(conn: psycopg.AsyncConnection[Any]) -> Edges:
+            children = await trigger_many_async(conn, linked, schema=self._schema)
+            waitpoints = await self._run_waitpoints(conn, children)
+            return [(item, waitpoints[child]) for item, child in enumerate(children)]
+
+        return await self._wait(active, position, make)
+
+    async def wait_for_runs(
+        self, active: ActiveRun, position: int, run_ids: Sequence[int]
+    ) -> list[WaitResult]:
+        async def make(conn: psycopg.AsyncConnection[Any]) -> Edges:
+            waitpoints = await self._run_waitpoints(conn, list(run_ids))
+            return [(item, waitpoints[run_id]) for item, run_id in enumerate(run_ids)]
+
+        return await self._wait(active, position, make)
+
+    async def wait_until(
+        self, active: ActiveRun, position: int, when: datetime | float | timedelta
+    ) -> None:
+        at = when if isinstance(when, datetime) else None
+        delay_s = when.total_seconds() if isinstance(when, timedelta) else when
+        params = {"at": at, "delay_s": None if at else float(delay_s)}  # type: ignore[arg-type]
+
+        async def make(conn: psycopg.AsyncConnection[Any]) -> Edges:
+            cursor = await conn.execute(query("create_time_waitpoint", self._schema), params)
+            row = await cursor.fetchone()
+            assert row is not None
+            return [(0, int(row[0]))]
+
+        await self._wait(active, position, make)
+
+    async def wait_for_token(
+        self, active: ActiveRun, position: int, token_id: int, timeout_s: float | None
+    ) -> WaitResult:
+        async def make(conn: psycopg.AsyncConnection[Any]) -> Edges:
+            if timeout_s is not None:
+                params = {"id": token_id, "timeout_s": timeout_s}
+                await conn.execute(query("token_timeout_at_most", self._schema), params)
+            return [(0, token_id)]
+
+        (result,) = await self._wait(active, position, make)
+        return result
+
+    # -- the machinery -----------------------------------------------------------------
+
+    async def _wait(
+        self,
+        active: ActiveRun,
+        position: int,
+        make: Callable[[psycopg.AsyncConnection[Any]], Awaitable[Edges]],
+    ) -> list[WaitResult]:
+        run_id, token = active.run.id, active.lease.token
+        key = {"run_id": run_id, "position": position}
+        # Registered before the wait commits, so a wake-up right after it is not missed.
+        self._ready[run_id] = anyio.Event()
+        async with self._lock:
+            conn = await self._connection.get()
+            async with conn.transaction():
+                cursor = await conn.execute(query("wait_edges_at", self._schema), key)
+                if not await cursor.fetchall():
+                    edges = await make(conn)
+                    params = {
+                        **key,
+                        "items": [item for item, _ in edges],
+                        "waitpoint_ids": [waitpoint for _, waitpoint in edges],
+                    }
+                    await conn.execute(query("insert_wait_edges", self._schema), params)
+                state = await self._scalar(
+                    conn, "begin_waiting", {"run_id": run_id, "token": token}
+                )
+        if state == "LOST":
+            raise LeaseLostError(run_id)
+        if state == "WAITING":
+            await self._suspend(run_id, token)
+        return await self._results(key)
+
+    async def _run_waitpoints(
+        self, conn: psycopg.AsyncConnection[Any], run_ids: list[int]
+    ) -> dict[int, int]:
+        params = {"run_ids": run_ids}
+        await conn.execute(query("lock_awaited_runs", self._schema), params)
+        cursor = await conn.execute(query("ensure_run_waitpoints", self._schema), params)
+        return {int(run): int(waitpoint) for run, waitpoint in await cursor.fetchall()}
+
+    async def _suspend(self, run_id: int, token: Any) -> None:
+        """Sleep without a slot until the run is ready, then take a slot again."""
+        self._release_slot()
+        params = {"run_id": run_id, "token": token}
+        backoff = 0.02
+        try:
+            while True:
+                event = self._ready.setdefault(run_id, anyio.Event())
+                with anyio.move_on_after(self._poll_interval):
+                    await event.wait()
+                self._ready.pop(run_id, None)
+                async with self._lock:
+                    conn = await self._connection.get()
+                    state = await self._scalar(conn, "resume_run", params)
+                if state == "RESUMED":
+                    return
+                if state == "LOST":
+                    raise LeaseLostError(run_id)
+                if state == "NO_ROOM":
+                    # Ready but every slot is taken: the room is reserved, try again soon.
+                    await anyio.sleep(backoff)
+                    backoff = min(backoff * 2, self._poll_interval)
+        finally:
+            self._ready.pop(run_id, None)
+            with anyio.CancelScope(shield=True):
+                await self._reacquire_slot()
+
+    async def _results(self, key: dict[str, int]) -> list[WaitResult]:
+        async with self._lock:
+            conn = await self._connection.get()
+            cursor = await conn.execute(query("wait_results", self._schema), key)
+            rows = await cursor.fetchall()
+        return [WaitResult.from_row(is_error, output, run) for _, _, is_error, output, run in rows]
+
+    async def _scalar(
+        self, conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any]
+    ) -> Any:
+        cursor = await conn.execute(query(name, self._schema), params)
+        row = await cursor.fetchone()
+        assert row is not None
+        return row[0]
+
+    # -- wake-ups ----------------------------------------------------------------------
+
+    async def listen(self) -> None:
+        """Wake waiting handlers when the resume channel names their run."""
+        while True:
+            try:
+                conn = await self._listen_connection.get()
+                await conn.execute(query("listen_resume_channel", self._schema))
+                for event in list(self._ready.values()):
+                    event.set()  # anything announced while we were not listening
+                async for notification in conn.notifies():
+                    waiter = self._ready.get(int(notification.payload))
+                    if waiter is not None:
+                        waiter.set()
+            except psycopg.Error:
+                log.warning("resume listener lost its connection; reconnecting", exc_info=True)
+                await self._listen_connection.discard()
+                await anyio.sleep(1.0)
+
+    async def close(self) -> None:
+        await self._connection.close()
+        await self._listen_connection.close()

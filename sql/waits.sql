@@ -1,0 +1,112 @@
+-- Statements behind RunContext.trigger_and_wait and friends, run in one transaction each.
+
+-- name: wait_edges_at
+SELECT edge.item, edge.waitpoint_id
+FROM {schema}.run_waitpoints AS edge
+WHERE edge.run_id = %(run_id)s AND edge.position = %(position)s
+ORDER BY edge.item;
+
+-- name: lock_awaited_runs
+-- Serialises with the statement that finishes a child: either the child finishes first and its
+-- waitpoint is created completed, or has_waiters is set first and the finishing trigger fires.
+SELECT id FROM {schema}.runs WHERE id = ANY(%(run_ids)s::bigint[]) ORDER BY id FOR UPDATE;
+
+-- name: ensure_run_waitpoints
+-- Run waitpoints are made lazily, only when somebody waits, already complete for a final run.
+WITH awaited AS (
+    UPDATE {schema}.runs AS r
+    SET has_waiters = true
+    WHERE r.id = ANY(%(run_ids)s::bigint[])
+    RETURNING r.id, r.status, r.result, r.error
+), created AS (
+    INSERT INTO {schema}.waitpoints (kind, run_id, status, completed_at, is_error, output)
+    SELECT 'RUN', a.id,
+           CASE WHEN a.status IN ('COMPLETED', 'FAILED', 'CRASHED', 'TIMED_OUT', 'EXPIRED',
+                                  'CANCELED', 'SYSTEM_FAILURE') THEN 'COMPLETED' ELSE 'PENDING' END,
+           CASE WHEN a.status IN ('COMPLETED', 'FAILED', 'CRASHED', 'TIMED_OUT', 'EXPIRED',
+                                  'CANCELED', 'SYSTEM_FAILURE') THEN now() END,
+           a.status NOT IN ('COMPLETED', 'QUEUED', 'DELAYED', 'EXECUTING', 'WAITING'),
+           CASE WHEN a.status = 'COMPLETED' THEN a.result
+                WHEN a.status IN ('QUEUED', 'DELAYED', 'EXECUTING', 'WAITING') THEN NULL
+                ELSE jsonb_build_object('status', a.status, 'error', a.error) END
+    FROM awaited a
+    ON CONFLICT (run_id) WHERE kind = 'RUN' DO NOTHING
+    RETURNING id, run_id
+)
+SELECT run_id, id FROM created
+UNION ALL
+SELECT w.run_id, w.id FROM {schema}.waitpoints w
+WHERE w.kind = 'RUN' AND w.run_id = ANY(%(run_ids)s::bigint[])
+  AND w.run_id NOT IN (SELECT run_id FROM created);
+
+-- name: create_time_waitpoint
+INSERT INTO {schema}.waitpoints (kind, status, complete_after)
+VALUES ('DATETIME', 'PENDING', coalesce(%(at)s::timestamptz, now() + make_interval(secs => %(delay_s)s)))
+RETURNING id;
+
+-- name: insert_wait_edges
+INSERT INTO {schema}.run_waitpoints (run_id, position, item, waitpoint_id)
+SELECT %(run_id)s, %(position)s, edge.item, edge.waitpoint_id
+FROM unnest(%(items)s::integer[], %(waitpoint_ids)s::bigint[]) AS edge(item, waitpoint_id)
+ON CONFLICT DO NOTHING;
+
+-- name: begin_waiting
+SELECT {schema}.begin_waiting(%(run_id)s, %(token)s);
+
+-- name: resume_run
+SELECT {schema}.resume_run(%(run_id)s, %(token)s);
+
+-- name: is_resume_ready
+SELECT resume_ready FROM {schema}.runs WHERE id = %(run_id)s AND lease_token = %(token)s;
+
+-- name: wait_results
+SELECT edge.item, w.status, w.is_error, w.output, w.run_id
+FROM {schema}.run_waitpoints AS edge
+JOIN {schema}.waitpoints AS w ON w.id = edge.waitpoint_id
+WHERE edge.run_id = %(run_id)s AND edge.position = %(position)s
+ORDER BY edge.item;
+
+-- name: rotate_expired_token_key
+-- An expired idempotency key is moved aside, so the key can name a new token.
+UPDATE {schema}.waitpoints AS w
+SET idempotency_key = NULL, inactive_idempotency_key = w.idempotency_key
+WHERE w.kind = 'MANUAL' AND w.idempotency_key = %(key)s AND w.idempotency_expires_at <= now();
+
+-- name: create_token
+-- A token that code completes by hand; an idempotency key returns the live token that has it.
+WITH created AS (
+    INSERT INTO {schema}.waitpoints
+        (kind, status, idempotency_key, idempotency_expires_at, timeout_at)
+    VALUES ('MANUAL', 'PENDING', %(key)s,
+            CASE WHEN %(key)s::text IS NOT NULL
+                 THEN now() + make_interval(secs => %(key_ttl_s)s) END,
+            CASE WHEN %(timeout_s)s::float8 IS NOT NULL
+                 THEN now() + make_interval(secs => %(timeout_s)s) END)
+    ON CONFLICT (idempotency_key) WHERE kind = 'MANUAL' AND idempotency_key IS NOT NULL
+    DO NOTHING
+    RETURNING id
+)
+SELECT id FROM created
+UNION ALL
+SELECT w.id FROM {schema}.waitpoints w
+WHERE %(key)s::text IS NOT NULL AND w.kind = 'MANUAL' AND w.idempotency_key = %(key)s
+  AND NOT EXISTS (SELECT 1 FROM created);
+
+-- name: complete_token
+WITH done AS (
+    UPDATE {schema}.waitpoints AS w
+    SET status = 'COMPLETED', completed_at = now(), is_error = false,
+        output = %(output)s::jsonb
+    WHERE w.id = %(id)s AND w.kind = 'MANUAL' AND w.status = 'PENDING'
+    RETURNING w.id
+)
+SELECT id, {schema}.wake_waiting_runs(ARRAY[id]) FROM done;
+
+-- name: token_timeout_at_most
+UPDATE {schema}.waitpoints
+SET timeout_at = least(coalesce(timeout_at, 'infinity'), now() + make_interval(secs => %(timeout_s)s))
+WHERE id = %(id)s AND kind = 'MANUAL' AND status = 'PENDING';
+
+-- name: get_waitpoint
+SELECT id, kind, status, is_error, output, run_id, completed_at
+FROM {schema}.waitpoints WHERE id = %(id)s;
