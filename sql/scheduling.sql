@@ -87,9 +87,14 @@ AS $$
 DECLARE
     env record;
     env_room integer;
+    capped boolean;
 BEGIN
     SELECT e.concurrency_limit, e.burst_factor INTO env
     FROM {schema}.environments e WHERE e.name = env_name;
+    -- Without any cap in the environment no slot needs counting (the common, fast case).
+    capped := env.concurrency_limit IS NOT NULL OR EXISTS (
+        SELECT 1 FROM {schema}.queues q
+        WHERE q.environment = env_name AND q.concurrency_limit IS NOT NULL);
     env_room := take;
     IF env.concurrency_limit IS NOT NULL THEN
         SELECT least(take, floor(env.concurrency_limit * env.burst_factor)::integer - count(*))
@@ -103,6 +108,7 @@ BEGIN
     WITH running AS (
         SELECT holder.queue, count(*)::integer AS n
         FROM {schema}.slot_holders(env_name) AS holder
+        WHERE capped
         GROUP BY holder.queue
     ), queue_room AS (
         SELECT q.name,
@@ -179,7 +185,9 @@ BEGIN
         INTO remaining FROM {schema}.runs r WHERE r.status = 'EXECUTING';
     END IF;
     IF remaining <= 0 THEN
-        PERFORM {schema}.return_rate_tokens(granted);
+        IF settings.rate_limit_per_s IS NOT NULL THEN
+            PERFORM {schema}.return_rate_tokens(granted);
+        END IF;
         RETURN;
     END IF;
 
@@ -219,7 +227,9 @@ BEGIN
         total := total + claimed;
     END IF;
 
-    PERFORM {schema}.return_rate_tokens(granted - total);
+    IF settings.rate_limit_per_s IS NOT NULL THEN
+        PERFORM {schema}.return_rate_tokens(granted - total);
+    END IF;
 END;
 $$;
 
@@ -267,21 +277,24 @@ $$;
 
 -- name: create_charge_environment
 -- Record the service an environment got; it is drained when it has no queued run left.
+-- plpgsql so that its plan is cached (a LANGUAGE sql function is planned on every call).
 CREATE OR REPLACE FUNCTION {schema}.charge_environment(
     env_name text, effective_served bigint, claimed integer)
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 AS $$
-UPDATE {schema}.environments e
-SET served = CASE WHEN claimed > 0 THEN greatest(e.served, effective_served) + claimed
-                  ELSE e.served END,
-    last_served_at = CASE WHEN claimed > 0 THEN clock_timestamp() ELSE e.last_served_at END,
-    -- A scalar subquery keeps its ORDER BY (EXISTS would drop it), and that order matches the
-    -- queued index, so even the generic plan of this function walks the index.
-    drained = (
-        SELECT r.id FROM {schema}.runs r
-        WHERE r.environment = env_name AND r.status = 'QUEUED'
-        ORDER BY r.environment, r.queue, r.priority DESC, r.id
-        LIMIT 1) IS NULL
-WHERE e.name = env_name;
+BEGIN
+    UPDATE {schema}.environments e
+    SET served = CASE WHEN claimed > 0 THEN greatest(e.served, effective_served) + claimed
+                      ELSE e.served END,
+        last_served_at = CASE WHEN claimed > 0 THEN clock_timestamp() ELSE e.last_served_at END,
+        -- A scalar subquery keeps its ORDER BY (EXISTS would drop it), and that order matches
+        -- the queued index, so even a generic plan walks the index.
+        drained = (
+            SELECT r.id FROM {schema}.runs r
+            WHERE r.environment = env_name AND r.status = 'QUEUED'
+            ORDER BY r.environment, r.queue, r.priority DESC, r.id
+            LIMIT 1) IS NULL
+    WHERE e.name = env_name;
+END;
 $$;
