@@ -91,3 +91,27 @@ async def test_cancelling_a_waiting_parent_cancels_its_children(
         await wait_until(lambda: worker.stats.canceled >= 2, what="handlers told")
     statuses = db.execute("SELECT task, status FROM fairlane.runs ORDER BY id").fetchall()
     assert statuses == [("parent_of_slow", "CANCELED")] + [("slow_child", "CANCELED")] * 3
+
+
+async def test_a_parent_waiting_on_a_pre_failed_run_resumes_with_its_error(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    tasks = TaskRegistry()
+
+    @tasks.task("waiter")
+    async def waiter(ctx: RunContext, run_id: int) -> Any:
+        (result,) = await ctx.wait_for_runs([run_id])
+        return {"ok": result.ok, "error": result.error}
+
+    async with Client(dsn) as client:
+        failed = await client.create_failed_run(
+            "import", {"row": 7}, code="PAYLOAD_TOO_LARGE", message="item over 3 MiB"
+        )
+        parent = await client.trigger("waiter", failed)
+        async with running(Worker(tasks, dsn)):
+            await wait_until(lambda: run_status(db, parent) == "COMPLETED", what="resumed")
+    row = db.execute("SELECT result FROM fairlane.runs WHERE id = %s", (parent,)).fetchone()
+    assert row is not None
+    assert row[0]["ok"] is False
+    assert row[0]["error"]["status"] == "SYSTEM_FAILURE"
+    assert row[0]["error"]["error"]["code"] == "PAYLOAD_TOO_LARGE"
