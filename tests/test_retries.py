@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairlane import Client, RunContext, RunStatus, TaskRegistry, Worker
+from fairlane import Client, RunContext, RunStatus, TaskRegistry, Worker, trigger
 from fairlane.retry import Backoff
 from fairlane.worker.leases import LeaseStore
 from tests.helpers import run_row, run_status, running, speed_up_periodic_jobs, wait_until
@@ -250,3 +250,14 @@ async def test_lapsed_lease_counts_as_an_attempt(
     row = run_row(db, run_id)
     assert row["attempts"] == 2
     assert row["result"] == "second time lucky"
+
+
+async def test_a_run_for_an_unknown_task_fails_with_a_code(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    run_id = trigger(db, "nobody_handles_this", None, max_attempts=1)
+    async with running(Worker(TaskRegistry(), dsn)):
+        await wait_until(lambda: run_status(db, run_id) == "FAILED", what="failed")
+    row = db.execute("SELECT error FROM fairlane.runs WHERE id = %s", (run_id,)).fetchone()
+    assert row is not None
+    assert row[0]["code"] == "UNKNOWN_TASK"

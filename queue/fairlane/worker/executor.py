@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from fairlane.errors import FairlaneError, MaxDurationExceededError, PayloadError
+from fairlane.errors import MaxDurationExceededError, PayloadError, UnknownTaskError
 from fairlane.models import ClaimedRun, RunStatus
 from fairlane.payload import encode_json
 from fairlane.worker.context import RunContext
@@ -126,10 +126,10 @@ def _final_failure(
 
 def _failure(active: ActiveRun, error: BaseException, registry: TaskRegistry) -> Failure:
     run = active.run
+    code = "UNKNOWN_TASK" if isinstance(error, UnknownTaskError) else None
     if run.attempt >= run.max_attempts:
-        return _final_failure(active, error, RunStatus.FAILED)
+        return _final_failure(active, error, RunStatus.FAILED, code)
     backoff = registry.get(run.task).backoff if run.task in registry else None
     delay = backoff.delay(run.attempt) if backoff else 1.0
-    code = "UNKNOWN_TASK" if isinstance(error, FairlaneError) and run.task not in registry else None
     document = error_document(error, run.attempt, code)
     return Failure(active.lease, encode_json(document, what="error"), "DELAYED", delay)
