@@ -252,6 +252,7 @@ async def test_lapsed_lease_counts_as_an_attempt(
     assert row["result"] == "second time lucky"
 
 
+@pytest.mark.anyio
 async def test_a_run_for_an_unknown_task_fails_with_a_code(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
