@@ -10,6 +10,8 @@ import psycopg
 import pytest
 
 from fairlane.bench.common import percentile
+from fairlane.bench.fairness import jain
+from fairlane.bench.rate import max_in_window
 from fairlane.cli import main
 
 
@@ -73,3 +75,57 @@ def test_percentiles_interpolate_like_the_peer_harness() -> None:
     assert percentile(values, 99) == pytest.approx(99.01)
     assert percentile([4.0, 1.0, 3.0, 2.0], 50) == pytest.approx(2.5)
     assert percentile([7.0], 95) == 7.0
+
+
+def test_drain_tenants(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = bench_databases(db)
+    argv = ["drain", "--dsn", dsn, "--runs", "200", "--tenants", "7", "--env-cap", "15"]
+    result = bench(capsys, *argv)
+    assert result["scenario"] == "drain"
+    assert result["runs"] == 200
+    assert result["tenants"] == 7
+    assert result["env_cap"] == 15
+    assert result["runs_per_s"] > 0
+    assert result["ok"] is True, "not every run was COMPLETED"
+    assert bench_databases(db) == before
+
+
+def test_fairness(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = bench_databases(db)
+    argv = ["fairness", "--dsn", dsn, "--big", "300", "--small", "20", "--concurrency", "4"]
+    result = bench(capsys, *argv)
+    assert result["scenario"] == "fairness"
+    assert result["runs"] == {"A": 300, "B": 20, "C": 20, "D": 20}
+    for key in ("first_start_s", "drain_s", "window_runs_per_s"):
+        assert set(result[key]) == {"A", "B", "C", "D"}, key
+    assert result["jain_index"] is None or 0.25 <= result["jain_index"] <= 1.0
+    assert 0 <= result["a_done_when_bcd_drained"] <= 300
+    assert result["runs_per_s"] > 0
+    assert result["ok"] is True, "not every run was COMPLETED"
+    assert bench_databases(db) == before
+
+
+def test_rate(dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]) -> None:
+    before = bench_databases(db)
+    argv = ["rate", "--dsn", dsn, "--runs", "30", "--rate", "100", "--workers", "2"]
+    result = bench(capsys, *argv)
+    assert result["scenario"] == "rate"
+    assert result["runs"] == 30
+    assert result["workers"] == 2
+    assert result["rate_limit_per_s"] == 100
+    assert result["rate_burst"] == 100
+    assert result["seconds"] > 0
+    assert result["ok"] is True, "not every run was COMPLETED"
+    assert bench_databases(db) == before
+
+
+def test_jain_and_windows() -> None:
+    assert jain([5.0, 5.0, 5.0, 5.0]) == pytest.approx(1.0)
+    assert jain([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)
+    assert jain([0.0, 0.0]) is None
+    assert max_in_window([0.0, 0.5, 0.99, 1.0, 1.5, 1.6, 1.7]) == 5
+    assert max_in_window([]) == 0
