@@ -25,6 +25,7 @@ import anyio.lowlevel
 import psycopg
 from anyio.abc import TaskGroup, TaskStatus
 
+from fairlane.batches import processing as batch_processing
 from fairlane.models import ClaimedRun
 from fairlane.settings import database_url, psycopg_dsn, schema_name
 from fairlane.worker import cancels, heartbeat, notifier, periodic
@@ -71,6 +72,9 @@ class Worker:
         self.registry = registry
         self.dsn = psycopg_dsn(database_url(dsn))
         self.schema = schema_name(schema)
+        # Batch items become runs through the built-in task fairlane.batch_item.
+        batch_processing.install(registry)
+        self.batch_items = batch_processing.BatchItemProcessor(self.dsn, self.schema)
         self.concurrency = concurrency
         self.claim_batch = claim_batch or concurrency
         self.poll_interval = poll_interval
@@ -150,6 +154,8 @@ class Worker:
     async def _run(self, *, task_status: TaskStatus[None]) -> None:
         self._token = anyio.lowlevel.current_token()
         self._thread = threading.get_ident()
+        # Runner tasks started below inherit it: the batch item handler finds its worker.
+        batch_processing.current_processor.set(self.batch_items)
         claim_conn = LoopConnection(self.dsn, synchronous_commit=False)
         beat_conn = LoopConnection(self.dsn, synchronous_commit=False)
         write_conn = LoopConnection(self.dsn)
@@ -184,6 +190,7 @@ class Worker:
             for conn in (claim_conn, beat_conn, write_conn, listen_conn, tick_conn, cancel_conn):
                 await conn.close()
             await self.waits.close()
+            await self.batch_items.close()
             log.info("worker %s stopped: %s", self.worker_id, self.stats.as_dict())
 
     async def _claim_loop(self, connection: LoopConnection) -> None:
@@ -335,6 +342,9 @@ class Worker:
     def _outcomes_written(self, leases: set[Lease]) -> None:
         for lease in leases:
             self._forget(lease)
+        # Written outcomes free database slots: a claim that came back short because of a cap
+        # tries again now instead of sleeping out its poll interval.
+        self._wake.set()
 
     def _forget(self, lease: Lease) -> None:
         """Stop tracking ``lease``; a later attempt of the same run held here stays."""
