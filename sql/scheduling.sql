@@ -88,6 +88,8 @@ DECLARE
     env record;
     env_room integer;
     capped boolean;
+    held_queues text[];
+    held_counts integer[];
 BEGIN
     SELECT e.concurrency_limit, e.burst_factor INTO env
     FROM {schema}.environments e WHERE e.name = env_name;
@@ -96,20 +98,25 @@ BEGIN
         SELECT 1 FROM {schema}.queues q
         WHERE q.environment = env_name AND q.concurrency_limit IS NOT NULL);
     env_room := take;
-    IF env.concurrency_limit IS NOT NULL THEN
-        SELECT least(take, floor(env.concurrency_limit * env.burst_factor)::integer - count(*))
-        INTO env_room
-        FROM {schema}.slot_holders(env_name);
+    IF capped THEN
+        -- One pass over the slot holders gives both the per-queue and the environment count.
+        SELECT array_agg(per_queue.queue), array_agg(per_queue.n)
+        INTO held_queues, held_counts
+        FROM (SELECT holder.queue, count(*)::integer AS n
+              FROM {schema}.slot_holders(env_name) AS holder
+              GROUP BY holder.queue) AS per_queue;
+        IF env.concurrency_limit IS NOT NULL THEN
+            env_room := least(take, floor(env.concurrency_limit * env.burst_factor)::integer
+                                    - coalesce((SELECT sum(n) FROM unnest(held_counts) AS n), 0));
+        END IF;
     END IF;
     IF env_room <= 0 THEN
         RETURN;
     END IF;
     RETURN QUERY
     WITH running AS (
-        SELECT holder.queue, count(*)::integer AS n
-        FROM {schema}.slot_holders(env_name) AS holder
-        WHERE capped
-        GROUP BY holder.queue
+        SELECT held.queue, held.n
+        FROM unnest(held_queues, held_counts) AS held(queue, n)
     ), queue_room AS (
         SELECT q.name,
                least(coalesce(q.concurrency_limit, 2147483647),
