@@ -169,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
         "fairlane.runs_cli",
         "fairlane.limits_cli",
         "fairlane.maintenance_cli",
+        "fairlane.batches.cli",
         "fairlane.bench.cli",
         "fairlane.demo",
     ):

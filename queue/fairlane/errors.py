@@ -159,3 +159,61 @@ class UnsupportedConnectionError(FairlaneError):
             f"cannot trigger through {type(conn).__name__}: pass a psycopg Connection or "
             "AsyncConnection, or a SQLAlchemy Session or Connection"
         )
+
+
+class BatchError(FairlaneError):
+    """A batch operation was refused; nothing was written by the refused call."""
+
+
+class BatchRateLimitedError(BatchError):
+    """The environment's batch token bucket holds fewer tokens than the batch's run count.
+
+    ``retry_after_s`` is how long until it will (None: never, the run count is above the
+    bucket's maximum or the bucket does not refill).
+    """
+
+    def __init__(self, environment: str, run_count: int, retry_after_s: float | None) -> None:
+        self.environment = environment
+        self.run_count = run_count
+        self.retry_after_s = retry_after_s
+        when = f"retry in {retry_after_s:.2f}s" if retry_after_s is not None else "never fits"
+        super().__init__(
+            f"batch of {run_count} items refused for environment {environment!r}: "
+            f"token bucket exhausted ({when})"
+        )
+
+
+class BatchTooLargeError(BatchError):
+    """A batch's run count is outside 1..batch_max_items."""
+
+    def __init__(self, run_count: int, max_items: int) -> None:
+        self.run_count = run_count
+        self.max_items = max_items
+        super().__init__(f"a batch holds 1 to {max_items} items, not {run_count}")
+
+
+class BatchNotFoundError(BatchError):
+    def __init__(self, batch_id: int) -> None:
+        self.batch_id = batch_id
+        super().__init__(f"batch {batch_id} does not exist")
+
+
+class BatchAbortedError(BatchError):
+    """The batch was aborted (not sealed within its seal timeout): it takes no more items."""
+
+    def __init__(self, batch_id: int, reason: str | None = None) -> None:
+        self.batch_id = batch_id
+        super().__init__(f"batch {batch_id} is ABORTED" + (f": {reason}" if reason else ""))
+
+
+class BatchIndexError(BatchError):
+    """An item's index is at or past the batch's run count. Items before it were kept."""
+
+    def __init__(self, batch_id: int, line: int, index: int, run_count: int) -> None:
+        self.batch_id = batch_id
+        self.line = line
+        self.index = index
+        self.run_count = run_count
+        super().__init__(
+            f"batch {batch_id} line {line}: item index {index} is outside 0..{run_count - 1}"
+        )

@@ -81,6 +81,9 @@ def _runs(metadata: MetaData) -> Table:
         # Waitpoints: somebody waits on this run; a WAITING run whose waitpoints all completed.
         Column("has_waiters", Boolean, nullable=False, server_default=text("false")),
         Column("resume_ready", Boolean, nullable=False, server_default=text("false")),
+        # Batches: the batch and item this run was made for (one run per item).
+        Column("batch_id", BigInteger),
+        Column("batch_index", Integer),
         _status_check(),
         CheckConstraint("max_attempts >= 1", name="runs_max_attempts_check"),
         # Claims read this index only; finished and leased rows drop out of it. Its leading
@@ -137,6 +140,13 @@ def _runs(metadata: MetaData) -> Table:
             "queue",
             postgresql_where=text("status = 'WAITING' AND resume_ready"),
         ),
+        Index(
+            "runs_batch_item_idx",
+            "batch_id",
+            "batch_index",
+            unique=True,
+            postgresql_where=text("batch_id IS NOT NULL"),
+        ),
         postgresql_with={"fillfactor": "70"},
     )
 
@@ -178,6 +188,11 @@ def _environments(metadata: MetaData) -> Table:
         Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
         # Hard cap on its runs waiting to start (QUEUED or DELAYED), all queues; NULL unlimited.
         Column("size_limit", Integer),
+        # Batch creation token bucket and batch processing concurrency; NULL takes the setting.
+        Column("batch_refill_amount", Double),
+        Column("batch_refill_interval_s", Double),
+        Column("batch_bucket_max", Double),
+        Column("batch_concurrency", Integer),
         CheckConstraint(
             "concurrency_limit IS NULL OR concurrency_limit >= 0", name="environments_limit_check"
         ),
@@ -301,6 +316,91 @@ def _run_waitpoints(metadata: MetaData) -> Table:
     )
 
 
+BATCH_STATUSES = ("PENDING", "PROCESSING", "COMPLETED", "PARTIAL_FAILED", "ABORTED")
+BATCH_ITEM_STATES = ("PENDING", "TRIGGERED", "FAILED", "SKIPPED")
+
+
+def _quoted(values: tuple[str, ...]) -> str:
+    return ", ".join(f"'{value}'" for value in values)
+
+
+def _batches(metadata: MetaData) -> Table:
+    return Table(
+        "batches",
+        metadata,
+        Column("id", BigInteger, primary_key=True, autoincrement=True),
+        Column("environment", Text, nullable=False),
+        Column("run_count", Integer, nullable=False),
+        Column("status", Text, nullable=False, server_default="PENDING"),
+        # Sealed once all run_count items are in; items are never accepted after that.
+        Column("sealed", Boolean, nullable=False, server_default=text("false")),
+        Column("idempotency_key", Text),
+        # The run that waits on the batch, through the BATCH waitpoint.
+        Column("parent_run_id", BigInteger),
+        Column("waitpoint_id", BigInteger),
+        Column("succeeded", Integer, nullable=False, server_default="0"),
+        Column("failed", Integer, nullable=False, server_default="0"),
+        Column("seal_deadline", DateTime(timezone=True), nullable=False),
+        Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        Column("sealed_at", DateTime(timezone=True)),
+        Column("completed_at", DateTime(timezone=True)),
+        Column("error", JSONB),
+        CheckConstraint(f"status IN ({_quoted(BATCH_STATUSES)})", name="batches_status_check"),
+        CheckConstraint("run_count >= 1", name="batches_run_count_check"),
+        Index(
+            "batches_idempotency_key_idx",
+            "environment",
+            "idempotency_key",
+            unique=True,
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+        ),
+        Index(
+            "batches_seal_deadline_idx",
+            "seal_deadline",
+            postgresql_where=text("status = 'PENDING' AND NOT sealed"),
+        ),
+    )
+
+
+def _batch_items(metadata: MetaData) -> Table:
+    return Table(
+        "batch_items",
+        metadata,
+        Column("batch_id", BigInteger, primary_key=True),
+        Column("index", Integer, primary_key=True),
+        Column("task", Text, nullable=False),
+        Column("payload", JSONB),
+        Column("options", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+        # Past the item size limit: a pre-failed PAYLOAD_TOO_LARGE run at ingest.
+        Column("oversized", Boolean, nullable=False, server_default=text("false")),
+        Column("state", Text, nullable=False, server_default="PENDING"),
+        Column("run_id", BigInteger),
+        # The carrier run (task fairlane.batch_item) that turns this item into its run.
+        Column("carrier_run_id", BigInteger),
+        Column("error", JSONB),
+        CheckConstraint(f"state IN ({_quoted(BATCH_ITEM_STATES)})", name="batch_items_state_check"),
+        CheckConstraint("index >= 0", name="batch_items_index_check"),
+        Index(
+            "batch_items_pending_carrier_idx",
+            "carrier_run_id",
+            postgresql_where=text("state = 'PENDING'"),
+        ),
+    )
+
+
+def _batch_buckets(metadata: MetaData) -> Table:
+    return Table(
+        "batch_buckets",
+        metadata,
+        # Batch creation token bucket of one environment: tokens left when last refilled.
+        Column("environment", Text, primary_key=True),
+        Column("tokens", Double, nullable=False),
+        Column(
+            "refilled_at", DateTime(timezone=True), nullable=False, server_default=text("now()")
+        ),
+    )
+
+
 @cache
 def build_metadata(schema: str) -> MetaData:
     """The MetaData of every fairlane table, placed in ``schema``."""
@@ -314,4 +414,7 @@ def build_metadata(schema: str) -> MetaData:
     _debounce_keys(metadata)
     _waitpoints(metadata)
     _run_waitpoints(metadata)
+    _batches(metadata)
+    _batch_items(metadata)
+    _batch_buckets(metadata)
     return metadata

@@ -127,6 +127,13 @@ class RunContext:
         waits, active, position = self._next_wait()
         return await waits.wait_for_runs(active, position, run_ids)
 
+    async def wait_for_batch(self, batch_id: int) -> WaitResult:
+        """Wait, without a slot, until a batch created with ``parent_run_id=ctx.run_id``
+        completes. ``output`` summarises it (status, succeeded, failed, ``run_ids`` by index;
+        wait on those for their results); an aborted batch comes back as an error."""
+        waits, active, position = self._next_wait()
+        return await waits.wait_for_batch(active, position, batch_id)
+
     async def wait_until(self, when: datetime | float | timedelta) -> None:
         """Wait until a time (or for a number of seconds) without holding a slot."""
         waits, active, position = self._next_wait()

@@ -21,7 +21,7 @@ import anyio
 import psycopg
 
 from fairlane.enqueue import trigger_many_async
-from fairlane.errors import LeaseLostError
+from fairlane.errors import FairlaneError, LeaseLostError
 from fairlane.sqlfiles import query
 from fairlane.trigger import TriggerRequest
 from fairlane.waitpoints import WaitResult
@@ -106,6 +106,21 @@ class WaitService:
                 params = {"id": token_id, "timeout_s": timeout_s}
                 await conn.execute(query("token_timeout_at_most", self._schema), params)
             return [(0, token_id)]
+
+        (result,) = await self._wait(active, position, make)
+        return result
+
+    async def wait_for_batch(self, active: ActiveRun, position: int, batch_id: int) -> WaitResult:
+        async def make(conn: psycopg.AsyncConnection[Any]) -> Edges:
+            cursor = await conn.execute(
+                query("batch_waitpoint", self._schema), {"batch_id": batch_id}
+            )
+            row = await cursor.fetchone()
+            if row is None or row[0] is None:
+                raise FairlaneError(
+                    f"batch {batch_id} has no waitpoint: create it with parent_run_id"
+                )
+            return [(0, int(row[0]))]
 
         (result,) = await self._wait(active, position, make)
         return result

@@ -1,0 +1,162 @@
+"""Turning batch items into runs: the built-in task ``fairlane.batch_item``.
+
+Ingesting an item inserts a carrier run of this task in the environment's reserved queue
+``__batches__``, whose concurrency limit is the environment's batch concurrency; the fair
+scheduler hands carriers out like any run (DRR across environments), so one huge batch does
+not hold back another environment's small one.
+
+The handler works in one transaction under the item's row lock: an item no longer PENDING is
+left alone (redelivery, a second worker), so each item gets exactly one run; the run is
+triggered, linked to (batch, index) (a unique index backs this up), the item marked and the
+batch counters bumped together. A trigger that fails (a full queue, ...) is retried with the
+task's backoff; on the carrier's last attempt, or at once for options that can never work, the
+item becomes a pre-failed ``BATCH_ITEM_COULD_NOT_TRIGGER`` run instead. Every Worker registers
+the handler in its registry and gives it a small pool of connections of its own.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from fairlane.debounce import Debounce
+from fairlane.enqueue import trigger_many_async
+from fairlane.errors import FairlaneError
+from fairlane.retry import Backoff
+from fairlane.run_control import BATCH_ITEM_COULD_NOT_TRIGGER
+from fairlane.sqlfiles import query
+from fairlane.trigger import TriggerRequest, insert_params
+
+if TYPE_CHECKING:
+    from fairlane.worker.context import RunContext
+    from fairlane.worker.registry import TaskRegistry
+
+BATCH_ITEM_TASK = "fairlane.batch_item"
+BATCH_QUEUE = "__batches__"
+# 8 attempts (the batch_item_max_attempts setting) wait 0.1 * 2^(n-1) s with jitter between
+# them, each capped at 30 s: about 13 to 25 s in all.
+BATCH_ITEM_BACKOFF = Backoff(min_s=0.1, max_s=30.0, factor=2.0)
+# Options of an item that it may not set: the batch decides them.
+_FIXED = {"task", "payload", "environment"}
+_OPTIONS = {f.name for f in fields(TriggerRequest)} - _FIXED
+
+AsyncConn = psycopg.AsyncConnection[Any]
+
+
+class BatchItemNotTriggered(FairlaneError):
+    """The item could not become a run on this attempt; the carrier retries it."""
+
+
+def item_request(
+    task: str, payload: Any, options: dict[str, Any], environment: str, parent: int | None
+) -> TriggerRequest:
+    """The trigger request of an item; raises TypeError/ValueError/FairlaneError on options
+    that can never be valid."""
+    unknown = set(options) - _OPTIONS
+    if unknown:
+        raise TypeError(f"unknown trigger options {sorted(unknown)}")
+    given = dict(options)
+    debounce = given.get("debounce")
+    if isinstance(debounce, dict):
+        given["debounce"] = Debounce(**debounce)
+    if isinstance(given.get("tags"), list):
+        given["tags"] = tuple(given["tags"])
+    if parent is not None:
+        given.setdefault("parent_run_id", parent)
+    request = TriggerRequest(task, payload, environment=environment, **given)
+    insert_params([request])  # the same checks the trigger makes, before anything is sent
+    return request
+
+
+class BatchItemProcessor:
+    """The handler's state in one worker: its database, and a few connections."""
+
+    def __init__(self, dsn: str, schema: str, *, max_idle: int = 32) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.max_idle = max_idle
+        self._idle: list[AsyncConn] = []
+
+    async def _acquire(self) -> AsyncConn:
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed and not conn.broken:
+                return conn
+        return await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+
+    async def _release(self, conn: AsyncConn) -> None:
+        if conn.closed or conn.broken or len(self._idle) >= self.max_idle:
+            await conn.close()
+        else:
+            self._idle.append(conn)
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()
+
+    async def process(self, ctx: RunContext, payload: Any) -> dict[str, Any]:
+        batch_id, index = int(payload["batch_id"]), int(payload["index"])
+        conn = await self._acquire()
+        try:
+            return await self._process(conn, ctx, batch_id, index)
+        finally:
+            await self._release(conn)
+
+    async def _process(
+        self, conn: AsyncConn, ctx: RunContext, batch_id: int, index: int
+    ) -> dict[str, Any]:
+        key = {"batch_id": batch_id, "index": index}
+        async with conn.transaction():
+            cursor = await conn.execute(query("lock_batch_item", self.schema), key)
+            row = await cursor.fetchone()
+            if row is None:
+                return {"skipped": "no such item"}
+            state, task, item_payload, options, environment, batch_status, parent = row
+            if state != "PENDING":
+                return {"skipped": f"item already {state}"}
+            if batch_status == "ABORTED":
+                await conn.execute(query("skip_batch_item", self.schema), key)
+                return {"skipped": "batch aborted"}
+            try:
+                request = item_request(task, item_payload, options or {}, environment, parent)
+            except (TypeError, ValueError, FairlaneError) as error:
+                return await self._fail(conn, key, f"invalid trigger options: {error}")
+            try:
+                async with conn.transaction():
+                    (run_id,) = await trigger_many_async(conn, [request], schema=self.schema)
+            except Exception as error:
+                # A full queue, a refused option, a failed statement (rolled back to the
+                # savepoint): retried, and on the last attempt the item fails for good.
+                if not ctx.is_last_attempt or conn.broken:
+                    raise BatchItemNotTriggered(str(error)) from error
+                return await self._fail(conn, key, str(error))
+            await conn.execute(query("record_batch_item", self.schema), {**key, "run_id": run_id})
+            return {"run_id": run_id}
+
+    async def _fail(self, conn: AsyncConn, key: dict[str, int], reason: str) -> dict[str, Any]:
+        params = {**key, "code": BATCH_ITEM_COULD_NOT_TRIGGER, "message": reason}
+        cursor = await conn.execute(query("fail_batch_item", self.schema), params)
+        row = await cursor.fetchone()
+        return {"failed_run_id": row[0] if row else None, "reason": reason}
+
+
+current_processor: ContextVar[BatchItemProcessor | None] = ContextVar(
+    "fairlane_batch_processor", default=None
+)
+
+
+async def handle_batch_item(ctx: RunContext, payload: Any) -> dict[str, Any]:
+    processor = current_processor.get()
+    if processor is None:
+        raise FairlaneError("fairlane.batch_item runs only inside a fairlane Worker")
+    return await processor.process(ctx, payload)
+
+
+def install(registry: TaskRegistry) -> None:
+    """Register the built-in batch item task (once per registry)."""
+    if BATCH_ITEM_TASK not in registry:
+        registry.register(BATCH_ITEM_TASK, handle_batch_item, backoff=BATCH_ITEM_BACKOFF)
