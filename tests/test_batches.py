@@ -85,6 +85,15 @@ def status_is(db: psycopg.Connection[Any], run_id: int, status: str) -> bool:
     return row is not None and row[0] == status
 
 
+def abort_now(dsn: str) -> None:
+    """Every batch past its seal deadline, and the periodic job run now. In a thread: a
+    blocking statement on the event loop could wait on a lock held by a transaction of the
+    worker on that same loop (a carrier bumping the batch's counters)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE fairlane.batches SET seal_deadline = now() - interval '1 second'")
+        run_now(conn, "abort_unsealed_batches")
+
+
 async def batch_done(db: psycopg.Connection[Any], batch_id: int) -> bool:
     return batch_row(db, batch_id)["status"] in ("COMPLETED", "PARTIAL_FAILED", "ABORTED")
 
@@ -323,9 +332,7 @@ async def test_an_unsealed_batch_is_aborted_and_its_parent_resumes_with_the_erro
             lambda: status_is(db, parent, "WAITING"),
             what="parent waiting",
         )
-        db.execute("UPDATE fairlane.batches SET seal_deadline = now() - interval '1 second'")
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            run_now(conn, "abort_unsealed_batches")
+        await anyio.to_thread.run_sync(abort_now, dsn)
         await wait_until(
             lambda: status_is(db, parent, "COMPLETED"),
             what="parent completed",

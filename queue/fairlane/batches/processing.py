@@ -111,6 +111,10 @@ class BatchItemProcessor:
     ) -> dict[str, Any]:
         key = {"batch_id": batch_id, "index": index}
         async with conn.transaction():
+            # The batch row is locked from the counter bump to the commit: no flush wait there.
+            # Safe: the carrier's completion is written later with a synchronous commit, which
+            # flushes this transaction's WAL first; until then a lost commit is redone.
+            await conn.execute("SET LOCAL synchronous_commit = off")
             cursor = await conn.execute(query("lock_batch_item", self.schema), key)
             row = await cursor.fetchone()
             if row is None:

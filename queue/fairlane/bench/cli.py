@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fairlane.bench import drain, enqueue, fairness, latency, rate
+from fairlane.bench import batch, drain, enqueue, fairness, latency, rate
 from fairlane.bench.common import LOOPS
 
 
@@ -25,5 +25,5 @@ def add_parser(commands: Any) -> None:
         "--loop", choices=LOOPS, default="asyncio", help="event loop (uvloop must be installed)"
     )
     scenarios = bench.add_subparsers(dest="scenario", required=True)
-    for module in (enqueue, drain, latency, fairness, rate):
+    for module in (enqueue, drain, latency, fairness, rate, batch):
         module.add_parser(scenarios, common)
