@@ -20,7 +20,9 @@ from contextvars import ContextVar
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import psycopg
+from psycopg import sql
 
 from fairlane.debounce import Debounce
 from fairlane.enqueue import trigger_many_async
@@ -110,42 +112,63 @@ class BatchItemProcessor:
         self, conn: AsyncConn, ctx: RunContext, batch_id: int, index: int
     ) -> dict[str, Any]:
         key = {"batch_id": batch_id, "index": index}
-        async with conn.transaction():
-            # The batch row is locked from the counter bump to the commit: no flush wait there.
-            # Safe: the carrier's completion is written later with a synchronous commit, which
-            # flushes this transaction's WAL first; until then a lost commit is redone.
+        # The transaction is begun and ended by hand so that its last statement, the one that
+        # bumps the batch's counters (its row is hot: every item of the batch updates it),
+        # travels with the COMMIT in one round trip: the row stays locked for server time
+        # only, not for a round trip through a busy event loop.
+        await conn.execute("BEGIN")
+        try:
+            # No wait for the flush either. Safe: the carrier's completion is written later
+            # with a synchronous commit, which flushes this WAL first; a lost commit is redone.
             await conn.execute("SET LOCAL synchronous_commit = off")
-            cursor = await conn.execute(query("lock_batch_item", self.schema), key)
-            row = await cursor.fetchone()
-            if row is None:
-                return {"skipped": "no such item"}
-            state, task, item_payload, options, environment, batch_status, parent = row
-            if state != "PENDING":
-                return {"skipped": f"item already {state}"}
-            if batch_status == "ABORTED":
-                await conn.execute(query("skip_batch_item", self.schema), key)
-                return {"skipped": "batch aborted"}
-            try:
-                request = item_request(task, item_payload, options or {}, environment, parent)
-            except (TypeError, ValueError, FairlaneError) as error:
-                return await self._fail(conn, key, f"invalid trigger options: {error}")
-            try:
-                async with conn.transaction():
-                    (run_id,) = await trigger_many_async(conn, [request], schema=self.schema)
-            except Exception as error:
-                # A full queue, a refused option, a failed statement (rolled back to the
-                # savepoint): retried, and on the last attempt the item fails for good.
-                if not ctx.is_last_attempt or conn.broken:
-                    raise BatchItemNotTriggered(str(error)) from error
-                return await self._fail(conn, key, str(error))
-            await conn.execute(query("record_batch_item", self.schema), {**key, "run_id": run_id})
-            return {"run_id": run_id}
+            result, final = await self._decide(conn, ctx, key)
+            await conn.execute(sql.Composed([final, sql.SQL("; COMMIT")]))
+        except BaseException:
+            if not conn.closed and not conn.broken:
+                with anyio.CancelScope(shield=True):
+                    await conn.execute("ROLLBACK")
+            raise
+        return result
 
-    async def _fail(self, conn: AsyncConn, key: dict[str, int], reason: str) -> dict[str, Any]:
-        params = {**key, "code": BATCH_ITEM_COULD_NOT_TRIGGER, "message": reason}
-        cursor = await conn.execute(query("fail_batch_item", self.schema), params)
+    async def _decide(
+        self, conn: AsyncConn, ctx: RunContext, key: dict[str, int]
+    ) -> tuple[dict[str, Any], sql.Composable]:
+        """What became of the item, and the statement that records it (sent with COMMIT)."""
+        nothing = sql.SQL("SELECT 1")
+        cursor = await conn.execute(query("lock_batch_item", self.schema), key)
         row = await cursor.fetchone()
-        return {"failed_run_id": row[0] if row else None, "reason": reason}
+        if row is None:
+            return {"skipped": "no such item"}, nothing
+        state, task, item_payload, options, environment, batch_status, parent = row
+        if state != "PENDING":
+            return {"skipped": f"item already {state}"}, nothing
+        if batch_status == "ABORTED":
+            await conn.execute(query("skip_batch_item", self.schema), key)
+            return {"skipped": "batch aborted"}, nothing
+        try:
+            request = item_request(task, item_payload, options or {}, environment, parent)
+        except (TypeError, ValueError, FairlaneError) as error:
+            return self._fail(key, f"invalid trigger options: {error}")
+        try:
+            async with conn.transaction():
+                (run_id,) = await trigger_many_async(conn, [request], schema=self.schema)
+        except Exception as error:
+            # A full queue, a refused option, a failed statement (rolled back to the
+            # savepoint): retried, and on the last attempt the item fails for good.
+            if not ctx.is_last_attempt or conn.broken:
+                raise BatchItemNotTriggered(str(error)) from error
+            return self._fail(key, str(error))
+        record = sql.SQL("SELECT {}.record_batch_item({}, {}, {}, true, NULL)").format(
+            sql.Identifier(self.schema), key["batch_id"], key["index"], run_id
+        )
+        return {"run_id": run_id}, record
+
+    def _fail(self, key: dict[str, int], reason: str) -> tuple[dict[str, Any], sql.Composable]:
+        fail = sql.SQL("SELECT {}.fail_batch_item({}, {}, {}, {})").format(
+            sql.Identifier(self.schema), key["batch_id"], key["index"],
+            BATCH_ITEM_COULD_NOT_TRIGGER, reason,
+        )  # fmt: skip
+        return {"failed": BATCH_ITEM_COULD_NOT_TRIGGER, "reason": reason}, fail
 
 
 current_processor: ContextVar[BatchItemProcessor | None] = ContextVar(
