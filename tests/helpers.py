@@ -98,3 +98,33 @@ async def worker_in_thread(worker: Worker) -> AsyncIterator[threading.Thread]:
     assert not thread.is_alive(), "worker thread did not stop"
     if failures:
         raise failures[0]
+
+
+async def trigger_together(
+    dsn: str,
+    connections: int,
+    trigger_one: Callable[[psycopg.AsyncConnection[Any], int], Awaitable[int]],
+) -> list[int]:
+    """Open ``connections`` connections, release them at once, and have each call
+    ``trigger_one`` in its own transaction held open a moment after triggering, so the
+    triggers really contend. Returns the run ids they got."""
+    opened = [await psycopg.AsyncConnection.connect(dsn) for _ in range(connections)]
+    go = anyio.Event()
+    got: list[int] = []
+
+    async def one(conn: psycopg.AsyncConnection[Any], n: int) -> None:
+        await go.wait()
+        async with conn.transaction():
+            got.append(await trigger_one(conn, n))
+            await anyio.sleep(0.01)
+
+    try:
+        async with anyio.create_task_group() as group:
+            for n, conn in enumerate(opened):
+                group.start_soon(one, conn, n)
+            await anyio.sleep(0.1)
+            go.set()
+    finally:
+        for conn in opened:
+            await conn.close()
+    return got

@@ -7,13 +7,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-import anyio
 import psycopg
 import pytest
 
 import fairlane
 from fairlane import Client, Debounce, RunStatus, TriggerOptionError
-from tests.helpers import run_row
+from tests.helpers import run_row, trigger_together
 
 pytestmark = pytest.mark.anyio
 
@@ -203,26 +202,11 @@ async def test_bad_debounce_options(dsn: str, debounce: Debounce, option: str) -
 async def test_fifty_concurrent_triggers_with_one_key_make_one_run(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
-    connections = [await psycopg.AsyncConnection.connect(dsn) for _ in range(50)]
-    go = anyio.Event()
-    got: list[int] = []
+    async def trigger(conn: psycopg.AsyncConnection[Any], n: int) -> int:
+        debounce = Debounce("burst", "1m", mode="trailing")
+        return await fairlane.trigger_async(conn, "sync", n, debounce=debounce)
 
-    async def one(conn: psycopg.AsyncConnection[Any], n: int) -> None:
-        await go.wait()
-        async with conn.transaction():
-            debounce = Debounce("burst", "1m", mode="trailing")
-            got.append(await fairlane.trigger_async(conn, "sync", n, debounce=debounce))
-            await anyio.sleep(0.01)
-
-    try:
-        async with anyio.create_task_group() as group:
-            for n, conn in enumerate(connections):
-                group.start_soon(one, conn, n)
-            await anyio.sleep(0.1)
-            go.set()
-    finally:
-        for conn in connections:
-            await conn.close()
+    got = await trigger_together(dsn, 50, trigger)
     assert len(got) == 50
     assert len(set(got)) == 1
     assert run_count(db) == 1

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
 import psycopg
 import pytest
 
 import fairlane
 from fairlane import Client, RunStatus, TriggerRequest
 from fairlane.idempotency import stored_key
+from tests.helpers import trigger_together
 
 pytestmark = pytest.mark.anyio
 
@@ -177,25 +177,11 @@ async def test_fifty_concurrent_triggers_with_one_key_make_one_run(
 ) -> None:
     """50 connections, released together, each in its own transaction held open a moment
     after triggering, so they really contend on the key."""
-    connections = [await psycopg.AsyncConnection.connect(dsn) for _ in range(50)]
-    go = anyio.Event()
-    got: list[int] = []
 
-    async def one(conn: psycopg.AsyncConnection[Any], n: int) -> None:
-        await go.wait()
-        async with conn.transaction():
-            got.append(await fairlane.trigger_async(conn, "charge", n, idempotency_key="once"))
-            await anyio.sleep(0.01)
+    async def trigger(conn: psycopg.AsyncConnection[Any], n: int) -> int:
+        return await fairlane.trigger_async(conn, "charge", n, idempotency_key="once")
 
-    try:
-        async with anyio.create_task_group() as group:
-            for n, conn in enumerate(connections):
-                group.start_soon(one, conn, n)
-            await anyio.sleep(0.1)
-            go.set()
-    finally:
-        for conn in connections:
-            await conn.close()
+    got = await trigger_together(dsn, 50, trigger)
     assert len(got) == 50
     assert len(set(got)) == 1
     assert run_ids(db) == [got[0]]
