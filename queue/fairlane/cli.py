@@ -10,15 +10,13 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import anyio
-import psycopg
 
 from fairlane import migrate
 from fairlane.client import Client
 from fairlane.errors import FairlaneError
-from fairlane.settings import database_url, psycopg_dsn, schema_name
+from fairlane.settings import connect, schema_name
 from fairlane.sqlfiles import query
 from fairlane.worker import TaskRegistry, Worker
 
@@ -105,12 +103,8 @@ def cmd_trigger(args: argparse.Namespace) -> int:
     return 0
 
 
-def _connect(args: argparse.Namespace) -> psycopg.Connection[Any]:
-    return psycopg.connect(psycopg_dsn(database_url(args.dsn)), autocommit=True)
-
-
 def cmd_status(args: argparse.Namespace) -> int:
-    with _connect(args) as conn:
+    with connect(args.dsn) as conn:
         rows = conn.execute(query("count_runs_by_status", schema_name(args.schema))).fetchall()
     print(f"{'status':<16}{'runs':>10}")
     for status, count in rows:

@@ -9,11 +9,7 @@ from typing import Any
 import psycopg
 
 from fairlane import limits
-from fairlane.settings import database_url, psycopg_dsn
-
-
-def _connect(args: argparse.Namespace) -> psycopg.Connection[Any]:
-    return psycopg.connect(psycopg_dsn(database_url(args.dsn)), autocommit=True)
+from fairlane.settings import connect
 
 
 def _limit(value: str | None) -> Any:
@@ -58,7 +54,7 @@ def _sizes(row: dict[str, Any]) -> str:
 
 
 def cmd_limits(args: argparse.Namespace) -> int:
-    with _connect(args) as conn:
+    with connect(args.dsn) as conn:
         if args.action == "env":
             limits.set_environment(
                 conn, args.name, concurrency_limit=_limit(args.limit), burst_factor=args.burst,

@@ -6,18 +6,12 @@ import argparse
 import json
 from typing import Any
 
-import psycopg
-
 from fairlane import maintenance
-from fairlane.settings import database_url, psycopg_dsn
-
-
-def _connect(args: argparse.Namespace) -> psycopg.Connection[Any]:
-    return psycopg.connect(psycopg_dsn(database_url(args.dsn)), autocommit=True)
+from fairlane.settings import connect
 
 
 def cmd_maintenance(args: argparse.Namespace) -> int:
-    with _connect(args) as conn:
+    with connect(args.dsn) as conn:
         if args.run_now:
             result = maintenance.run_now(conn, args.run_now, schema=args.schema)
             print(json.dumps({args.run_now: result}, indent=2))
@@ -41,7 +35,7 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
 
 
 def cmd_settings(args: argparse.Namespace) -> int:
-    with _connect(args) as conn:
+    with connect(args.dsn) as conn:
         if args.set:
             name, raw = args.set
             maintenance.set_setting(conn, name, json.loads(raw), schema=args.schema)

@@ -8,11 +8,11 @@ connection, inside or outside a worker.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import psycopg
 
+from fairlane.durations import Duration, seconds
 from fairlane.payload import encode_json
 from fairlane.settings import schema_name
 from fairlane.sqlfiles import query
@@ -42,20 +42,14 @@ class WaitResult:
         return cls(ok=True, output=output, run_id=run_id)
 
 
-def _seconds(value: float | timedelta | None) -> float | None:
-    if value is None:
-        return None
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
-
-
 def _token_params(
-    idempotency_key: str | None, idempotency_ttl: float | timedelta | None,
-    timeout: float | timedelta | None,
+    idempotency_key: str | None, idempotency_ttl: Duration | None,
+    timeout: Duration | None,
 ) -> dict[str, Any]:  # fmt: skip
     return {
         "key": idempotency_key,
-        "key_ttl_s": _seconds(idempotency_ttl) or DEFAULT_TOKEN_KEY_TTL_S,
-        "timeout_s": _seconds(timeout),
+        "key_ttl_s": seconds("idempotency_ttl", idempotency_ttl) or DEFAULT_TOKEN_KEY_TTL_S,
+        "timeout_s": seconds("timeout", timeout),
     }
 
 
@@ -63,8 +57,8 @@ def create_token(
     conn: psycopg.Connection[Any],
     *,
     idempotency_key: str | None = None,
-    idempotency_ttl: float | timedelta | None = None,
-    timeout: float | timedelta | None = None,
+    idempotency_ttl: Duration | None = None,
+    timeout: Duration | None = None,
     schema: str | None = None,
 ) -> int:
     """A token for ``wait_for_token``; the same live idempotency key returns the same token."""
@@ -90,8 +84,8 @@ async def create_token_async(
     conn: psycopg.AsyncConnection[Any],
     *,
     idempotency_key: str | None = None,
-    idempotency_ttl: float | timedelta | None = None,
-    timeout: float | timedelta | None = None,  # noqa: ASYNC109 - stored on the token
+    idempotency_ttl: Duration | None = None,
+    timeout: Duration | None = None,  # noqa: ASYNC109 - stored on the token
     schema: str | None = None,
 ) -> int:
     target = schema_name(schema)

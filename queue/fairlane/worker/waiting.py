@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import psycopg
 
+from fairlane.durations import seconds
 from fairlane.enqueue import trigger_many_async
 from fairlane.errors import FairlaneError, LeaseLostError
 from fairlane.sqlfiles import query
@@ -86,9 +87,10 @@ class WaitService:
     async def wait_until(
         self, active: ActiveRun, position: int, when: datetime | float | timedelta
     ) -> None:
-        at = when if isinstance(when, datetime) else None
-        delay_s = when.total_seconds() if isinstance(when, timedelta) else when
-        params = {"at": at, "delay_s": None if at else float(delay_s)}  # type: ignore[arg-type]
+        if isinstance(when, datetime):
+            params: dict[str, Any] = {"at": when, "delay_s": None}
+        else:
+            params = {"at": None, "delay_s": seconds("wait_until", when)}
 
         async def make(conn: psycopg.AsyncConnection[Any]) -> Edges:
             cursor = await conn.execute(query("create_time_waitpoint", self._schema), params)
