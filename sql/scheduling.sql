@@ -1,4 +1,5 @@
--- The fair claim. Installed as functions by migration 0002; the worker calls claim_runs().
+-- The fair claim. Installed as functions by migration 0002 (revised by 0007); the worker calls
+-- claim_runs().
 --
 -- Slots are derived, never counted separately: a run holds a slot exactly while it is
 -- EXECUTING, so every end of a run (complete, fail, retry, lease lapse, cancel, wait) releases
@@ -12,6 +13,10 @@
 -- deficit is how far its service lags the most-served active environment; it is capped at
 -- `max_deficit`, so one that sat at its cap gets its turn back but cannot monopolise. One that
 -- was drained rejoins level with the least-served active environment: no credit for idleness.
+--
+-- The active environments are the ones with environments.drained false: a scan of the queued
+-- index marks those that gained work, and the claim that finds one empty marks it drained. A
+-- claim reads this short list instead of scanning for work across every environment each time.
 
 -- name: create_take_rate_tokens
 -- Token bucket in the scheduler row, refilled by elapsed time up to `rate_burst`. Takes up to
@@ -157,9 +162,15 @@ $$;
 
 -- name: create_claim_runs
 -- The claim: up to `claim_limit` runs across environments, fairly, within every cap.
+-- It serves the environments the scheduler knows to have work (environments.drained is false);
+-- `full_scan` first looks for environments that gained work since (discover_environments).
+-- Without it, a claim the known environments cannot fill looks anyway, so work is only left
+-- unseen while others keep every claim full, and the worker asks for a full scan whenever a
+-- notification says new work arrived.
 CREATE OR REPLACE FUNCTION {schema}.claim_runs(
     claim_limit integer, lease_s double precision, claimer text,
-    only_environments text[] DEFAULT NULL, only_queues text[] DEFAULT NULL)
+    only_environments text[] DEFAULT NULL, only_queues text[] DEFAULT NULL,
+    full_scan boolean DEFAULT true)
 RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
                max_attempts integer, environment text, queue text, metadata jsonb,
                machine text, max_duration_s double precision)
@@ -172,11 +183,13 @@ DECLARE
     granted integer;
     names text[];
     served bigint[];
-    skipped integer[] := '{{}}';
+    visited text[] := '{{}}';
+    skipped integer[];
     take integer;
     claimed integer;
     total integer := 0;
-    locked_any boolean := false;
+    locked_any boolean;
+    pass integer;
     i integer;
 BEGIN
     SELECT s.quantum, s.max_deficit, s.global_concurrency_limit, s.rate_limit_per_s
@@ -191,48 +204,58 @@ BEGIN
         SELECT least(remaining, settings.global_concurrency_limit - count(*))
         INTO remaining FROM {schema}.runs r WHERE r.status = 'EXECUTING';
     END IF;
-    IF remaining <= 0 THEN
-        IF settings.rate_limit_per_s IS NOT NULL THEN
-            PERFORM {schema}.return_rate_tokens(granted);
-        END IF;
-        RETURN;
+    IF full_scan AND remaining > 0 THEN
+        PERFORM {schema}.discover_environments(only_environments);
     END IF;
 
-    SELECT array_agg(c.name ORDER BY c.turn), array_agg(c.effective_served ORDER BY c.turn)
-    INTO names, served
-    FROM {schema}.claim_candidates(settings.max_deficit, only_environments) c;
-
-    FOR i IN 1 .. coalesce(cardinality(names), 0) LOOP
+    -- Pass 1 serves the known environments; pass 2, only when they left the claim short and no
+    -- full scan was made, the ones a scan finds now.
+    FOR pass IN 1 .. 2 LOOP
         EXIT WHEN remaining <= 0;
-        PERFORM 1 FROM {schema}.environments e WHERE e.name = names[i] FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
-            skipped := skipped || i;
-            CONTINUE;
+        IF pass = 2 THEN
+            EXIT WHEN full_scan OR {schema}.discover_environments(only_environments) = 0;
         END IF;
-        locked_any := true;
-        -- A quantum per turn while others wait; a lone environment may take the whole claim.
-        take := least(remaining, greatest(settings.quantum,
-                                          ceil(remaining::numeric / (cardinality(names) - i + 1))));
-        RETURN QUERY SELECT * FROM {schema}.claim_from_environment(
-            names[i], take, lease_s, claimer, only_queues);
-        GET DIAGNOSTICS claimed = ROW_COUNT;
-        PERFORM {schema}.charge_environment(names[i], served[i], claimed);
-        remaining := remaining - claimed;
-        total := total + claimed;
-    END LOOP;
+        SELECT array_agg(c.name ORDER BY c.turn), array_agg(c.effective_served ORDER BY c.turn)
+        INTO names, served
+        FROM {schema}.claim_candidates(settings.max_deficit, only_environments) c
+        WHERE c.name <> ALL (visited);
+        locked_any := false;
+        skipped := '{{}}';
 
-    -- Every candidate was locked by other claimers (one busy tenant, many workers): wait for the
-    -- first instead of coming back empty. Each holder keeps the lock for one claim only, and a
-    -- claimer that waits holds no other environment lock, so waiting cannot deadlock.
-    IF NOT locked_any AND remaining > 0 AND cardinality(skipped) > 0 THEN
-        i := skipped[1];
-        PERFORM 1 FROM {schema}.environments e WHERE e.name = names[i] FOR UPDATE;
-        RETURN QUERY SELECT * FROM {schema}.claim_from_environment(
-            names[i], remaining, lease_s, claimer, only_queues);
-        GET DIAGNOSTICS claimed = ROW_COUNT;
-        PERFORM {schema}.charge_environment(names[i], served[i], claimed);
-        total := total + claimed;
-    END IF;
+        FOR i IN 1 .. coalesce(cardinality(names), 0) LOOP
+            EXIT WHEN remaining <= 0;
+            visited := visited || names[i];
+            PERFORM 1 FROM {schema}.environments e WHERE e.name = names[i] FOR UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                skipped := skipped || i;
+                CONTINUE;
+            END IF;
+            locked_any := true;
+            -- A quantum per turn while others wait; a lone environment may take the whole claim.
+            take := least(remaining, greatest(settings.quantum,
+                                              ceil(remaining::numeric / (cardinality(names) - i + 1))));
+            RETURN QUERY SELECT * FROM {schema}.claim_from_environment(
+                names[i], take, lease_s, claimer, only_queues);
+            GET DIAGNOSTICS claimed = ROW_COUNT;
+            PERFORM {schema}.charge_environment(names[i], served[i], claimed);
+            remaining := remaining - claimed;
+            total := total + claimed;
+        END LOOP;
+
+        -- Every candidate was locked by other claimers (one busy tenant, many workers): wait for
+        -- the first instead of coming back empty. Each holder keeps the lock for one claim only,
+        -- and a claimer that waits holds no other environment lock, so waiting cannot deadlock.
+        IF NOT locked_any AND remaining > 0 AND cardinality(skipped) > 0 THEN
+            i := skipped[1];
+            PERFORM 1 FROM {schema}.environments e WHERE e.name = names[i] FOR UPDATE;
+            RETURN QUERY SELECT * FROM {schema}.claim_from_environment(
+                names[i], remaining, lease_s, claimer, only_queues);
+            GET DIAGNOSTICS claimed = ROW_COUNT;
+            PERFORM {schema}.charge_environment(names[i], served[i], claimed);
+            remaining := remaining - claimed;
+            total := total + claimed;
+        END IF;
+    END LOOP;
 
     IF settings.rate_limit_per_s IS NOT NULL THEN
         PERFORM {schema}.return_rate_tokens(granted - total);
@@ -240,46 +263,78 @@ BEGIN
 END;
 $$;
 
+-- name: create_discover_environments
+-- Environments with queued runs that the scheduler does not count as active (new ones, and
+-- ones drained before), found by a loose index scan of the queued index: one descent per
+-- environment with queued runs, never a scan of the runs. They join level with the
+-- least-served active environment: no credit for the time they had nothing to run. Rows other
+-- claimers hold are left for the next scan. Returns how many joined.
+CREATE OR REPLACE FUNCTION {schema}.discover_environments(only_environments text[])
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    joined integer;
+BEGIN
+    WITH RECURSIVE active(environment) AS (
+        (SELECT r.environment FROM {schema}.runs r
+         WHERE r.status = 'QUEUED'
+         ORDER BY r.environment LIMIT 1)
+        UNION ALL
+        SELECT (SELECT r.environment FROM {schema}.runs r
+                WHERE r.status = 'QUEUED' AND r.environment > active.environment
+                ORDER BY r.environment LIMIT 1)
+        FROM active
+        WHERE active.environment IS NOT NULL
+    ), joining AS (
+        SELECT e.name
+        FROM {schema}.environments e
+        JOIN active ON active.environment = e.name
+        WHERE e.drained
+          AND NOT e.paused
+          AND (only_environments IS NULL OR e.name = ANY(only_environments))
+        FOR UPDATE OF e SKIP LOCKED
+    ), level AS (
+        SELECT min(e.served) AS least_served
+        FROM {schema}.environments e
+        WHERE NOT e.drained AND NOT e.paused
+    )
+    UPDATE {schema}.environments AS e
+    SET drained = false,
+        served = greatest(e.served, coalesce(level.least_served, e.served))
+    FROM joining CROSS JOIN level
+    WHERE e.name = joining.name;
+    GET DIAGNOSTICS joined = ROW_COUNT;
+    RETURN joined;
+END;
+$$;
+
 -- name: create_claim_candidates
--- Environments with claimable runs and their turn: least served first, and among equals the
--- one served longest ago, so environments joining level with the others go first. The recursive CTE is a loose index
--- scan of the queued index: one descent per environment, never a scan of the queued runs.
+-- The environments known to have work, in turn order: least served first, and among equals
+-- the one served longest ago, so environments joining level with the others go first. An
+-- environment's credit is capped: it counts as served at least `max_deficit` less than the
+-- most-served one. Reads the environments table only (the active ones, by a partial index).
 CREATE OR REPLACE FUNCTION {schema}.claim_candidates(max_deficit integer, only_environments text[])
 RETURNS TABLE (name text, effective_served bigint, turn bigint)
 LANGUAGE sql
 STABLE
 AS $$
-WITH RECURSIVE active(environment) AS (
-    (SELECT r.environment FROM {schema}.runs r
-     WHERE r.status = 'QUEUED'
-     ORDER BY r.environment LIMIT 1)
-    UNION ALL
-    SELECT (SELECT r.environment FROM {schema}.runs r
-            WHERE r.status = 'QUEUED' AND r.environment > active.environment
-            ORDER BY r.environment LIMIT 1)
-    FROM active
-    WHERE active.environment IS NOT NULL
-), candidates AS (
-    SELECT e.name, e.served, e.drained, e.last_served_at
+WITH candidates AS (
+    SELECT e.name, e.served, e.last_served_at
     FROM {schema}.environments e
-    JOIN active ON active.environment = e.name
-    WHERE NOT e.paused
+    WHERE NOT e.drained
+      AND NOT e.paused
       AND (only_environments IS NULL OR e.name = ANY(only_environments))
-), bounds AS (
-    SELECT max(served) FILTER (WHERE NOT drained) AS most,
-           min(served) FILTER (WHERE NOT drained) AS least_served
-    FROM candidates
+), ranked AS (
+    SELECT c.name, c.last_served_at,
+           greatest(c.served, (SELECT max(served) FROM candidates) - max_deficit)
+               AS effective_served
+    FROM candidates c
 )
 SELECT ranked.name, ranked.effective_served,
        row_number() OVER (ORDER BY ranked.effective_served, ranked.last_served_at NULLS FIRST,
                                    ranked.name)
-FROM (
-    SELECT c.name, c.last_served_at,
-           CASE WHEN c.drained THEN greatest(c.served, coalesce(b.least_served, c.served))
-                ELSE greatest(c.served, coalesce(b.most, c.served) - max_deficit)
-           END AS effective_served
-    FROM candidates c CROSS JOIN bounds b
-) AS ranked;
+FROM ranked;
 $$;
 
 -- name: create_charge_environment

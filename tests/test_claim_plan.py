@@ -52,6 +52,11 @@ async def test_claim_never_scans_the_runs_table(dsn: str, db: psycopg.Connection
         # a generic plan: those plans must stay on the indexes too.
         for _ in range(7):
             assert len(await store.claim(conn, 10)) == 10
+        # Claims that serve the known environments, and ones those cannot fill (the scan).
+        for _ in range(7):
+            assert len(await store.claim(conn, 10, full_scan=False)) == 10
+        await conn.execute("UPDATE fairlane.environments SET drained = true")
+        assert len(await store.claim(conn, 10, full_scan=False)) == 10
         restricted = await store.claim(conn, 50, environments=["env-7"], queues=["bulk"])
     assert len(claimed) == 100
     assert restricted

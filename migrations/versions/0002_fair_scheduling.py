@@ -21,6 +21,8 @@ depends_on: str | Sequence[str] | None = None
 
 FUNCTIONS: tuple[LiteralString, ...] = (
     "claim_runs(integer, double precision, text, text[], text[])",
+    # The signature since 0007: this revision installs the current body from sql/.
+    "claim_runs(integer, double precision, text, text[], text[], boolean)",
     "claim_from_environment(text, integer, double precision, text, text[])",
     "claim_candidates(integer, text[])",
     "charge_environment(text, bigint, integer)",

@@ -181,7 +181,8 @@ def _environments(metadata: MetaData) -> Table:
         Column("concurrency_limit", Integer),
         Column("burst_factor", Numeric(6, 2), nullable=False, server_default="1.0"),
         Column("paused", Boolean, nullable=False, server_default=text("false")),
-        # Fair-scheduling state: runs handed out, and whether it ran out of queued runs.
+        # Fair-scheduling state: runs handed out, and whether it ran out of queued runs (true
+        # until a scan of the queued runs finds it has some: sql/scheduling.sql).
         Column("served", BigInteger, nullable=False, server_default="0"),
         Column("drained", Boolean, nullable=False, server_default=text("true")),
         Column("last_served_at", DateTime(timezone=True)),
@@ -198,6 +199,8 @@ def _environments(metadata: MetaData) -> Table:
         ),
         CheckConstraint("size_limit IS NULL OR size_limit >= 0", name="environments_size_check"),
         CheckConstraint("burst_factor >= 1", name="environments_burst_check"),
+        # The claim's list of environments with work: a handful of rows among many idle ones.
+        Index("environments_active_idx", "name", postgresql_where=text("NOT drained")),
     )
 
 

@@ -69,13 +69,18 @@ class LeaseStore:
         *,
         environments: Sequence[str] | None = None,
         queues: Sequence[str] | None = None,
+        full_scan: bool = True,
     ) -> list[ClaimedRun]:
+        """Claim up to ``limit`` runs. ``full_scan=False`` serves the environments already known
+        to have work and looks for others only when they cannot fill the claim; a caller that
+        uses it must ask for a full scan when it learns of new work (a notification)."""
         params = {
             "limit": limit,
             "lease_s": self.lease_seconds,
             "worker_id": self.worker_id,
             "environments": list(environments) if environments else None,
             "queues": list(queues) if queues else None,
+            "full_scan": full_scan,
         }
         if conn not in self._claim_connections:
             set_json_loads(_loads_json, conn)

@@ -10,6 +10,7 @@ hands those runs back to QUEUED without counting the attempt.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -105,6 +106,9 @@ class Worker:
         # Runs claimed and not yet finished: handed to a runner, or executing.
         self._running = 0
         self._wake = anyio.Event()
+        # New work was announced since the last full scan (or may have been: at start).
+        self._work_announced = True
+        self._last_full_scan = -math.inf
         self._slot_free = anyio.Event()
         self._idle = anyio.Event()
         self._stopping = False
@@ -203,10 +207,11 @@ class Worker:
             self._wake = anyio.Event()
             # The database starts each lease when the claim runs: never count ours from later.
             sent_at = time.monotonic()
+            full_scan = self._full_scan_due(sent_at)
             try:
                 claimed = await self.store.claim(
                     await connection.get(), asked,
-                    environments=self.environments, queues=self.queues,
+                    environments=self.environments, queues=self.queues, full_scan=full_scan,
                 )  # fmt: skip
             except psycopg.Error:
                 log.warning("claim failed; retrying after the poll interval", exc_info=True)
@@ -219,6 +224,21 @@ class Worker:
             if len(claimed) < asked and not self._stopping:
                 with anyio.move_on_after(self.poll_interval):
                     await self._wake.wait()
+
+    def _full_scan_due(self, now: float) -> bool:
+        """Whether this claim should look for environments that gained work. Notifications
+        announce new work; without them, and at least once per poll interval as a safety net,
+        every claim looks. Between those, claims serve the environments known to have work
+        (and still look whenever those cannot fill them)."""
+        due = (
+            self._work_announced
+            or not self.listen
+            or now - self._last_full_scan >= (self.poll_interval)
+        )
+        if due:
+            self._work_announced = False
+            self._last_full_scan = now
+        return due
 
     def _start(self, run: ClaimedRun, sent_at: float) -> None:
         previous = self.held.get(run.id)
@@ -317,6 +337,7 @@ class Worker:
             or environment in self.environments
         ):
             self.stats.wakeups += 1
+            self._work_announced = True
             self._wake.set()
 
     def _lease_lost(self, active: ActiveRun) -> None:
