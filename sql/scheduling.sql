@@ -14,9 +14,10 @@
 -- `max_deficit`, so one that sat at its cap gets its turn back but cannot monopolise. One that
 -- was drained rejoins level with the least-served active environment: no credit for idleness.
 --
--- The active environments are the ones with environments.drained false: a scan of the queued
--- index marks those that gained work, and the claim that finds one empty marks it drained. A
--- claim reads this short list instead of scanning for work across every environment each time.
+-- The active environments are the ones with environments.drained false: an environment a scan
+-- of the queued index finds with work becomes active (charged by the claim that serves it, or
+-- marked), and the claim that leaves it empty marks it drained. A claim reads this short list
+-- instead of scanning for work across every environment each time.
 
 -- name: create_take_rate_tokens
 -- Token bucket in the scheduler row, refilled by elapsed time up to `rate_burst`. Takes up to
@@ -163,7 +164,7 @@ $$;
 -- name: create_claim_runs
 -- The claim: up to `claim_limit` runs across environments, fairly, within every cap.
 -- It serves the environments the scheduler knows to have work (environments.drained is false);
--- `full_scan` first looks for environments that gained work since (discover_environments).
+-- `full_scan` also looks for environments that gained work since (claim_candidates).
 -- Without it, a claim the known environments cannot fill looks anyway, so work is only left
 -- unseen while others keep every claim full, and the worker asks for a full scan whenever a
 -- notification says new work arrived.
@@ -183,7 +184,9 @@ DECLARE
     granted integer;
     names text[];
     served bigint[];
+    joiners text[];
     visited text[] := '{{}}';
+    charged text[] := '{{}}';
     skipped integer[];
     take integer;
     claimed integer;
@@ -204,21 +207,18 @@ BEGIN
         SELECT least(remaining, settings.global_concurrency_limit - count(*))
         INTO remaining FROM {schema}.runs r WHERE r.status = 'EXECUTING';
     END IF;
-    IF full_scan AND remaining > 0 THEN
-        PERFORM {schema}.discover_environments(only_environments);
-    END IF;
 
-    -- Pass 1 serves the known environments; pass 2, only when they left the claim short and no
-    -- full scan was made, the ones a scan finds now.
+    -- Pass 1 serves the known environments (and, with full_scan, the ones a scan finds); pass
+    -- 2, only when they left the claim short and no scan was made, the ones a scan finds now.
     FOR pass IN 1 .. 2 LOOP
-        EXIT WHEN remaining <= 0;
-        IF pass = 2 THEN
-            EXIT WHEN full_scan OR {schema}.discover_environments(only_environments) = 0;
-        END IF;
-        SELECT array_agg(c.name ORDER BY c.turn), array_agg(c.effective_served ORDER BY c.turn)
-        INTO names, served
-        FROM {schema}.claim_candidates(settings.max_deficit, only_environments) c
+        EXIT WHEN remaining <= 0 OR (pass = 2 AND full_scan);
+        SELECT array_agg(c.name ORDER BY c.turn), array_agg(c.effective_served ORDER BY c.turn),
+               coalesce(joiners, '{{}}') || coalesce(array_agg(c.name) FILTER (WHERE c.joining), '{{}}')
+        INTO names, served, joiners
+        FROM {schema}.claim_candidates(settings.max_deficit, only_environments,
+                                       full_scan OR pass = 2) AS c
         WHERE c.name <> ALL (visited);
+        CONTINUE WHEN names IS NULL;
         locked_any := false;
         skipped := '{{}}';
 
@@ -238,6 +238,7 @@ BEGIN
                 names[i], take, lease_s, claimer, only_queues);
             GET DIAGNOSTICS claimed = ROW_COUNT;
             PERFORM {schema}.charge_environment(names[i], served[i], claimed);
+            charged := charged || names[i];
             remaining := remaining - claimed;
             total := total + claimed;
         END LOOP;
@@ -252,10 +253,17 @@ BEGIN
                 names[i], remaining, lease_s, claimer, only_queues);
             GET DIAGNOSTICS claimed = ROW_COUNT;
             PERFORM {schema}.charge_environment(names[i], served[i], claimed);
+            charged := charged || names[i];
             remaining := remaining - claimed;
             total := total + claimed;
         END IF;
     END LOOP;
+
+    -- Environments the scan found and this claim did not serve join the active ones now, level
+    -- with the least-served (the ones it served were charged: that marked them).
+    IF NOT joiners <@ charged THEN
+        PERFORM {schema}.mark_environments_active(joiners, charged);
+    END IF;
 
     IF settings.rate_limit_per_s IS NOT NULL THEN
         PERFORM {schema}.return_rate_tokens(granted - total);
@@ -263,22 +271,52 @@ BEGIN
 END;
 $$;
 
--- name: create_discover_environments
--- Environments with queued runs that the scheduler does not count as active (new ones, and
--- ones drained before), found by a loose index scan of the queued index: one descent per
--- environment with queued runs, never a scan of the runs. They join level with the
+-- name: create_mark_environments_active
+-- Environments a scan found with queued runs join the active ones, level with the
 -- least-served active environment: no credit for the time they had nothing to run. Rows other
--- claimers hold are left for the next scan. Returns how many joined.
-CREATE OR REPLACE FUNCTION {schema}.discover_environments(only_environments text[])
-RETURNS integer
+-- claimers hold are skipped: those claimers charge them, and a later scan finds the rest.
+CREATE OR REPLACE FUNCTION {schema}.mark_environments_active(found_names text[], charged_names text[])
+RETURNS void
 LANGUAGE plpgsql
 AS $$
-DECLARE
-    joined integer;
 BEGIN
+    WITH joining AS (
+        SELECT j.name FROM {schema}.environments j
+        WHERE j.name = ANY(found_names) AND j.name <> ALL(charged_names) AND j.drained
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE {schema}.environments AS e
+    SET drained = false,
+        served = greatest(e.served, coalesce(
+            (SELECT min(peer.served) FROM {schema}.environments peer
+             WHERE NOT peer.drained AND NOT peer.paused), e.served))
+    FROM joining
+    WHERE e.name = joining.name;
+END;
+$$;
+
+-- name: create_claim_candidates
+-- Environments to serve and their turn: least served first, and among equals the one served
+-- longest ago, so environments joining level with the others go first. An environment's
+-- credit is capped: it counts as served at least `max_deficit` less than the most-served
+-- active one. The known ones (drained false) are read through a partial index on environments.
+--
+-- With `full_scan`, environments that gained work are found too (`joining`), by a loose index
+-- scan of the queued index: one descent per environment with queued runs, never a scan of the
+-- runs. They rank level with the least-served known environment; nothing is written here (the
+-- claim charges the ones it serves and marks the rest: mark_environments_active).
+--
+-- A plain STABLE sql function, so the planner inlines it into the claim's statement, whose plan
+-- is cached.
+CREATE OR REPLACE FUNCTION {schema}.claim_candidates(
+    max_deficit integer, only_environments text[], full_scan boolean)
+RETURNS TABLE (name text, effective_served bigint, turn bigint, joining boolean)
+LANGUAGE sql
+STABLE
+AS $$
     WITH RECURSIVE active(environment) AS (
         (SELECT r.environment FROM {schema}.runs r
-         WHERE r.status = 'QUEUED'
+         WHERE full_scan AND r.status = 'QUEUED'
          ORDER BY r.environment LIMIT 1)
         UNION ALL
         SELECT (SELECT r.environment FROM {schema}.runs r
@@ -286,55 +324,32 @@ BEGIN
                 ORDER BY r.environment LIMIT 1)
         FROM active
         WHERE active.environment IS NOT NULL
-    ), joining AS (
-        SELECT e.name
+    ), known AS (
+        SELECT e.name, e.served, e.last_served_at, false AS joining
+        FROM {schema}.environments e
+        WHERE NOT e.drained
+          AND NOT e.paused
+          AND (only_environments IS NULL OR e.name = ANY(only_environments))
+    ), candidates AS (
+        SELECT * FROM known
+        UNION ALL
+        SELECT e.name,
+               greatest(e.served, coalesce((SELECT min(k.served) FROM known k), e.served)),
+               e.last_served_at, true
         FROM {schema}.environments e
         JOIN active ON active.environment = e.name
         WHERE e.drained
           AND NOT e.paused
           AND (only_environments IS NULL OR e.name = ANY(only_environments))
-        FOR UPDATE OF e SKIP LOCKED
-    ), level AS (
-        SELECT min(e.served) AS least_served
-        FROM {schema}.environments e
-        WHERE NOT e.drained AND NOT e.paused
     )
-    UPDATE {schema}.environments AS e
-    SET drained = false,
-        served = greatest(e.served, coalesce(level.least_served, e.served))
-    FROM joining CROSS JOIN level
-    WHERE e.name = joining.name;
-    GET DIAGNOSTICS joined = ROW_COUNT;
-    RETURN joined;
-END;
-$$;
-
--- name: create_claim_candidates
--- The environments known to have work, in turn order: least served first, and among equals
--- the one served longest ago, so environments joining level with the others go first. An
--- environment's credit is capped: it counts as served at least `max_deficit` less than the
--- most-served one. Reads the environments table only (the active ones, by a partial index).
-CREATE OR REPLACE FUNCTION {schema}.claim_candidates(max_deficit integer, only_environments text[])
-RETURNS TABLE (name text, effective_served bigint, turn bigint)
-LANGUAGE sql
-STABLE
-AS $$
-WITH candidates AS (
-    SELECT e.name, e.served, e.last_served_at
-    FROM {schema}.environments e
-    WHERE NOT e.drained
-      AND NOT e.paused
-      AND (only_environments IS NULL OR e.name = ANY(only_environments))
-), ranked AS (
-    SELECT c.name, c.last_served_at,
-           greatest(c.served, (SELECT max(served) FROM candidates) - max_deficit)
-               AS effective_served
-    FROM candidates c
-)
-SELECT ranked.name, ranked.effective_served,
-       row_number() OVER (ORDER BY ranked.effective_served, ranked.last_served_at NULLS FIRST,
-                                   ranked.name)
-FROM ranked;
+    SELECT ranked.name, ranked.effective_served,
+           row_number() OVER (ORDER BY ranked.effective_served, ranked.last_served_at NULLS FIRST,
+                                       ranked.name),
+           ranked.joining
+    FROM (SELECT c.name, c.last_served_at, c.joining,
+                 greatest(c.served, (SELECT max(served) FROM candidates) - max_deficit)
+                     AS effective_served
+          FROM candidates c) AS ranked;
 $$;
 
 -- name: create_charge_environment

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 from psycopg import sql
 
-from fairlane.migrate import migration_schema, run_named_sql
+from fairlane.migrate import migration_schema, run_frozen_sql, run_named_sql
 
 revision: str = "0002"
 down_revision: str | None = "0001"
@@ -21,8 +21,6 @@ depends_on: str | Sequence[str] | None = None
 
 FUNCTIONS: tuple[LiteralString, ...] = (
     "claim_runs(integer, double precision, text, text[], text[])",
-    # The signature since 0007: this revision installs the current body from sql/.
-    "claim_runs(integer, double precision, text, text[], text[], boolean)",
     "claim_from_environment(text, integer, double precision, text, text[])",
     "claim_candidates(integer, text[])",
     "charge_environment(text, bigint, integer)",
@@ -97,10 +95,10 @@ def upgrade() -> None:
         "create_take_rate_tokens",
         "create_return_rate_tokens",
         "create_charge_environment",
-        "create_claim_candidates",
         "create_claim_from_environment",
-        "create_claim_runs",
     )
+    # Their forms until 0007 replaced them (sql/scheduling.sql has the current ones).
+    run_frozen_sql("claim_0006.sql", "claim_candidates_0006", "claim_runs_0006")
 
 
 def downgrade() -> None:

@@ -1,8 +1,9 @@
-"""Active environments: the claim serves the environments known to have work.
+"""Active environments: the claim ranks only the environments known to have work.
 
-A scan of the queued index marks environments that gained work (``discover_environments``);
-``claim_candidates`` reads only those rows, through a partial index, instead of scanning for
-work across every environment on each claim. ``claim_runs`` takes ``full_scan``.
+``claim_candidates`` reads the environments with ``drained`` false through a partial index,
+instead of scanning the queued index for every environment with work on each claim. That scan
+runs when the caller asks (``full_scan``: the worker does when a notification announced work)
+or when the known environments cannot fill the claim; what it finds joins the active ones.
 
 Revision ID: 0007
 Revises: 0006
@@ -10,6 +11,7 @@ Create Date: 2026-12-02
 """
 
 from collections.abc import Sequence
+from typing import LiteralString
 
 import sqlalchemy as sa
 from alembic import op
@@ -22,15 +24,23 @@ down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-CLAIM_RUNS_0006 = "claim_runs(integer, double precision, text, text[], text[])"
-CLAIM_RUNS_0007 = "claim_runs(integer, double precision, text, text[], text[], boolean)"
+REPLACED: tuple[LiteralString, ...] = (
+    "claim_runs(integer, double precision, text, text[], text[])",
+    "claim_candidates(integer, text[])",
+)
+INSTALLED: tuple[LiteralString, ...] = (
+    "claim_runs(integer, double precision, text, text[], text[], boolean)",
+    "claim_candidates(integer, text[], boolean)",
+    "mark_environments_active(text[], text[])",
+)
 
 
-def _drop_function(signature: str) -> None:
-    drop = sql.SQL("DROP FUNCTION IF EXISTS {}.{}").format(
-        sql.Identifier(migration_schema()), sql.SQL(signature)
-    )
-    op.get_bind().exec_driver_sql(drop.as_string(None))
+def _drop_functions(signatures: Sequence[LiteralString]) -> None:
+    for signature in signatures:
+        drop = sql.SQL("DROP FUNCTION IF EXISTS {}.{}").format(
+            sql.Identifier(migration_schema()), sql.SQL(signature)
+        )
+        op.get_bind().exec_driver_sql(drop.as_string(None))
 
 
 def upgrade() -> None:
@@ -41,12 +51,11 @@ def upgrade() -> None:
         schema=migration_schema(),
         postgresql_where=sa.text("NOT drained"),
     )
-    _drop_function(CLAIM_RUNS_0006)
-    run_named_sql("create_discover_environments", "create_claim_candidates", "create_claim_runs")
+    _drop_functions(REPLACED)
+    run_named_sql("create_mark_environments_active", "create_claim_candidates", "create_claim_runs")
 
 
 def downgrade() -> None:
-    _drop_function(CLAIM_RUNS_0007)
-    _drop_function("discover_environments(text[])")
+    _drop_functions(INSTALLED)
     op.drop_index("environments_active_idx", table_name="environments", schema=migration_schema())
-    run_frozen_sql("0007_downgrade.sql", "restore_claim_candidates_0006", "restore_claim_runs_0006")
+    run_frozen_sql("claim_0006.sql", "claim_candidates_0006", "claim_runs_0006")

@@ -1,7 +1,8 @@
--- Function bodies as they were before migration 0007 (active environments), which its
--- downgrade restores. Frozen: never edit these to follow later changes.
+-- The claim and its candidate scan as they stood from revision 0002 to 0006: 0002 installs
+-- them from here and 0007's downgrade restores them (sql/scheduling.sql has the current forms).
+-- Frozen: never edit these to follow later changes.
 
--- name: restore_claim_runs_0006
+-- name: claim_runs_0006
 -- The claim: up to `claim_limit` runs across environments, fairly, within every cap.
 CREATE OR REPLACE FUNCTION {schema}.claim_runs(
     claim_limit integer, lease_s double precision, claimer text,
@@ -86,7 +87,7 @@ BEGIN
 END;
 $$;
 
--- name: restore_claim_candidates_0006
+-- name: claim_candidates_0006
 -- Environments with claimable runs and their turn: least served first, and among equals the
 -- one served longest ago, so environments joining level with the others go first. The recursive CTE is a loose index
 -- scan of the queued index: one descent per environment, never a scan of the queued runs.
