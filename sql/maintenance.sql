@@ -129,25 +129,6 @@ BEGIN
 END;
 $$;
 
--- name: create_notify_runs_inserted
--- One notification per environment per inserting statement, not one per run.
-CREATE OR REPLACE FUNCTION {schema}.notify_runs_inserted()
-RETURNS trigger
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    PERFORM pg_notify(TG_TABLE_SCHEMA || '.runs', envs.environment)
-    FROM (SELECT DISTINCT environment FROM new_runs WHERE status = 'QUEUED') AS envs;
-    RETURN NULL;
-END;
-$$;
-
--- name: create_runs_inserted_trigger
-CREATE TRIGGER runs_notify_inserted
-AFTER INSERT ON {schema}.runs
-REFERENCING NEW TABLE AS new_runs
-FOR EACH STATEMENT EXECUTE FUNCTION {schema}.notify_runs_inserted();
-
 -- name: seed_core_periodic_jobs
 INSERT INTO {schema}.periodic_jobs (name, function, interval_s)
 VALUES ('reclaim_expired_leases', 'reclaim_expired_leases', 1.0),

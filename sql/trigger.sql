@@ -76,12 +76,17 @@ WITH t AS (
     FROM ttl AS t
     WHERE NOT EXISTS (SELECT 1 FROM rejected)
     ORDER BY t.ord
-    RETURNING id
+    RETURNING id, environment, status
+), woken AS (
+    -- Idle workers of each environment with new claimable runs wake up; delivered at commit.
+    SELECT pg_notify({channel}, envs.environment)
+    FROM (SELECT DISTINCT environment FROM inserted WHERE status = 'QUEUED') AS envs
 )
 SELECT id, 'created'::text AS outcome, NULL::text AS environment, NULL::text AS queue,
        NULL::integer AS size_limit, NULL::text AS scope, NULL::integer AS size,
        NULL::integer AS item
 FROM inserted
+WHERE (SELECT count(*) FROM woken) >= 0
 UNION ALL
 SELECT NULL, NULL, environment, queue, size_limit, scope, size, NULL FROM rejected;
 

@@ -74,6 +74,10 @@ BEGIN
         DO NOTHING
         RETURNING id INTO run_id;
         IF run_id IS NOT NULL THEN
+            IF start_at IS NULL THEN
+                -- Wakes idle workers at commit; repeats within a transaction fold into one.
+                PERFORM pg_notify({channel}, env);
+            END IF;
             IF debounce_key IS NOT NULL THEN
                 UPDATE {schema}.debounce_keys k SET run_id = trigger_keyed_run.run_id
                 WHERE k.environment = env AND k.task = task_name AND k.key = debounce_key;

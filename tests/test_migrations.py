@@ -26,7 +26,6 @@ CORE_FUNCTIONS = {
     "reclaim_expired_leases",
     "promote_delayed_runs",
     "run_due_periodic_jobs",
-    "notify_runs_inserted",
 }
 
 

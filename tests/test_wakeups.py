@@ -95,3 +95,29 @@ async def test_polling_worker_drains_runs_triggered_while_it_runs(
     assert sorted(done) == list(range(200))
     assert worker.stats.wakeups == 0
     assert not listening(db)
+
+
+def announced(db: psycopg.Connection[Any]) -> list[str]:
+    """Environments announced on the runs channel since the last call (LISTEN is on ``db``)."""
+    db.execute("SELECT 1")  # notifications are read with the next result
+    return sorted(notification.payload for notification in db.notifies(timeout=0.2))
+
+
+async def test_every_trigger_path_announces_its_environment_once(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    db.execute('LISTEN "fairlane.runs"')
+    async with Client(dsn) as client:
+        await client.trigger_many(
+            [TriggerRequest("t", i, environment=env) for i, env in enumerate("aabbb")]
+        )
+        assert announced(db) == ["a", "b"]
+        await client.trigger("t", environment="c", idempotency_key="k1")
+        await client.trigger_many(
+            [TriggerRequest("t", i, environment="d", idempotency_key=f"d{i}") for i in range(3)]
+        )
+        assert announced(db) == ["c", "d"]
+        # Not claimable yet: promotion announces them when they are due.
+        await client.trigger("t", environment="e", delay=60)
+        await client.trigger("t", environment="f", delay=60, idempotency_key="k2")
+        assert announced(db) == []

@@ -13,7 +13,7 @@ from alembic import op
 from psycopg import sql
 from sqlalchemy.dialects import postgresql
 
-from fairlane.migrate import migration_schema, run_named_sql
+from fairlane.migrate import migration_schema, run_frozen_sql, run_named_sql
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -116,10 +116,9 @@ def upgrade() -> None:
         "create_reclaim_expired_leases",
         "create_promote_delayed_runs",
         "create_run_due_periodic_jobs",
-        "create_notify_runs_inserted",
-        "create_runs_inserted_trigger",
         "seed_core_periodic_jobs",
     )
+    run_frozen_sql("notify_0007.sql", "notify_runs_inserted", "runs_inserted_trigger")
 
 
 def downgrade() -> None:
