@@ -192,6 +192,7 @@ DECLARE
     claimed integer;
     total integer := 0;
     locked_any boolean;
+    waiting boolean;
     pass integer;
     i integer;
 BEGIN
@@ -213,27 +214,44 @@ BEGIN
     FOR pass IN 1 .. 2 LOOP
         EXIT WHEN remaining <= 0 OR (pass = 2 AND full_scan);
         SELECT array_agg(c.name ORDER BY c.turn), array_agg(c.effective_served ORDER BY c.turn),
-               coalesce(joiners, '{{}}') || coalesce(array_agg(c.name) FILTER (WHERE c.joining), '{{}}')
+               coalesce(joiners, '{{}}')
+                   || coalesce(array_agg(c.name) FILTER (WHERE c.joining), '{{}}')
         INTO names, served, joiners
         FROM {schema}.claim_candidates(settings.max_deficit, only_environments,
                                        full_scan OR pass = 2) AS c
         WHERE c.name <> ALL (visited);
         CONTINUE WHEN names IS NULL;
         locked_any := false;
+        waiting := false;
         skipped := '{{}}';
-
-        FOR i IN 1 .. coalesce(cardinality(names), 0) LOOP
+        i := 0;
+        LOOP
             EXIT WHEN remaining <= 0;
-            visited := visited || names[i];
-            PERFORM 1 FROM {schema}.environments e WHERE e.name = names[i] FOR UPDATE SKIP LOCKED;
-            IF NOT FOUND THEN
-                skipped := skipped || i;
-                CONTINUE;
+            i := i + 1;
+            IF i > cardinality(names) THEN
+                -- Every candidate was locked by other claimers (one busy tenant, many workers):
+                -- wait for the first instead of coming back empty. Each holder keeps the lock
+                -- for one claim only, and a claimer that waits holds no other environment lock,
+                -- so waiting cannot deadlock.
+                EXIT WHEN locked_any OR waiting OR cardinality(skipped) = 0;
+                waiting := true;
+                i := skipped[1];
+                PERFORM 1 FROM {schema}.environments e WHERE e.name = names[i] FOR UPDATE;
+            ELSE
+                visited := visited || names[i];
+                PERFORM 1 FROM {schema}.environments e
+                WHERE e.name = names[i] FOR UPDATE SKIP LOCKED;
+                IF NOT FOUND THEN
+                    skipped := skipped || i;
+                    CONTINUE;
+                END IF;
+                locked_any := true;
             END IF;
-            locked_any := true;
             -- A quantum per turn while others wait; a lone environment may take the whole claim.
-            take := least(remaining, greatest(settings.quantum,
-                                              ceil(remaining::numeric / (cardinality(names) - i + 1))));
+            take := CASE WHEN waiting THEN remaining
+                         ELSE least(remaining, greatest(settings.quantum, ceil(
+                             remaining::numeric / (cardinality(names) - i + 1))))::integer
+                    END;
             RETURN QUERY SELECT * FROM {schema}.claim_from_environment(
                 names[i], take, lease_s, claimer, only_queues);
             GET DIAGNOSTICS claimed = ROW_COUNT;
@@ -241,22 +259,8 @@ BEGIN
             charged := charged || names[i];
             remaining := remaining - claimed;
             total := total + claimed;
+            EXIT WHEN waiting;
         END LOOP;
-
-        -- Every candidate was locked by other claimers (one busy tenant, many workers): wait for
-        -- the first instead of coming back empty. Each holder keeps the lock for one claim only,
-        -- and a claimer that waits holds no other environment lock, so waiting cannot deadlock.
-        IF NOT locked_any AND remaining > 0 AND cardinality(skipped) > 0 THEN
-            i := skipped[1];
-            PERFORM 1 FROM {schema}.environments e WHERE e.name = names[i] FOR UPDATE;
-            RETURN QUERY SELECT * FROM {schema}.claim_from_environment(
-                names[i], remaining, lease_s, claimer, only_queues);
-            GET DIAGNOSTICS claimed = ROW_COUNT;
-            PERFORM {schema}.charge_environment(names[i], served[i], claimed);
-            charged := charged || names[i];
-            remaining := remaining - claimed;
-            total := total + claimed;
-        END IF;
     END LOOP;
 
     -- Environments the scan found and this claim did not serve join the active ones now, level

@@ -20,6 +20,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pytest_postgresql import factories
 
 from fairlane import migrate
+from fairlane.worker.leases import LeaseStore
 
 SESSION_DB = f"fairlane_test_{os.getpid()}"
 
@@ -104,3 +105,9 @@ def db(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     """An autocommit connection to the test database, for setting up and inspecting rows."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         yield conn
+
+
+@pytest.fixture
+def store() -> LeaseStore:
+    """The worker's fenced statements, for tests that claim and complete runs by hand."""
+    return LeaseStore("fairlane", lease_seconds=30, worker_id="test")

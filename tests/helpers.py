@@ -13,6 +13,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from fairlane import RunStatus, Worker
+from fairlane.models import ClaimedRun
+from fairlane.worker.leases import Completion, Lease, LeaseStore
 
 
 @asynccontextmanager
@@ -128,3 +130,14 @@ async def trigger_together(
         for conn in opened:
             await conn.close()
     return got
+
+
+async def claim_and_complete(
+    conn: psycopg.AsyncConnection[Any], store: LeaseStore, limit: int, **options: Any
+) -> list[ClaimedRun]:
+    """Claim up to ``limit`` runs (``options`` go to ``LeaseStore.claim``) and complete them."""
+    claimed = await store.claim(conn, limit, **options)
+    await store.complete(
+        conn, [Completion(Lease(run.id, run.lease_token), "null") for run in claimed]
+    )
+    return claimed

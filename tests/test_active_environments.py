@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from fairlane import RunContext, TaskRegistry, TriggerRequest, Worker, trigger_many
-from fairlane.worker.leases import Completion, Lease, LeaseStore
-from tests.helpers import running, wait_until
+from fairlane.worker.leases import LeaseStore
+from tests.helpers import claim_and_complete, running, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -32,16 +32,8 @@ def active(db: psycopg.Connection[Any]) -> set[str]:
 async def claim(
     conn: psycopg.AsyncConnection[Any], store: LeaseStore, limit: int, *, full_scan: bool
 ) -> Counter[str]:
-    claimed = await store.claim(conn, limit, full_scan=full_scan)
-    await store.complete(
-        conn, [Completion(Lease(run.id, run.lease_token), "null") for run in claimed]
-    )
+    claimed = await claim_and_complete(conn, store, limit, full_scan=full_scan)
     return Counter(run.environment for run in claimed)
-
-
-@pytest.fixture
-def store() -> LeaseStore:
-    return LeaseStore("fairlane", lease_seconds=30, worker_id="test")
 
 
 async def test_known_environments_are_served_until_a_scan_finds_new_work(

@@ -63,11 +63,6 @@ async def test_caps_are_never_exceeded_by_four_workers(
     assert max(sample.get("one", 0) for sample in samples) == 1
 
 
-@pytest.fixture
-def store() -> LeaseStore:
-    return LeaseStore("fairlane", lease_seconds=30, worker_id="test")
-
-
 async def test_every_end_of_a_run_frees_its_slot(
     dsn: str, db: psycopg.Connection[Any], store: LeaseStore
 ) -> None:

@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 from fairlane import TriggerRequest, limits, trigger_many
-from fairlane.models import ClaimedRun
-from fairlane.worker.leases import Completion, Lease, LeaseStore
+from fairlane.worker.leases import LeaseStore
+from tests.helpers import claim_and_complete
 
 pytestmark = pytest.mark.anyio
 
@@ -18,21 +18,6 @@ pytestmark = pytest.mark.anyio
 def bulk(db: psycopg.Connection[Any], environment: str, count: int, **options: Any) -> list[int]:
     requests = [TriggerRequest("noop", i, environment=environment, **options) for i in range(count)]
     return trigger_many(db, requests)
-
-
-async def claim_and_complete(
-    conn: psycopg.AsyncConnection[Any], store: LeaseStore, limit: int, **filters: Any
-) -> list[ClaimedRun]:
-    claimed = await store.claim(conn, limit, **filters)
-    await store.complete(
-        conn, [Completion(Lease(run.id, run.lease_token), "null") for run in claimed]
-    )
-    return claimed
-
-
-@pytest.fixture
-def store() -> LeaseStore:
-    return LeaseStore("fairlane", lease_seconds=30, worker_id="test")
 
 
 async def test_small_environments_are_not_held_back_by_a_huge_one(
