@@ -105,3 +105,32 @@ def test_installed_wheel_reads_its_own_sql_and_migrations(
     revision = _run(python, "-c", probe, dsn, cwd=tmp_path).strip()
     assert revision == migrate.head_revision()
     assert db.execute("SELECT count(*) FROM from_wheel.runs").fetchone() == (0,)
+
+
+def test_statements_are_sent_without_their_comment_lines() -> None:
+    from fairlane.sqlfiles import parse_named_statements, query
+
+    source = textwrap.dedent(
+        """\
+        -- name: plain
+        -- what it does
+        SELECT 1  -- a trailing comment stays
+        -- between clauses
+        FROM t;
+
+        -- name: create_function
+        -- outside the body
+        CREATE FUNCTION f() RETURNS int LANGUAGE plpgsql AS $$
+        BEGIN
+            -- inside the body, kept for \\sf
+            RETURN 1;
+        END;
+        $$;
+        """
+    )
+    statements = parse_named_statements(source)
+    assert statements["plain"] == "SELECT 1  -- a trailing comment stays\nFROM t;"
+    assert "outside the body" not in statements["create_function"]
+    assert "-- inside the body, kept for \\sf" in statements["create_function"]
+    # psycopg caches its conversion of statements up to 4 KiB: the trigger's must stay under.
+    assert len(query("insert_runs", "fairlane").encode()) <= 4096

@@ -36,12 +36,28 @@ def parse_named_statements(source: str) -> dict[str, str]:
     headers = list(_HEADER.finditer(source))
     for header, following in zip(headers, [*headers[1:], None], strict=True):
         end = following.start() if following else len(source)
-        body = source[header.end() : end].strip()
+        body = _without_comment_lines(source[header.end() : end]).strip()
         name = header.group("name")
         if name in statements:
             raise ValueError(f"SQL statement {name!r} is defined twice")
         statements[name] = body
     return statements
+
+
+def _without_comment_lines(body: str) -> str:
+    """Drop lines that are only a ``--`` comment, except inside ``$$`` function bodies.
+
+    The comments stay in the files for readers; sent with every statement they cost bytes on
+    the wire and, past 4 KiB, psycopg's cache of converted queries (it keeps shorter ones).
+    """
+    kept: list[str] = []
+    in_body = False
+    for line in body.splitlines():
+        if not in_body and line.lstrip().startswith("--"):
+            continue
+        kept.append(line)
+        in_body ^= line.count("$$") % 2 == 1
+    return "\n".join(kept)
 
 
 @cache

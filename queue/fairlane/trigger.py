@@ -154,10 +154,12 @@ def _row(request: TriggerRequest) -> dict[str, Any]:
     return dict(zip(COLUMNS, values, strict=True))
 
 
-def insert_params(requests: Iterable[TriggerRequest]) -> dict[str, list[Any]]:
+def insert_params(requests: Iterable[TriggerRequest]) -> dict[str, list[Any] | None]:
     """The array parameters of the trigger statements; raises before anything is sent.
 
-    A refused request raises ``PayloadError`` or ``TriggerOptionError`` carrying its index.
+    A refused request raises ``PayloadError`` or ``TriggerOptionError`` carrying its index. An
+    option no request uses is sent as NULL rather than an array of NULLs: the statements'
+    unnest pads it with NULLs all the same, and most triggers use few options.
     """
     columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
     for index, request in enumerate(requests):
@@ -169,4 +171,7 @@ def insert_params(requests: Iterable[TriggerRequest]) -> dict[str, list[Any]]:
             raise error.at(index) from None
         for name, value in row.items():
             columns[name].append(value)
-    return columns
+    return {
+        name: values if any(value is not None for value in values) else None
+        for name, values in columns.items()
+    }
