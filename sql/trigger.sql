@@ -1,6 +1,7 @@
 -- name: insert_runs
--- Any number of runs in one statement: each parameter is an array with one element per run,
--- so a bulk trigger is one round trip. Delays use the database clock, not the caller's.
+-- Any number of runs in one statement: the parameter is a JSON array with one object per run
+-- (fairlane.trigger), read as a recordset, so a bulk trigger is one round trip and one value.
+-- Delays use the database clock, not the caller's.
 -- Environments and queues get their settings rows on first use; ON CONFLICT DO NOTHING neither
 -- writes nor waits when the row exists, even while a claimer holds its lock.
 -- This is the path of requests without idempotency keys or debounce (trigger_keyed_runs has
@@ -9,13 +10,11 @@
 -- with a NULL id, so the caller's transaction stays usable. Without limits it is not called.
 WITH t AS (
     SELECT *
-    FROM unnest(
-            %(environments)s::text[], %(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[],
-            %(priorities)s::integer[], %(max_attempts)s::integer[], %(delays)s::float8[],
-            %(delay_untils)s::timestamptz[], %(tags)s::text[], %(metadata)s::text[],
-            %(machines)s::text[], %(max_durations)s::float8[], %(ttls)s::float8[],
-            %(parent_run_ids)s::bigint[]
-         ) WITH ORDINALITY
+    FROM ROWS FROM (jsonb_to_recordset(%(runs)s::jsonb) AS (
+            environment text, queue text, task text, payload jsonb, priority integer,
+            max_attempts integer, delay_s float8, delay_until timestamptz, tags jsonb,
+            metadata jsonb, machine text, max_duration_s float8, ttl_s float8,
+            parent_run_id bigint)) WITH ORDINALITY
          AS t(environment, queue, task, payload, priority, max_attempts, delay_s, delay_until,
               tags, metadata, machine, max_duration_s, requested_ttl_s, parent_run_id, ord)
 ), max_ttl AS (
@@ -59,13 +58,13 @@ WITH t AS (
     SELECT t.environment,
            t.queue,
            t.task,
-           t.payload::jsonb,
+           coalesce(t.payload, 'null'),
            CASE WHEN t.start_at IS NOT NULL THEN 'DELAYED' ELSE 'QUEUED' END,
            t.priority,
            t.max_attempts,
            t.start_at,
-           ARRAY(SELECT jsonb_array_elements_text(t.tags::jsonb)),
-           t.metadata::jsonb,
+           ARRAY(SELECT jsonb_array_elements_text(t.tags)),
+           t.metadata,
            t.machine,
            t.max_duration_s,
            t.ttl_s,
@@ -92,14 +91,38 @@ SELECT NULL, NULL, environment, queue, size_limit, scope, size, NULL FROM reject
 
 -- name: trigger_keyed_runs
 -- Requests with an idempotency key or debounce, decided one by one under row locks
--- (sql/trigger_keyed.sql). Same arrays as insert_runs plus the keys. Rows come back in request
--- order; a rejection (queue full) is a single row with a NULL id and nothing was written.
+-- (sql/trigger_keyed.sql). The same JSON parameter as insert_runs, with the keys. Rows come
+-- back in request order; a rejection (queue full) is a single row with a NULL id and nothing
+-- was written.
+WITH t AS (
+    SELECT *
+    FROM ROWS FROM (jsonb_to_recordset(%(runs)s::jsonb) AS (
+            environment text, queue text, task text, payload jsonb, priority integer,
+            max_attempts integer, delay_s float8, delay_until timestamptz, tags jsonb,
+            metadata jsonb, machine text, max_duration_s float8, ttl_s float8,
+            parent_run_id bigint, idempotency_key text, idempotency_ttl_s float8,
+            debounce_key text, debounce_delay_s float8, debounce_trailing boolean,
+            debounce_max_delay_s float8)) WITH ORDINALITY AS t
+)
 SELECT id, outcome, environment, queue, size_limit, scope, size, item
 FROM {schema}.trigger_keyed_runs(
-    %(environments)s::text[], %(queues)s::text[], %(tasks)s::text[], %(payloads)s::text[],
-    %(priorities)s::integer[], %(max_attempts)s::integer[], %(delays)s::float8[],
-    %(delay_untils)s::timestamptz[], %(tags)s::text[], %(metadata)s::text[],
-    %(machines)s::text[], %(max_durations)s::float8[], %(ttls)s::float8[],
-    %(parent_run_ids)s::bigint[], %(idempotency_keys)s::text[],
-    %(idempotency_ttls)s::float8[], %(debounce_keys)s::text[], %(debounce_delays)s::float8[],
-    %(debounce_trailing)s::boolean[], %(debounce_max_delays)s::float8[]);
+    ARRAY(SELECT t.environment FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.queue FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.task FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT coalesce(t.payload, 'null')::text FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.priority FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.max_attempts FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.delay_s FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.delay_until FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.tags::text FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.metadata::text FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.machine FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.max_duration_s FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.ttl_s FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.parent_run_id FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.idempotency_key FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.idempotency_ttl_s FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.debounce_key FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.debounce_delay_s FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.debounce_trailing FROM t ORDER BY t.ordinality),
+    ARRAY(SELECT t.debounce_max_delay_s FROM t ORDER BY t.ordinality));

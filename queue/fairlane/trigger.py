@@ -11,6 +11,7 @@ locks (see ``sql/trigger.sql`` and ``docs/trigger-options.md``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,12 +26,13 @@ from fairlane.payload import encode_json
 MAX_ATTEMPTS_CEILING = 250
 __all__ = ["MAX_ATTEMPTS_CEILING", "MAX_SECONDS", "TriggerRequest", "insert_params"]
 
-# The array parameters of both trigger statements, one element per request.
-COLUMNS = (
-    "environments", "queues", "tasks", "payloads", "priorities", "max_attempts", "delays",
-    "delay_untils", "tags", "metadata", "machines", "max_durations", "ttls", "parent_run_ids",
-    "idempotency_keys", "idempotency_ttls", "debounce_keys", "debounce_delays",
-    "debounce_trailing", "debounce_max_delays",
+# The fields of one request in the trigger statements' JSON parameter (their recordset);
+# payload, tags and metadata are JSON themselves and go in as such.
+FIELDS = (
+    "environment", "queue", "task", "priority", "max_attempts", "delay_s", "delay_until",
+    "machine", "max_duration_s", "ttl_s", "parent_run_id", "idempotency_key",
+    "idempotency_ttl_s", "debounce_key", "debounce_delay_s", "debounce_trailing",
+    "debounce_max_delay_s",
 )  # fmt: skip
 
 
@@ -132,8 +134,8 @@ def _idempotency(request: TriggerRequest) -> tuple[str | None, float | None]:
     return key, seconds("idempotency_ttl", request.idempotency_ttl)
 
 
-def _row(request: TriggerRequest) -> dict[str, Any]:
-    """One request's elements of the statement's arrays, in ``COLUMNS`` order."""
+def _row(request: TriggerRequest) -> str:
+    """One request as a JSON object: its fields (unset ones left out) and its JSON values."""
     _check(request)
     delay, delay_until = _delay(request.delay)
     debounce = debounce_params(request.debounce) if request.debounce is not None else None
@@ -142,36 +144,33 @@ def _row(request: TriggerRequest) -> dict[str, Any]:
         delay = debounce.delay_s
     idempotency_key, idempotency_ttl = _idempotency(request)
     values = (
-        request.environment, request.queue, request.task, encode_json(request.payload),
-        request.priority, request.max_attempts, delay, delay_until,
-        encode_json(list(request.tags), what="tags"),
-        encode_json(dict(request.metadata), what="metadata"), request.machine,
-        seconds("max_duration", request.max_duration), seconds("ttl", request.ttl),
-        request.parent_run_id, idempotency_key, idempotency_ttl,
+        request.environment, request.queue, request.task, request.priority,
+        request.max_attempts, delay, delay_until.isoformat() if delay_until else None,
+        request.machine, seconds("max_duration", request.max_duration),
+        seconds("ttl", request.ttl), request.parent_run_id, idempotency_key, idempotency_ttl,
         debounce.key if debounce else None, debounce.delay_s if debounce else None,
         debounce.trailing if debounce else None, debounce.max_delay_s if debounce else None,
     )  # fmt: skip
-    return dict(zip(COLUMNS, values, strict=True))
+    fields = {name: value for name, value in zip(FIELDS, values, strict=True) if value is not None}
+    scalars = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
+    return (
+        f'{scalars[:-1]},"payload":{encode_json(request.payload)}'
+        f',"tags":{encode_json(list(request.tags), what="tags")}'
+        f',"metadata":{encode_json(dict(request.metadata), what="metadata")}}}'
+    )
 
 
-def insert_params(requests: Iterable[TriggerRequest]) -> dict[str, list[Any] | None]:
-    """The array parameters of the trigger statements; raises before anything is sent.
-
-    A refused request raises ``PayloadError`` or ``TriggerOptionError`` carrying its index. An
-    option no request uses is sent as NULL rather than an array of NULLs: the statements'
-    unnest pads it with NULLs all the same, and most triggers use few options.
+def insert_params(requests: Iterable[TriggerRequest]) -> dict[str, str]:
+    """The trigger statements' parameter: every request as one JSON array, which PostgreSQL
+    reads as a recordset. Raises before anything is sent: a refused request raises
+    ``PayloadError`` or ``TriggerOptionError`` carrying its index.
     """
-    columns: dict[str, list[Any]] = {name: [] for name in COLUMNS}
+    rows: list[str] = []
     for index, request in enumerate(requests):
         try:
-            row = _row(request)
+            rows.append(_row(request))
         except PayloadError as error:
             raise PayloadError(str(error), index=index) from None
         except TriggerOptionError as error:
             raise error.at(index) from None
-        for name, value in row.items():
-            columns[name].append(value)
-    return {
-        name: values if any(value is not None for value in values) else None
-        for name, values in columns.items()
-    }
+    return {"runs": f"[{','.join(rows)}]"}
