@@ -9,22 +9,15 @@
 -- counts before any row is inserted; a rejection inserts nothing and comes back as one row
 -- with a NULL id, so the caller's transaction stays usable. Without limits it is not called.
 WITH t AS (
-    SELECT *
-    FROM ROWS FROM (jsonb_to_recordset(%(runs)s::jsonb) AS (
-            environment text, queue text, task text, payload jsonb, priority integer,
-            max_attempts integer, delay_s float8, delay_until timestamptz, tags jsonb,
-            metadata jsonb, machine text, max_duration_s float8, ttl_s float8,
-            parent_run_id bigint)) WITH ORDINALITY
-         AS t(environment, queue, task, payload, priority, max_attempts, delay_s, delay_until,
-              tags, metadata, machine, max_duration_s, requested_ttl_s, parent_run_id, ord)
+    SELECT * FROM {schema}.trigger_requests(%(runs)s::jsonb)
 ), max_ttl AS (
     SELECT (value #>> '{{}}')::float8 AS seconds FROM {schema}.settings WHERE name = 'max_ttl_s'
 ), ttl AS (
     -- The configured maximum fills a missing TTL and caps a larger one.
     SELECT t.*,
-           CASE WHEN max_ttl.seconds IS NULL THEN t.requested_ttl_s
-                ELSE least(coalesce(t.requested_ttl_s, max_ttl.seconds), max_ttl.seconds)
-           END AS ttl_s,
+           CASE WHEN max_ttl.seconds IS NULL THEN t.ttl_s
+                ELSE least(coalesce(t.ttl_s, max_ttl.seconds), max_ttl.seconds)
+           END AS capped_ttl_s,
            CASE WHEN t.delay_until > now() THEN t.delay_until
                 WHEN t.delay_s > 0 THEN now() + make_interval(secs => t.delay_s)
            END AS start_at
@@ -67,10 +60,10 @@ WITH t AS (
            t.metadata,
            t.machine,
            t.max_duration_s,
-           t.ttl_s,
+           t.capped_ttl_s,
            -- Armed now only when the run is enqueued now; a delayed run arms it when promoted.
-           CASE WHEN t.start_at IS NULL AND t.ttl_s IS NOT NULL
-                THEN now() + make_interval(secs => t.ttl_s) END,
+           CASE WHEN t.start_at IS NULL AND t.capped_ttl_s IS NOT NULL
+                THEN now() + make_interval(secs => t.capped_ttl_s) END,
            t.parent_run_id
     FROM ttl AS t
     WHERE NOT EXISTS (SELECT 1 FROM rejected)
@@ -94,35 +87,30 @@ SELECT NULL, NULL, environment, queue, size_limit, scope, size, NULL FROM reject
 -- (sql/trigger_keyed.sql). The same JSON parameter as insert_runs, with the keys. Rows come
 -- back in request order; a rejection (queue full) is a single row with a NULL id and nothing
 -- was written.
-WITH t AS (
+SELECT id, outcome, environment, queue, size_limit, scope, size, item
+FROM {schema}.trigger_keyed_runs(%(runs)s::jsonb);
+
+-- name: create_trigger_requests
+-- The trigger statements' parameter as rows in request order: one JSON object per request,
+-- with the fields fairlane.trigger.FIELDS names (unset ones left out) and payload, tags and
+-- metadata as JSON. The one place that gives those fields their SQL types. A plain STABLE sql
+-- function, so the planner inlines it into the statements that read it.
+CREATE OR REPLACE FUNCTION {schema}.trigger_requests(requests jsonb)
+RETURNS TABLE (environment text, queue text, task text, payload jsonb, priority integer,
+               max_attempts integer, delay_s float8, delay_until timestamptz, tags jsonb,
+               metadata jsonb, machine text, max_duration_s float8, ttl_s float8,
+               parent_run_id bigint, idempotency_key text, idempotency_ttl_s float8,
+               debounce_key text, debounce_delay_s float8, debounce_trailing boolean,
+               debounce_max_delay_s float8, ord bigint)
+LANGUAGE sql
+STABLE
+AS $$
     SELECT *
-    FROM ROWS FROM (jsonb_to_recordset(%(runs)s::jsonb) AS (
+    FROM ROWS FROM (jsonb_to_recordset(requests) AS (
             environment text, queue text, task text, payload jsonb, priority integer,
             max_attempts integer, delay_s float8, delay_until timestamptz, tags jsonb,
             metadata jsonb, machine text, max_duration_s float8, ttl_s float8,
             parent_run_id bigint, idempotency_key text, idempotency_ttl_s float8,
             debounce_key text, debounce_delay_s float8, debounce_trailing boolean,
-            debounce_max_delay_s float8)) WITH ORDINALITY AS t
-)
-SELECT id, outcome, environment, queue, size_limit, scope, size, item
-FROM {schema}.trigger_keyed_runs(
-    ARRAY(SELECT t.environment FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.queue FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.task FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT coalesce(t.payload, 'null')::text FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.priority FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.max_attempts FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.delay_s FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.delay_until FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.tags::text FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.metadata::text FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.machine FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.max_duration_s FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.ttl_s FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.parent_run_id FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.idempotency_key FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.idempotency_ttl_s FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.debounce_key FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.debounce_delay_s FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.debounce_trailing FROM t ORDER BY t.ordinality),
-    ARRAY(SELECT t.debounce_max_delay_s FROM t ORDER BY t.ordinality));
+            debounce_max_delay_s float8)) WITH ORDINALITY
+$$;

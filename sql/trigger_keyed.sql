@@ -92,15 +92,10 @@ END;
 $$;
 
 -- name: create_trigger_keyed_runs
--- Many requests, in order, all or nothing: a full queue undoes the requests before it (the
--- block is a subtransaction) and comes back as one row naming the queue and the request.
-CREATE OR REPLACE FUNCTION {schema}.trigger_keyed_runs(
-    environments text[], queues text[], tasks text[], payloads text[], priorities integer[],
-    max_attempts integer[], delays float8[], delay_untils timestamptz[], tags text[],
-    metadata text[], machines text[], max_durations float8[], ttls float8[],
-    parent_run_ids bigint[], idempotency_keys text[], idempotency_ttls float8[],
-    debounce_keys text[], debounce_delays float8[], debounce_trailing boolean[],
-    debounce_max_delays float8[])
+-- Many requests (the trigger statements' JSON parameter, read by trigger_requests), in order,
+-- all or nothing: a full queue undoes the requests before it (the block is a subtransaction)
+-- and comes back as one row naming the queue and the request.
+CREATE OR REPLACE FUNCTION {schema}.trigger_keyed_runs(requests jsonb)
 RETURNS TABLE (id bigint, outcome text, environment text, queue text, size_limit integer,
                scope text, size integer, item integer)
 LANGUAGE plpgsql
@@ -114,33 +109,24 @@ DECLARE
     detail jsonb;
 BEGIN
     INSERT INTO {schema}.environments (name)
-    SELECT DISTINCT e FROM unnest(environments) AS e
+    SELECT DISTINCT r.environment FROM {schema}.trigger_requests(requests) AS r
     ON CONFLICT DO NOTHING;
     INSERT INTO {schema}.queues (environment, name)
-    SELECT DISTINCT e, q FROM unnest(environments, queues) AS u(e, q)
+    SELECT DISTINCT r.environment, r.queue FROM {schema}.trigger_requests(requests) AS r
     ON CONFLICT DO NOTHING;
     BEGIN
         FOR request IN
-            SELECT *
-            FROM unnest(environments, queues, tasks, payloads, priorities, max_attempts, delays,
-                        delay_untils, tags, metadata, machines, max_durations, ttls,
-                        parent_run_ids, idempotency_keys, idempotency_ttls, debounce_keys,
-                        debounce_delays, debounce_trailing, debounce_max_delays)
-                 WITH ORDINALITY
-                 AS u(env, queue_name, task_name, payload, priority, max_attempts, delay_s,
-                      delay_until, tags, metadata, machine, max_duration_s, ttl_s, parent_id,
-                      idem_key, idem_ttl_s, debounce_key, debounce_delay_s, debounce_trailing,
-                      debounce_max_delay_s, ord)
-            ORDER BY ord
+            SELECT * FROM {schema}.trigger_requests(requests) AS r ORDER BY r.ord
         LOOP
             current_item := request.ord - 1;
             SELECT * INTO made FROM {schema}.trigger_keyed_run(
-                request.env, request.queue_name, request.task_name, request.payload::jsonb,
-                request.priority, request.max_attempts, request.delay_s, request.delay_until,
-                ARRAY(SELECT jsonb_array_elements_text(request.tags::jsonb)),
-                request.metadata::jsonb, request.machine, request.max_duration_s,
-                request.ttl_s, request.parent_id, request.idem_key, request.idem_ttl_s,
-                request.debounce_key, request.debounce_delay_s, request.debounce_trailing,
+                request.environment, request.queue, request.task,
+                coalesce(request.payload, 'null'), request.priority, request.max_attempts,
+                request.delay_s, request.delay_until,
+                ARRAY(SELECT jsonb_array_elements_text(request.tags)), request.metadata,
+                request.machine, request.max_duration_s, request.ttl_s, request.parent_run_id,
+                request.idempotency_key, request.idempotency_ttl_s, request.debounce_key,
+                request.debounce_delay_s, request.debounce_trailing,
                 request.debounce_max_delay_s);
             ids := ids || made.run_id;
             outcomes := outcomes || made.outcome;

@@ -10,10 +10,9 @@ from typing import LiteralString
 
 import sqlalchemy as sa
 from alembic import op
-from psycopg import sql
 from sqlalchemy.dialects import postgresql
 
-from fairlane.migrate import migration_schema, run_frozen_sql, run_named_sql
+from fairlane.migrate import drop_functions, migration_schema, run_frozen_sql, run_named_sql
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -131,8 +130,4 @@ def downgrade() -> None:
         "reclaim_expired_leases(integer)",
         "notify_runs_inserted()",
     )
-    for function in functions:
-        drop = sql.SQL("DROP FUNCTION IF EXISTS {}.{}").format(
-            sql.Identifier(schema), sql.SQL(function)
-        )
-        op.get_bind().exec_driver_sql(drop.as_string(None))
+    drop_functions(*functions)

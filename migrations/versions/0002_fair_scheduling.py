@@ -10,9 +10,8 @@ from typing import LiteralString
 
 import sqlalchemy as sa
 from alembic import op
-from psycopg import sql
 
-from fairlane.migrate import migration_schema, run_frozen_sql, run_named_sql
+from fairlane.migrate import drop_functions, migration_schema, run_frozen_sql, run_named_sql
 
 revision: str = "0002"
 down_revision: str | None = "0001"
@@ -103,11 +102,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     schema = migration_schema()
-    for function in FUNCTIONS:
-        drop = sql.SQL("DROP FUNCTION IF EXISTS {}.{}").format(
-            sql.Identifier(schema), sql.SQL(function)
-        )
-        op.get_bind().exec_driver_sql(drop.as_string(None))
+    drop_functions(*FUNCTIONS)
     op.drop_index("runs_executing_idx", table_name="runs", schema=schema)
     op.drop_index("runs_queued_idx", table_name="runs", schema=schema)
     op.create_index(

@@ -13,7 +13,7 @@ from alembic import op
 from psycopg import sql
 from sqlalchemy.dialects import postgresql
 
-from fairlane.migrate import migration_schema, run_named_sql
+from fairlane.migrate import drop_functions, migration_schema, run_named_sql
 
 revision: str = "0003"
 down_revision: str | None = "0002"
@@ -57,9 +57,5 @@ def downgrade() -> None:
         sql.Identifier(schema)
     )
     bind.exec_driver_sql(remove_jobs.as_string(None), {"jobs": list(JOBS)})
-    for function in FUNCTIONS:
-        drop = sql.SQL("DROP FUNCTION IF EXISTS {}.{}").format(
-            sql.Identifier(schema), sql.SQL(function)
-        )
-        bind.exec_driver_sql(drop.as_string(None))
+    drop_functions(*FUNCTIONS)
     op.drop_table("settings", schema=schema)

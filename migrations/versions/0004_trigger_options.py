@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 from psycopg import sql
 
-from fairlane.migrate import migration_schema, run_named_sql
+from fairlane.migrate import drop_functions, migration_schema, run_frozen_sql, run_named_sql
 
 revision: str = "0004"
 down_revision: str | None = "0003"
@@ -90,12 +90,13 @@ def upgrade() -> None:
         "create_join_debounced_run",
         "create_prune_debounce_keys",
         "create_trigger_keyed_run",
-        "create_trigger_keyed_runs",
         "create_cancel_run",
         "create_reschedule_run",
         "create_retry_run",
         "seed_debounce_periodic_job",
     )
+    # Its form until 0009 made it take the requests as JSON (sql/trigger_keyed.sql has that).
+    run_frozen_sql("trigger_keyed_0008.sql", "trigger_keyed_runs_0008")
 
 
 def downgrade() -> None:
@@ -106,11 +107,7 @@ def downgrade() -> None:
     )
     bind.exec_driver_sql(remove_job.as_string(None))
     run_named_sql("remove_trigger_option_settings")
-    for function in FUNCTIONS:
-        drop = sql.SQL("DROP FUNCTION IF EXISTS {}.{}").format(
-            sql.Identifier(schema), sql.SQL(function)
-        )
-        bind.exec_driver_sql(drop.as_string(None))
+    drop_functions(*FUNCTIONS)
     op.drop_table("debounce_keys", schema=schema)
     for table in ("queues", "environments"):
         op.drop_constraint(f"{table}_size_check", table, schema=schema)

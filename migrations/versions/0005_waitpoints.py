@@ -13,7 +13,7 @@ from alembic import op
 from psycopg import sql
 from sqlalchemy.dialects import postgresql
 
-from fairlane.migrate import migration_schema, run_frozen_sql, run_named_sql
+from fairlane.migrate import drop_functions, migration_schema, run_frozen_sql, run_named_sql
 
 revision: str = "0005"
 down_revision: str | None = "0004"
@@ -141,11 +141,7 @@ def downgrade() -> None:
         "DELETE FROM {}.periodic_jobs WHERE name = 'complete_due_waitpoints'"
     ).format(sql.Identifier(schema))
     bind.exec_driver_sql(remove_job.as_string(None))
-    for function in FUNCTIONS:
-        drop = sql.SQL("DROP FUNCTION IF EXISTS {}.{}").format(
-            sql.Identifier(schema), sql.SQL(function)
-        )
-        bind.exec_driver_sql(drop.as_string(None))
+    drop_functions(*FUNCTIONS)
     op.drop_table("run_waitpoints", schema=schema)
     op.drop_table("waitpoints", schema=schema)
     op.drop_index("runs_resumable_idx", table_name="runs", schema=schema)

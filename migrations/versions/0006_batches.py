@@ -13,7 +13,7 @@ from alembic import op
 from psycopg import sql
 from sqlalchemy.dialects import postgresql
 
-from fairlane.migrate import migration_schema, run_named_sql
+from fairlane.migrate import drop_functions, migration_schema, run_named_sql
 
 revision: str = "0006"
 down_revision: str | None = "0005"
@@ -145,11 +145,7 @@ def downgrade() -> None:
     ).format(sql.Identifier(schema))
     bind.exec_driver_sql(remove_job.as_string(None))
     run_named_sql("remove_batch_settings")
-    for function in FUNCTIONS:
-        drop = sql.SQL("DROP FUNCTION IF EXISTS {}.{}").format(
-            sql.Identifier(schema), sql.SQL(function)
-        )
-        bind.exec_driver_sql(drop.as_string(None))
+    drop_functions(*FUNCTIONS)
     op.drop_table("batch_buckets", schema=schema)
     op.drop_table("batch_items", schema=schema)
     op.drop_table("batches", schema=schema)

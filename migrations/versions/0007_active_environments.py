@@ -15,9 +15,8 @@ from typing import LiteralString
 
 import sqlalchemy as sa
 from alembic import op
-from psycopg import sql
 
-from fairlane.migrate import migration_schema, run_frozen_sql, run_named_sql
+from fairlane.migrate import drop_functions, migration_schema, run_frozen_sql, run_named_sql
 
 revision: str = "0007"
 down_revision: str | None = "0006"
@@ -35,14 +34,6 @@ INSTALLED: tuple[LiteralString, ...] = (
 )
 
 
-def _drop_functions(signatures: Sequence[LiteralString]) -> None:
-    for signature in signatures:
-        drop = sql.SQL("DROP FUNCTION IF EXISTS {}.{}").format(
-            sql.Identifier(migration_schema()), sql.SQL(signature)
-        )
-        op.get_bind().exec_driver_sql(drop.as_string(None))
-
-
 def upgrade() -> None:
     op.create_index(
         "environments_active_idx",
@@ -51,11 +42,11 @@ def upgrade() -> None:
         schema=migration_schema(),
         postgresql_where=sa.text("NOT drained"),
     )
-    _drop_functions(REPLACED)
+    drop_functions(*REPLACED)
     run_named_sql("create_mark_environments_active", "create_claim_candidates", "create_claim_runs")
 
 
 def downgrade() -> None:
-    _drop_functions(INSTALLED)
+    drop_functions(*INSTALLED)
     op.drop_index("environments_active_idx", table_name="environments", schema=migration_schema())
     run_frozen_sql("claim_0006.sql", "claim_candidates_0006", "claim_runs_0006")

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from alembic import op
 from psycopg import sql
 
-from fairlane.migrate import migration_schema, run_frozen_sql, run_named_sql
+from fairlane.migrate import drop_functions, migration_schema, run_frozen_sql, run_named_sql
 
 revision: str = "0008"
 down_revision: str | None = "0007"
@@ -31,8 +31,7 @@ def upgrade() -> None:
     bind = op.get_bind()
     drop_trigger = sql.SQL("DROP TRIGGER IF EXISTS runs_notify_inserted ON {}.runs").format(schema)
     bind.exec_driver_sql(drop_trigger.as_string(None))
-    drop_function = sql.SQL("DROP FUNCTION IF EXISTS {}.notify_runs_inserted()").format(schema)
-    bind.exec_driver_sql(drop_function.as_string(None))
+    drop_functions("notify_runs_inserted()")
     run_named_sql("create_trigger_keyed_run")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import LiteralString
 
 import psycopg
 from alembic import command
@@ -49,6 +50,18 @@ def run_named_sql(*names: str) -> None:
     schema = migration_schema()
     for name in names:
         op.get_bind().exec_driver_sql(query(name, schema))
+
+
+def drop_functions(*signatures: LiteralString) -> None:
+    """``DROP FUNCTION IF EXISTS`` each of ``signatures`` (``name(argument types)``) in the
+    migration's schema, inside the running migration."""
+    from alembic import op
+    from psycopg import sql
+
+    schema = sql.Identifier(migration_schema())
+    for signature in signatures:
+        drop = sql.SQL("DROP FUNCTION IF EXISTS {}.{}").format(schema, sql.SQL(signature))
+        op.get_bind().exec_driver_sql(drop.as_string(None))
 
 
 def run_frozen_sql(filename: str, *names: str) -> None:

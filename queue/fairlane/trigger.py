@@ -26,8 +26,9 @@ from fairlane.payload import encode_json
 MAX_ATTEMPTS_CEILING = 250
 __all__ = ["MAX_ATTEMPTS_CEILING", "MAX_SECONDS", "TriggerRequest", "insert_params"]
 
-# The fields of one request in the trigger statements' JSON parameter (their recordset);
-# payload, tags and metadata are JSON themselves and go in as such.
+# The fields of one request in the trigger statements' JSON parameter, as the SQL function
+# trigger_requests (sql/trigger.sql) reads them; payload, tags and metadata are JSON
+# themselves and go in as such.
 FIELDS = (
     "environment", "queue", "task", "priority", "max_attempts", "delay_s", "delay_until",
     "machine", "max_duration_s", "ttl_s", "parent_run_id", "idempotency_key",
