@@ -217,6 +217,8 @@ class Worker:
                 log.warning("claim failed; retrying after the poll interval", exc_info=True)
                 await connection.discard()
                 claimed = []
+                # The scan this claim was to make is still owed.
+                self._work_announced |= full_scan
             self.stats.claims += 1
             self.stats.claimed += len(claimed)
             for run in claimed:
