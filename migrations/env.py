@@ -6,8 +6,8 @@ from alembic import context
 from psycopg import sql
 from sqlalchemy import create_engine, pool
 
-from fairlane.migrate import SCHEMA_ATTRIBUTE, URL_ATTRIBUTE
 from fairlane.schema import VERSION_TABLE, build_metadata
+from fairlane.schema.migrate import SCHEMA_ATTRIBUTE, URL_ATTRIBUTE
 from fairlane.settings import database_url, schema_name, sqlalchemy_url
 
 config = context.config

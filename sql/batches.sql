@@ -6,25 +6,7 @@
 -- turns the item into its run under the item's row lock (one run per item, see
 -- fairlane/batches/processing.py); oversized items become pre-failed runs at ingest.
 
--- name: seed_batch_settings
-INSERT INTO {schema}.settings (name, value, description) VALUES
-    ('batch_max_items', '1000', 'Most items (run count) a batch may have'),
-    ('batch_item_max_bytes', '3145728', 'An NDJSON item line longer than this becomes a pre-failed PAYLOAD_TOO_LARGE run (default 3 MiB)'),
-    ('batch_refill_amount', '100', 'Batch token bucket: tokens (items) added per refill interval, unless the environment sets its own'),
-    ('batch_refill_interval_s', '10', 'Batch token bucket: the refill interval, seconds'),
-    ('batch_bucket_max', '1200', 'Batch token bucket: most tokens an environment can hold'),
-    ('batch_concurrency', '10', 'Items of an environment''s batches turned into runs at once, unless the environment sets its own'),
-    ('batch_item_max_attempts', '8', 'Attempts to turn a batch item into a run before it becomes a pre-failed BATCH_ITEM_COULD_NOT_TRIGGER run'),
-    ('batch_seal_timeout_s', '1800', 'A batch not sealed this long after its creation is aborted (default 30 minutes)')
-ON CONFLICT (name) DO NOTHING;
-
--- name: remove_batch_settings
-DELETE FROM {schema}.settings
-WHERE name IN ('batch_max_items', 'batch_item_max_bytes', 'batch_refill_amount',
-               'batch_refill_interval_s', 'batch_bucket_max', 'batch_concurrency',
-               'batch_item_max_attempts', 'batch_seal_timeout_s');
-
--- name: create_create_batch
+-- function: create_batch
 -- Phase one. Outcomes: CREATED, EXISTING (the idempotency key names a batch of the
 -- environment; nothing charged), RATE_LIMITED (retry_after_s until the bucket holds run_count
 -- tokens), TOO_MANY (run_count above batch_max_items, which is returned as `limit_value`).
@@ -102,7 +84,7 @@ BEGIN
 END;
 $$;
 
--- name: create_finish_batch
+-- function: finish_batch
 -- A sealed batch whose every item became a run (or a pre-failed run) completes, and its
 -- waitpoint completes with the summary (run ids by index), waking the parent. Idempotent.
 CREATE OR REPLACE FUNCTION {schema}.finish_batch(target bigint)
@@ -138,7 +120,7 @@ BEGIN
 END;
 $$;
 
--- name: create_record_batch_item
+-- function: record_batch_item
 -- The item became `made` (its run, or a pre-failed run when not `ok`): link the run, mark the
 -- item, count it, and finish the batch when it was the last. Only a PENDING item counts, so a
 -- repeat (redelivery) changes nothing. Returns whether this call recorded it.
@@ -165,7 +147,7 @@ BEGIN
 END;
 $$;
 
--- name: create_fail_batch_item
+-- function: fail_batch_item
 -- An item that cannot become a run becomes a pre-failed SYSTEM_FAILURE run with `code`, at
 -- its index, and is recorded as failed. A no-op (NULL) when the item is no longer PENDING.
 CREATE OR REPLACE FUNCTION {schema}.fail_batch_item(
@@ -204,7 +186,7 @@ BEGIN
 END;
 $$;
 
--- name: create_ingest_batch_items
+-- function: ingest_batch_items
 -- Phase two, one slice of items. Items already in (same index) are skipped, so resending is
 -- safe. New items get their carrier run; oversized ones become PAYLOAD_TOO_LARGE runs now.
 -- The batch seals when all run_count items are in. Indexes at or past run_count are refused
@@ -283,7 +265,7 @@ BEGIN
 END;
 $$;
 
--- name: create_abort_unsealed_batches
+-- function: abort_unsealed_batches
 -- The periodic job: a batch still unsealed past its seal deadline is ABORTED and a parent
 -- waiting on it resumes with the error. Also, an item whose carrier run ended without making
 -- its run (a worker crashed on its last attempt) becomes a BATCH_ITEM_COULD_NOT_TRIGGER run,
@@ -344,11 +326,6 @@ BEGIN
     RETURN jsonb_build_object('aborted', aborted, 'orphaned_items', orphaned);
 END;
 $$;
-
--- name: seed_batch_periodic_job
-INSERT INTO {schema}.periodic_jobs (name, function, interval_s)
-VALUES ('abort_unsealed_batches', 'abort_unsealed_batches', 5)
-ON CONFLICT (name) DO NOTHING;
 
 -- name: create_batch
 SELECT batch_id, outcome, retry_after_s, limit_value

@@ -1,6 +1,6 @@
 -- Cancelling a run, and with it every run below it (runs record their parent_run_id).
 
--- name: create_cancel_run
+-- function: cancel_run
 -- A run that has not ended ends CANCELED at once, whatever its state, and so does every
 -- descendant that has not ended. An EXECUTING run loses its lease token in the same statement:
 -- the fence then refuses whatever its worker writes later (heartbeat, complete, fail), and the

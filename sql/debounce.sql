@@ -3,7 +3,7 @@
 -- of one key are decided one after another, each seeing what the one before it committed; the
 -- seeds' pending claims, polling and compare-and-set have no counterpart here.
 
--- name: create_lock_debounce_key
+-- function: lock_debounce_key
 -- Create the key's row if it is new, lock it, and return its current run (NULL if none). The
 -- INSERT waits for a concurrent inserter to commit; the SELECT is a later statement, so it sees
 -- that row, and FOR UPDATE then waits for whoever holds it and returns the version it left.
@@ -30,7 +30,7 @@ BEGIN
 END;
 $$;
 
--- name: create_join_debounced_run
+-- function: join_debounced_run
 -- With the key locked: push the key's run to start no earlier than now + delay_s and, in
 -- trailing mode, give it this trigger's payload, metadata, tags, max_attempts, max_duration and
 -- machine. Returns false, changing nothing, when a new run must be made instead: the run is
@@ -70,7 +70,7 @@ BEGIN
 END;
 $$;
 
--- name: create_prune_debounce_keys
+-- function: prune_debounce_keys
 -- Periodic: delete keys whose run has started, ended or gone; the next trigger of such a key
 -- makes a new run anyway, so they only take space. Rows are locked first (SKIP LOCKED: a
 -- trigger holding one is using it) and re-checked in a later statement, whose fresh snapshot
@@ -106,7 +106,3 @@ BEGIN
 END;
 $$;
 
--- name: seed_debounce_periodic_job
-INSERT INTO {schema}.periodic_jobs (name, function, interval_s)
-VALUES ('prune_debounce_keys', 'prune_debounce_keys', 60.0)
-ON CONFLICT (name) DO NOTHING;

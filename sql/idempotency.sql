@@ -3,7 +3,7 @@
 -- key: the second INSERT ... ON CONFLICT waits for the first to commit, then finds its run.
 -- Freeing a key moves it to `inactive_idempotency_key`, out of the index, keeping it readable.
 
--- name: create_find_idempotent_run
+-- function: find_idempotent_run
 -- The run holding an active key, or NULL. A key whose run ended FAILED, CRASHED, TIMED_OUT,
 -- EXPIRED or SYSTEM_FAILURE, or whose expiry passed, is freed on the way, so the caller makes
 -- a new run (CANCELED and COMPLETED runs keep their key). The freeing UPDATE re-checks its

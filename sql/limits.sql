@@ -66,13 +66,3 @@ FROM {schema}.queues q
 JOIN {schema}.environments e ON e.name = q.environment
 ORDER BY q.environment, q.name;
 
--- name: seed_scheduler
-INSERT INTO {schema}.scheduler (id) VALUES (1) ON CONFLICT DO NOTHING;
-
--- name: backfill_environments_and_queues
-INSERT INTO {schema}.environments (name, drained)
-SELECT DISTINCT environment, false FROM {schema}.runs
-ON CONFLICT DO NOTHING;
-INSERT INTO {schema}.queues (environment, name)
-SELECT DISTINCT environment, queue FROM {schema}.runs
-ON CONFLICT DO NOTHING;

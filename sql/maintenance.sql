@@ -1,8 +1,8 @@
--- Maintenance functions, installed by the migrations. Each takes its batch size, returns a
+-- Maintenance functions, installed by fairlane migrate. Each takes its batch size, returns a
 -- jsonb summary and is safe to run from several sessions at once (SKIP LOCKED). The periodic
 -- job runner calls them; an operator can call them by hand or from pg_cron.
 
--- name: create_reclaim_expired_leases
+-- function: reclaim_expired_leases
 -- A run whose lease lapsed goes back to QUEUED; the claim already counted its attempt, so on
 -- the last attempt it ends CRASHED instead. A WAITING run whose worker died goes back too and
 -- is re-executed from the start (its waits find the same waitpoints). The stale owner stays
@@ -51,7 +51,7 @@ BEGIN
 END;
 $$;
 
--- name: create_promote_delayed_runs
+-- function: promote_delayed_runs
 -- Delayed runs (first start or retry backoff) that are due become QUEUED. A run that never
 -- started is enqueued for the first time here, so its TTL is armed now.
 CREATE OR REPLACE FUNCTION {schema}.promote_delayed_runs(batch_size integer DEFAULT 1000)
@@ -82,7 +82,7 @@ SELECT jsonb_build_object('promoted', count(*), 'woken', (SELECT count(*) FROM w
 FROM promoted;
 $$;
 
--- name: create_run_due_periodic_jobs
+-- function: run_due_periodic_jobs
 -- Runs every due periodic job once. The row lock taken with SKIP LOCKED is the claim: another
 -- session skips the row, and once this transaction commits the row is no longer due. A crash
 -- rolls the transaction back, so the job is simply due again. Each job runs in a subtransaction
@@ -129,8 +129,3 @@ BEGIN
 END;
 $$;
 
--- name: seed_core_periodic_jobs
-INSERT INTO {schema}.periodic_jobs (name, function, interval_s)
-VALUES ('reclaim_expired_leases', 'reclaim_expired_leases', 1.0),
-       ('promote_delayed_runs', 'promote_delayed_runs', 0.5)
-ON CONFLICT (name) DO NOTHING;

@@ -1,4 +1,4 @@
--- name: create_prune_finished_runs
+-- function: prune_finished_runs
 -- Finished runs older than prune_retention_s are deleted, prune_batch_size at a time, at most
 -- prune_max_batches statements per tick, so the hot table stays small without long locks.
 CREATE OR REPLACE FUNCTION {schema}.prune_finished_runs()
@@ -32,7 +32,3 @@ BEGIN
 END;
 $$;
 
--- name: seed_pruning_periodic_job
-INSERT INTO {schema}.periodic_jobs (name, function, interval_s)
-VALUES ('prune_finished_runs', 'prune_finished_runs', 60.0)
-ON CONFLICT (name) DO NOTHING;

@@ -3,7 +3,7 @@
 -- trigger's transaction and serialises the triggers of one limited queue, so concurrent
 -- triggers cannot overshoot (the seeds' check read a cached length and could).
 
--- name: create_check_queue_sizes
+-- function: check_queue_sizes
 -- `adding[i]` runs are about to enter queue `queues[i]` of environment `envs[i]` (one element
 -- per queue). Returns the first limit they would pass, or no row. Locks first, counts after:
 -- each count is a later statement than the lock, and READ COMMITTED gives every statement of a

@@ -1,7 +1,7 @@
 -- Changing runs from outside a worker: reschedule a delayed run, retry a failed one, and create
 -- a run that has already failed. Each is one statement; the decision is made on the locked row.
 
--- name: create_reschedule_run
+-- function: reschedule_run
 -- A DELAYED run starts at `start_at` instead (earlier or later). The row lock keeps delayed
 -- promotion (SKIP LOCKED) off it meanwhile. Any other status changes nothing and is returned,
 -- so the caller can say why; no row means no such run.
@@ -31,7 +31,7 @@ SELECT status, rescheduled
 FROM {schema}.reschedule_run(
     %(id)s, coalesce(%(start_at)s::timestamptz, now() + make_interval(secs => %(delay_s)s)));
 
--- name: create_retry_run
+-- function: retry_run
 -- A run that ended FAILED, CRASHED, TIMED_OUT, EXPIRED or SYSTEM_FAILURE goes back to QUEUED
 -- with exactly one more attempt (max_attempts = attempts + 1); its last error and result are
 -- cleared and it gets no TTL (one armed at its first enqueue has lapsed or was spent). Queue

@@ -1,4 +1,4 @@
--- The fair claim. Installed as functions by migration 0002 (revised by 0007); the worker calls
+-- The fair claim, as functions (installed by fairlane migrate); the worker calls
 -- claim_runs().
 --
 -- Slots are derived, never counted separately: a run holds a slot exactly while it is
@@ -19,7 +19,7 @@
 -- marked), and the claim that leaves it empty marks it drained. A claim reads this short list
 -- instead of scanning for work across every environment each time.
 
--- name: create_take_rate_tokens
+-- function: take_rate_tokens
 -- Token bucket in the scheduler row, refilled by elapsed time up to `rate_burst`. Takes up to
 -- `requested` tokens and returns how many it granted. `at` is the time the bucket is asked at,
 -- so tests can drive it deterministically.
@@ -50,7 +50,7 @@ BEGIN
 END;
 $$;
 
--- name: create_return_rate_tokens
+-- function: return_rate_tokens
 -- Hand back tokens a claim was granted but found no runs for.
 CREATE OR REPLACE FUNCTION {schema}.return_rate_tokens(unused integer)
 RETURNS void
@@ -61,7 +61,7 @@ SET rate_tokens = least(coalesce(rate_burst, rate_limit_per_s), rate_tokens + un
 WHERE id = 1 AND rate_limit_per_s IS NOT NULL AND unused > 0;
 $$;
 
--- name: create_slot_holders
+-- function: slot_holders
 -- The runs holding (or owed) a slot in an environment: EXECUTING ones, and WAITING ones whose
 -- waitpoints completed, so that they resume ahead of fresh work.
 CREATE OR REPLACE FUNCTION {schema}.slot_holders(env_name text)
@@ -79,7 +79,7 @@ BEGIN
 END;
 $$;
 
--- name: create_claim_from_environment
+-- function: claim_from_environment
 -- Claim up to `take` runs of one environment whose row lock the caller holds: priority first,
 -- then age, across its unpaused queues, within the queue caps and the environment cap.
 CREATE OR REPLACE FUNCTION {schema}.claim_from_environment(
@@ -161,7 +161,7 @@ BEGIN
 END;
 $$;
 
--- name: create_claim_runs
+-- function: claim_runs
 -- The claim: up to `claim_limit` runs across environments, fairly, within every cap.
 -- It serves the environments the scheduler knows to have work (environments.drained is false);
 -- `full_scan` also looks for environments that gained work since (claim_candidates).
@@ -275,7 +275,7 @@ BEGIN
 END;
 $$;
 
--- name: create_mark_environments_active
+-- function: mark_environments_active
 -- Environments a scan found with queued runs join the active ones, level with the
 -- least-served active environment: no credit for the time they had nothing to run. Rows other
 -- claimers hold are skipped: those claimers charge them, and a later scan finds the rest.
@@ -299,7 +299,7 @@ BEGIN
 END;
 $$;
 
--- name: create_claim_candidates
+-- function: claim_candidates
 -- Environments to serve and their turn: least served first, and among equals the one served
 -- longest ago, so environments joining level with the others go first. An environment's
 -- credit is capped: it counts as served at least `max_deficit` less than the most-served
@@ -356,7 +356,7 @@ AS $$
           FROM candidates c) AS ranked;
 $$;
 
--- name: create_charge_environment
+-- function: charge_environment
 -- Record the service an environment got; it is drained when it has no queued run left.
 -- plpgsql so that its plan is cached (a LANGUAGE sql function is planned on every call).
 CREATE OR REPLACE FUNCTION {schema}.charge_environment(

@@ -1,4 +1,4 @@
--- name: create_sweep_concurrency
+-- function: sweep_concurrency
 -- Slots are derived from EXECUTING rows, so the accounting cannot drift by itself; what can go
 -- wrong is a row that claims a slot with no live lease behind it (written by hand, restored
 -- from a backup, or a lease pushed beyond max_lease_s). Such runs go back to QUEUED (CRASHED on
@@ -52,7 +52,3 @@ BEGIN
 END;
 $$;
 
--- name: seed_sweeper_periodic_job
-INSERT INTO {schema}.periodic_jobs (name, function, interval_s)
-VALUES ('sweep_concurrency', 'sweep_concurrency', 60.0)
-ON CONFLICT (name) DO NOTHING;

@@ -90,7 +90,7 @@ SELECT NULL, NULL, environment, queue, size_limit, scope, size, NULL FROM reject
 SELECT id, outcome, environment, queue, size_limit, scope, size, item
 FROM {schema}.trigger_keyed_runs(%(runs)s::jsonb);
 
--- name: create_trigger_requests
+-- function: trigger_requests
 -- The trigger statements' parameter as rows in request order: one JSON object per request,
 -- with the fields fairlane.trigger.FIELDS names (unset ones left out) and payload, tags and
 -- metadata as JSON. The one place that gives those fields their SQL types. A plain STABLE sql

@@ -5,7 +5,7 @@
 -- and only then a new run. No decision reads a row it does not hold a lock or a unique index
 -- entry for, so concurrent triggers cannot both decide to make a run.
 
--- name: create_trigger_keyed_run
+-- function: trigger_keyed_run
 -- One request. Returns the run and how it was found: 'created', 'idempotent' (an earlier run
 -- holds the key) or 'debounced' (joined the key's delayed run). Raises SQLSTATE FL001 with the
 -- full queue as JSON detail when the run would pass a size limit.
@@ -91,7 +91,7 @@ BEGIN
 END;
 $$;
 
--- name: create_trigger_keyed_runs
+-- function: trigger_keyed_runs
 -- Many requests (the trigger statements' JSON parameter, read by trigger_requests), in order,
 -- all or nothing: a full queue undoes the requests before it (the block is a subtransaction)
 -- and comes back as one row naming the queue and the request.

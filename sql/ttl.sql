@@ -1,4 +1,4 @@
--- name: create_expire_ttl_runs
+-- function: expire_ttl_runs
 -- Queued runs whose TTL lapsed end EXPIRED, in batches of ttl_batch_size, at most
 -- ttl_max_batches statements per tick. Only runs that never started: a TTL is armed on first
 -- enqueue and a run that started is never expired.
@@ -40,7 +40,3 @@ BEGIN
 END;
 $$;
 
--- name: seed_ttl_periodic_job
-INSERT INTO {schema}.periodic_jobs (name, function, interval_s)
-VALUES ('expire_ttl_runs', 'expire_ttl_runs', 1.0)
-ON CONFLICT (name) DO NOTHING;

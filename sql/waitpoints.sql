@@ -4,7 +4,7 @@
 -- run and the call position inside its handler, so a run re-executed after a crash finds the
 -- same waitpoints, and through them the same children.
 
--- name: create_complete_run_waitpoint
+-- function: complete_run_waitpoint
 -- Fires when a run that somebody waits on reaches a final status, in the transaction that
 -- finishes it, whatever finished it (worker, expiry, cancel, crash, sweeper).
 CREATE OR REPLACE FUNCTION {schema}.complete_run_waitpoint()
@@ -32,8 +32,8 @@ BEGIN
 END;
 $$;
 
--- name: create_runs_finished_trigger
-CREATE TRIGGER runs_complete_waitpoints
+-- trigger: runs_complete_waitpoints
+CREATE OR REPLACE TRIGGER runs_complete_waitpoints
 AFTER UPDATE OF status ON {schema}.runs
 FOR EACH ROW
 WHEN (NEW.has_waiters
@@ -43,7 +43,7 @@ WHEN (NEW.has_waiters
                              'CANCELED', 'SYSTEM_FAILURE'))
 EXECUTE FUNCTION {schema}.complete_run_waitpoint();
 
--- name: create_wake_waiting_runs
+-- function: wake_waiting_runs
 -- Runs waiting on these (just completed) waitpoints, with nothing else pending, become ready
 -- to resume; their workers are told on the resume channel.
 CREATE OR REPLACE FUNCTION {schema}.wake_waiting_runs(completed bigint[])
@@ -71,7 +71,7 @@ WITH candidates AS (
 SELECT count(pg_notify({resume_channel}, ready.id::text))::integer FROM ready;
 $$;
 
--- name: create_begin_waiting
+-- function: begin_waiting
 -- The waiting run gives up its slot: EXECUTING -> WAITING, fenced by its lease token, unless
 -- everything it waits on is already complete. Returns WAITING, READY or LOST.
 CREATE OR REPLACE FUNCTION {schema}.begin_waiting(waiting_run bigint, token uuid)
@@ -101,7 +101,7 @@ BEGIN
 END;
 $$;
 
--- name: create_resume_run
+-- function: resume_run
 -- A ready run takes a slot again, ahead of fresh work (claims leave room for ready runs), under
 -- the same environment lock and caps as a claim. Returns RESUMED, NO_ROOM, NOT_READY or LOST.
 CREATE OR REPLACE FUNCTION {schema}.resume_run(waiting_run bigint, token uuid)
@@ -152,7 +152,7 @@ BEGIN
 END;
 $$;
 
--- name: create_complete_due_waitpoints
+-- function: complete_due_waitpoints
 -- Time waitpoints that are due complete; tokens past their timeout complete with an error.
 CREATE OR REPLACE FUNCTION {schema}.complete_due_waitpoints()
 RETURNS jsonb
@@ -191,7 +191,3 @@ BEGIN
 END;
 $$;
 
--- name: seed_waitpoints_periodic_job
-INSERT INTO {schema}.periodic_jobs (name, function, interval_s)
-VALUES ('complete_due_waitpoints', 'complete_due_waitpoints', 0.25)
-ON CONFLICT (name) DO NOTHING;

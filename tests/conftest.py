@@ -8,9 +8,11 @@ fresh database cloned from it.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,9 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pytest_postgresql import factories
+from pytest_postgresql.janitor import DatabaseJanitor
 
-from fairlane import migrate
+from fairlane.schema import migrate
 from fairlane.worker.leases import LeaseStore
 
 SESSION_DB = f"fairlane_test_{os.getpid()}"
@@ -98,6 +101,30 @@ def dsn(postgresql: psycopg.Connection[Any]) -> str:
         host=info.host, port=info.port, user=info.user, password=info.password or None,
         dbname=info.dbname,
     )  # fmt: skip
+
+
+_empty_databases = itertools.count()
+
+
+@pytest.fixture
+def empty_database(postgresql_server: Any) -> Iterator[Callable[[], str]]:
+    """Makes empty databases (nothing migrated) on the test server; returns their DSNs. They
+    are dropped when the test ends."""
+    with ExitStack() as stack:
+
+        def make() -> str:
+            janitor = DatabaseJanitor(
+                user=postgresql_server.user, host=postgresql_server.host,
+                port=postgresql_server.port, password=postgresql_server.password,
+                dbname=f"{SESSION_DB}_empty_{next(_empty_databases)}",
+            )  # fmt: skip
+            stack.enter_context(janitor)
+            return make_conninfo(
+                host=janitor.host, port=janitor.port, user=janitor.user,
+                password=janitor.password or None, dbname=janitor.dbname,
+            )  # fmt: skip
+
+        yield make
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairlane import migrate
+from fairlane.schema import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "queue" / "fairlane"
@@ -82,12 +82,12 @@ def test_installed_wheel_reads_its_own_sql_and_migrations(
         """
         import sys, sysconfig
         from pathlib import Path
-        import fairlane, fairlane.migrate, fairlane.sqlfiles
+        import fairlane, fairlane.schema.migrate, fairlane.sqlfiles
 
         site = Path(sysconfig.get_paths()["purelib"]).resolve()
         package = Path(fairlane.__file__).resolve().parent
         sql_dir = Path(str(fairlane.sqlfiles.sql_dir())).resolve()
-        migrations = fairlane.migrate.migrations_dir().resolve()
+        migrations = fairlane.schema.migrate.migrations_dir().resolve()
         assert package == site / "fairlane", package
         assert sql_dir == package / "_sql", sql_dir
         assert migrations == package / "_migrations", migrations
@@ -97,8 +97,8 @@ def test_installed_wheel_reads_its_own_sql_and_migrations(
         assert fairlane.sqlfiles._raw_statements()["claim_runs"] == packaged["claim_runs"]
         assert '"fairlane"' in claim and "{schema}" not in claim, claim
         # The packaged migrations run: a schema of its own in the test database.
-        fairlane.migrate.upgrade(sys.argv[1], schema="from_wheel")
-        print(fairlane.migrate.current_revision(sys.argv[1], schema="from_wheel"))
+        fairlane.schema.migrate.upgrade(sys.argv[1], schema="from_wheel")
+        print(fairlane.schema.migrate.current_revision(sys.argv[1], schema="from_wheel"))
         """
     )
     # Run from outside the source tree, so only the installed wheel can be imported.

@@ -1,4 +1,4 @@
-"""Core engine: the runs table, its claim indexes, periodic jobs and maintenance functions.
+"""Core engine: the runs table, its claim indexes and the periodic jobs of maintenance.
 
 Revision ID: 0001
 Revises:
@@ -6,13 +6,13 @@ Create Date: 2026-12-02
 """
 
 from collections.abc import Sequence
-from typing import LiteralString
 
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from fairlane.migrate import drop_functions, migration_schema, run_frozen_sql, run_named_sql
+from fairlane.schema.revision import execute
+from fairlane.schema.revision import schema as migration_schema
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -111,23 +111,17 @@ def upgrade() -> None:
         sa.CheckConstraint("interval_s > 0", name="periodic_jobs_interval_check"),
         schema=schema,
     )
-    run_named_sql(
-        "create_reclaim_expired_leases",
-        "create_promote_delayed_runs",
-        "create_run_due_periodic_jobs",
-        "seed_core_periodic_jobs",
+    execute(
+        """
+        INSERT INTO {schema}.periodic_jobs (name, function, interval_s)
+        VALUES ('reclaim_expired_leases', 'reclaim_expired_leases', 1.0),
+               ('promote_delayed_runs', 'promote_delayed_runs', 0.5)
+        ON CONFLICT (name) DO NOTHING
+        """
     )
-    run_frozen_sql("notify_0007.sql", "notify_runs_inserted", "runs_inserted_trigger")
 
 
 def downgrade() -> None:
     schema = migration_schema()
     op.drop_table("periodic_jobs", schema=schema)
     op.drop_table("runs", schema=schema)
-    functions: tuple[LiteralString, ...] = (
-        "run_due_periodic_jobs()",
-        "promote_delayed_runs(integer)",
-        "reclaim_expired_leases(integer)",
-        "notify_runs_inserted()",
-    )
-    drop_functions(*functions)

@@ -1,4 +1,4 @@
-"""Fair scheduling: environments, queues, scheduler settings and the fair claim functions.
+"""Fair scheduling: environments, queues and the scheduler settings row.
 
 Revision ID: 0002
 Revises: 0001
@@ -6,26 +6,17 @@ Create Date: 2026-12-02
 """
 
 from collections.abc import Sequence
-from typing import LiteralString
 
 import sqlalchemy as sa
 from alembic import op
 
-from fairlane.migrate import drop_functions, migration_schema, run_frozen_sql, run_named_sql
+from fairlane.schema.revision import execute
+from fairlane.schema.revision import schema as migration_schema
 
 revision: str = "0002"
 down_revision: str | None = "0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-FUNCTIONS: tuple[LiteralString, ...] = (
-    "claim_runs(integer, double precision, text, text[], text[])",
-    "claim_from_environment(text, integer, double precision, text, text[])",
-    "claim_candidates(integer, text[])",
-    "charge_environment(text, bigint, integer)",
-    "take_rate_tokens(integer, timestamptz)",
-    "return_rate_tokens(integer)",
-)
 
 
 def upgrade() -> None:
@@ -88,21 +79,25 @@ def upgrade() -> None:
         schema=schema,
         postgresql_where=sa.text("status = 'EXECUTING'"),
     )
-    run_named_sql(
-        "seed_scheduler",
-        "backfill_environments_and_queues",
-        "create_take_rate_tokens",
-        "create_return_rate_tokens",
-        "create_charge_environment",
-        "create_claim_from_environment",
+    execute("INSERT INTO {schema}.scheduler (id) VALUES (1) ON CONFLICT DO NOTHING")
+    execute(
+        """
+        INSERT INTO {schema}.environments (name, drained)
+        SELECT DISTINCT environment, false FROM {schema}.runs
+        ON CONFLICT DO NOTHING
+        """
     )
-    # Their forms until 0007 replaced them (sql/scheduling.sql has the current ones).
-    run_frozen_sql("claim_0006.sql", "claim_candidates_0006", "claim_runs_0006")
+    execute(
+        """
+        INSERT INTO {schema}.queues (environment, name)
+        SELECT DISTINCT environment, queue FROM {schema}.runs
+        ON CONFLICT DO NOTHING
+        """
+    )
 
 
 def downgrade() -> None:
     schema = migration_schema()
-    drop_functions(*FUNCTIONS)
     op.drop_index("runs_executing_idx", table_name="runs", schema=schema)
     op.drop_index("runs_queued_idx", table_name="runs", schema=schema)
     op.create_index(

@@ -1,4 +1,4 @@
-"""Trigger options: idempotency keys, debounce, queue size limits, parent runs, cancel.
+"""Trigger options: idempotency keys, debounce keys, queue size limits, parent runs.
 
 Revision ID: 0004
 Revises: 0003
@@ -6,35 +6,17 @@ Create Date: 2026-12-03
 """
 
 from collections.abc import Sequence
-from typing import LiteralString
 
 import sqlalchemy as sa
 from alembic import op
-from psycopg import sql
 
-from fairlane.migrate import drop_functions, migration_schema, run_frozen_sql, run_named_sql
+from fairlane.schema.revision import execute
+from fairlane.schema.revision import schema as migration_schema
 
 revision: str = "0004"
 down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-FUNCTIONS: tuple[LiteralString, ...] = (
-    "trigger_keyed_runs(text[], text[], text[], text[], integer[], integer[], float8[], "
-    "timestamptz[], text[], text[], text[], float8[], float8[], bigint[], text[], float8[], "
-    "text[], float8[], boolean[], float8[])",
-    "trigger_keyed_run(text, text, text, jsonb, integer, integer, float8, timestamptz, text[], "
-    "jsonb, text, float8, float8, bigint, text, float8, text, float8, boolean, float8)",
-    "find_idempotent_run(text, text, text)",
-    "lock_debounce_key(text, text, text)",
-    "join_debounced_run(bigint, float8, float8, boolean, jsonb, jsonb, text[], integer, "
-    "float8, text)",
-    "prune_debounce_keys()",
-    "check_queue_sizes(text[], text[], integer[])",
-    "cancel_run(bigint)",
-    "reschedule_run(bigint, timestamptz)",
-    "retry_run(bigint)",
-)
 
 
 def upgrade() -> None:
@@ -82,32 +64,33 @@ def upgrade() -> None:
         sa.Column("run_id", sa.BigInteger),
         schema=schema,
     )
-    run_named_sql(
-        "seed_trigger_option_settings",
-        "create_check_queue_sizes",
-        "create_find_idempotent_run",
-        "create_lock_debounce_key",
-        "create_join_debounced_run",
-        "create_prune_debounce_keys",
-        "create_trigger_keyed_run",
-        "create_cancel_run",
-        "create_reschedule_run",
-        "create_retry_run",
-        "seed_debounce_periodic_job",
+    execute(
+        """
+        INSERT INTO {schema}.settings (name, value, description) VALUES
+            ('idempotency_key_ttl_s', '2592000', 'How long an idempotency key stays active when the trigger gives no idempotency_ttl, seconds (default 30 days)'),
+            ('debounce_max_delay_s', '600', 'How long after its creation a debounced run can still be pushed back when the trigger gives no max_delay, seconds (default 10 minutes)'),
+            ('debounce_prune_batch_size', '5000', 'Stale debounce keys deleted per prune_debounce_keys tick')
+        ON CONFLICT (name) DO NOTHING
+        """  # noqa: E501
     )
-    # Its form until 0009 made it take the requests as JSON (sql/trigger_keyed.sql has that).
-    run_frozen_sql("trigger_keyed_0008.sql", "trigger_keyed_runs_0008")
+    execute(
+        """
+        INSERT INTO {schema}.periodic_jobs (name, function, interval_s)
+        VALUES ('prune_debounce_keys', 'prune_debounce_keys', 60.0)
+        ON CONFLICT (name) DO NOTHING
+        """
+    )
 
 
 def downgrade() -> None:
     schema = migration_schema()
-    bind = op.get_bind()
-    remove_job = sql.SQL("DELETE FROM {}.periodic_jobs WHERE name = 'prune_debounce_keys'").format(
-        sql.Identifier(schema)
+    execute("DELETE FROM {schema}.periodic_jobs WHERE name = 'prune_debounce_keys'")
+    execute(
+        """
+        DELETE FROM {schema}.settings
+        WHERE name IN ('idempotency_key_ttl_s', 'debounce_max_delay_s', 'debounce_prune_batch_size')
+        """
     )
-    bind.exec_driver_sql(remove_job.as_string(None))
-    run_named_sql("remove_trigger_option_settings")
-    drop_functions(*FUNCTIONS)
     op.drop_table("debounce_keys", schema=schema)
     for table in ("queues", "environments"):
         op.drop_constraint(f"{table}_size_check", table, schema=schema)

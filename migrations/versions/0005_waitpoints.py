@@ -1,4 +1,4 @@
-"""Waitpoints: runs waiting on runs, times and tokens, without holding a slot.
+"""Waitpoints: runs waiting on runs, times and tokens, without holding a slot: the tables.
 
 Revision ID: 0005
 Revises: 0004
@@ -6,28 +6,18 @@ Create Date: 2026-12-02
 """
 
 from collections.abc import Sequence
-from typing import LiteralString
 
 import sqlalchemy as sa
 from alembic import op
-from psycopg import sql
 from sqlalchemy.dialects import postgresql
 
-from fairlane.migrate import drop_functions, migration_schema, run_frozen_sql, run_named_sql
+from fairlane.schema.revision import execute
+from fairlane.schema.revision import schema as migration_schema
 
 revision: str = "0005"
 down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-FUNCTIONS: tuple[LiteralString, ...] = (
-    "complete_due_waitpoints()",
-    "resume_run(bigint, uuid)",
-    "begin_waiting(bigint, uuid)",
-    "complete_run_waitpoint()",
-    "wake_waiting_runs(bigint[])",
-    "slot_holders(text)",
-)
 
 
 def upgrade() -> None:
@@ -113,35 +103,18 @@ def upgrade() -> None:
     op.create_index(
         "run_waitpoints_waitpoint_idx", "run_waitpoints", ["waitpoint_id"], schema=schema
     )
-    run_named_sql(
-        "create_wake_waiting_runs",
-        "create_complete_run_waitpoint",
-        "create_runs_finished_trigger",
-        "create_begin_waiting",
-        "create_resume_run",
-        "create_complete_due_waitpoints",
-        "seed_waitpoints_periodic_job",
-        # Functions whose bodies learn about WAITING runs.
-        "create_slot_holders",
-        # Cancel tells the worker of a WAITING run too, so its suspended handler stops.
-        "create_cancel_run",
-        "create_reclaim_expired_leases",
-        "create_claim_from_environment",
+    execute(
+        """
+        INSERT INTO {schema}.periodic_jobs (name, function, interval_s)
+        VALUES ('complete_due_waitpoints', 'complete_due_waitpoints', 0.25)
+        ON CONFLICT (name) DO NOTHING
+        """
     )
 
 
 def downgrade() -> None:
     schema = migration_schema()
-    bind = op.get_bind()
-    drop_trigger = sql.SQL("DROP TRIGGER IF EXISTS runs_complete_waitpoints ON {}.runs").format(
-        sql.Identifier(schema)
-    )
-    bind.exec_driver_sql(drop_trigger.as_string(None))
-    remove_job = sql.SQL(
-        "DELETE FROM {}.periodic_jobs WHERE name = 'complete_due_waitpoints'"
-    ).format(sql.Identifier(schema))
-    bind.exec_driver_sql(remove_job.as_string(None))
-    drop_functions(*FUNCTIONS)
+    execute("DELETE FROM {schema}.periodic_jobs WHERE name = 'complete_due_waitpoints'")
     op.drop_table("run_waitpoints", schema=schema)
     op.drop_table("waitpoints", schema=schema)
     op.drop_index("runs_resumable_idx", table_name="runs", schema=schema)
@@ -155,8 +128,3 @@ def downgrade() -> None:
     )
     op.drop_column("runs", "resume_ready", schema=schema)
     op.drop_column("runs", "has_waiters", schema=schema)
-    run_frozen_sql(
-        "0005_downgrade.sql",
-        "restore_claim_from_environment_0004",
-        "restore_reclaim_expired_leases_0004",
-    )

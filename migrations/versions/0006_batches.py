@@ -1,4 +1,5 @@
-"""Batches: two-phase creation, streamed items, carrier runs through the fair scheduler.
+"""Batches: two-phase creation, streamed items, carrier runs through the fair scheduler:
+the tables, the settings and the seal-timeout job.
 
 Revision ID: 0006
 Revises: 0005
@@ -6,28 +7,19 @@ Create Date: 2026-12-02
 """
 
 from collections.abc import Sequence
-from typing import LiteralString
 
 import sqlalchemy as sa
 from alembic import op
-from psycopg import sql
 from sqlalchemy.dialects import postgresql
 
-from fairlane.migrate import drop_functions, migration_schema, run_named_sql
+from fairlane.schema.revision import execute
+from fairlane.schema.revision import schema as migration_schema
 
 revision: str = "0006"
 down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-FUNCTIONS: tuple[LiteralString, ...] = (
-    "abort_unsealed_batches()",
-    "ingest_batch_items(bigint, integer[], text[], text[], text[], boolean[])",
-    "fail_batch_item(bigint, integer, text, text)",
-    "record_batch_item(bigint, integer, bigint, boolean, jsonb)",
-    "finish_batch(bigint)",
-    "create_batch(text, integer, bigint, text)",
-)
 ENVIRONMENT_COLUMNS = (
     ("batch_refill_amount", sa.Double),
     ("batch_refill_interval_s", sa.Double),
@@ -125,27 +117,40 @@ def upgrade() -> None:
         sa.Column("refilled_at", tz, nullable=False, server_default=sa.text("now()")),
         schema=schema,
     )
-    run_named_sql(
-        "seed_batch_settings",
-        "create_create_batch",
-        "create_finish_batch",
-        "create_record_batch_item",
-        "create_fail_batch_item",
-        "create_ingest_batch_items",
-        "create_abort_unsealed_batches",
-        "seed_batch_periodic_job",
+    execute(
+        """
+        INSERT INTO {schema}.settings (name, value, description) VALUES
+            ('batch_max_items', '1000', 'Most items (run count) a batch may have'),
+            ('batch_item_max_bytes', '3145728', 'An NDJSON item line longer than this becomes a pre-failed PAYLOAD_TOO_LARGE run (default 3 MiB)'),
+            ('batch_refill_amount', '100', 'Batch token bucket: tokens (items) added per refill interval, unless the environment sets its own'),
+            ('batch_refill_interval_s', '10', 'Batch token bucket: the refill interval, seconds'),
+            ('batch_bucket_max', '1200', 'Batch token bucket: most tokens an environment can hold'),
+            ('batch_concurrency', '10', 'Items of an environment''s batches turned into runs at once, unless the environment sets its own'),
+            ('batch_item_max_attempts', '8', 'Attempts to turn a batch item into a run before it becomes a pre-failed BATCH_ITEM_COULD_NOT_TRIGGER run'),
+            ('batch_seal_timeout_s', '1800', 'A batch not sealed this long after its creation is aborted (default 30 minutes)')
+        ON CONFLICT (name) DO NOTHING
+        """  # noqa: E501
+    )
+    execute(
+        """
+        INSERT INTO {schema}.periodic_jobs (name, function, interval_s)
+        VALUES ('abort_unsealed_batches', 'abort_unsealed_batches', 5)
+        ON CONFLICT (name) DO NOTHING
+        """
     )
 
 
 def downgrade() -> None:
     schema = migration_schema()
-    bind = op.get_bind()
-    remove_job = sql.SQL(
-        "DELETE FROM {}.periodic_jobs WHERE name = 'abort_unsealed_batches'"
-    ).format(sql.Identifier(schema))
-    bind.exec_driver_sql(remove_job.as_string(None))
-    run_named_sql("remove_batch_settings")
-    drop_functions(*FUNCTIONS)
+    execute("DELETE FROM {schema}.periodic_jobs WHERE name = 'abort_unsealed_batches'")
+    execute(
+        """
+        DELETE FROM {schema}.settings
+        WHERE name IN ('batch_max_items', 'batch_item_max_bytes', 'batch_refill_amount',
+                       'batch_refill_interval_s', 'batch_bucket_max', 'batch_concurrency',
+                       'batch_item_max_attempts', 'batch_seal_timeout_s')
+        """
+    )
     op.drop_table("batch_buckets", schema=schema)
     op.drop_table("batch_items", schema=schema)
     op.drop_table("batches", schema=schema)

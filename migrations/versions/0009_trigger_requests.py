@@ -1,8 +1,7 @@
 """Trigger requests as JSON in the database too.
 
-The trigger statements take their requests as one JSON array; ``trigger_requests`` reads it as
-rows, the one place that names a request's fields and their types. ``trigger_keyed_runs`` now
-takes that JSON instead of one array per field.
+The trigger statements take their requests as one JSON array; ``trigger_keyed_runs`` takes that
+JSON instead of one array per field, so its array-taking form is dropped.
 
 Revision ID: 0009
 Revises: 0008
@@ -11,7 +10,7 @@ Create Date: 2026-12-02
 
 from collections.abc import Sequence
 
-from fairlane.migrate import drop_functions, run_frozen_sql, run_named_sql
+from fairlane.schema.revision import drop_functions
 
 revision: str = "0009"
 down_revision: str | None = "0008"
@@ -27,9 +26,7 @@ KEYED_RUNS_0008 = (
 
 def upgrade() -> None:
     drop_functions(KEYED_RUNS_0008)
-    run_named_sql("create_trigger_requests", "create_trigger_keyed_runs")
 
 
 def downgrade() -> None:
-    drop_functions("trigger_keyed_runs(jsonb)", "trigger_requests(jsonb)")
-    run_frozen_sql("trigger_keyed_0008.sql", "trigger_keyed_runs_0008")
+    """Nothing: the functions are the SQL objects' (dropped with them on a downgrade to base)."""

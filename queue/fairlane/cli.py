@@ -13,14 +13,18 @@ from collections.abc import Callable, Sequence
 
 import anyio
 
-from fairlane import migrate
 from fairlane.client import Client
-from fairlane.errors import FairlaneError
-from fairlane.settings import connect, schema_name
+from fairlane.errors import FairlaneError, SchemaMismatchError
+from fairlane.schema import migrate
+from fairlane.schema.check import connect_checked
+from fairlane.settings import schema_name
 from fairlane.sqlfiles import query
 from fairlane.worker import TaskRegistry, Worker
 
 Command = Callable[[argparse.Namespace], int]
+
+# Exit status when the database's schema is not migrated, or not this fairlane's.
+EXIT_SCHEMA = 4
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -32,13 +36,19 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     if args.downgrade:
-        migrate.downgrade(args.dsn, args.schema, args.revision or "base")
+        migrate.downgrade(args.dsn, args.schema, args.revision or migrate.BASE)
+        installed = None
     else:
-        migrate.upgrade(args.dsn, args.schema, args.revision or "head")
+        installed = migrate.upgrade(args.dsn, args.schema, args.revision or migrate.HEAD)
     print(
         f"schema {schema_name(args.schema)} at revision "
         f"{migrate.current_revision(args.dsn, args.schema)}"
     )
+    if installed is not None:
+        print(
+            f"SQL objects: {len(installed.created)} created, {len(installed.replaced)} "
+            f"replaced, {len(installed.dropped)} dropped, {installed.unchanged} unchanged"
+        )
     return 0
 
 
@@ -56,6 +66,7 @@ def load_registry(spec: str) -> TaskRegistry:
 
 
 async def _run_worker(worker: Worker) -> None:
+    refused: FairlaneError | None = None
     async with anyio.create_task_group() as group:
 
         async def on_signals() -> None:
@@ -72,8 +83,14 @@ async def _run_worker(worker: Worker) -> None:
                     worker.stop()
 
         group.start_soon(on_signals)
-        await worker.run()
+        try:
+            await worker.run()
+        except FairlaneError as error:
+            # Raised outside the task group, so main() sees it as itself, not in a group.
+            refused = error
         group.cancel_scope.cancel()
+    if refused is not None:
+        raise refused
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -104,7 +121,7 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with connect(args.dsn) as conn:
+    with connect_checked(args.dsn, args.schema) as conn:
         rows = conn.execute(query("count_runs_by_status", schema_name(args.schema))).fetchall()
     print(f"{'status':<16}{'runs':>10}")
     for status, count in rows:
@@ -117,10 +134,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    p = commands.add_parser("migrate", help="apply (or roll back) fairlane's migrations")
+    p = commands.add_parser(
+        "migrate",
+        help="bring the database to this fairlane's schema (tables, then SQL functions)",
+    )
     _common(p)
-    p.add_argument("--revision")
-    p.add_argument("--downgrade", action="store_true")
+    p.add_argument("--revision", help="stop at this revision (head installs the functions too)")
+    p.add_argument(
+        "--downgrade",
+        action="store_true",
+        help="drop every fairlane table and function in the schema (forward-only otherwise)",
+    )
     p.set_defaults(func=cmd_migrate)
 
     p = commands.add_parser("worker", help="run a worker")
@@ -183,6 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.func(args))
+    except SchemaMismatchError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_SCHEMA
     except FairlaneError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -1,7 +1,9 @@
 """The client: trigger runs, read them back and act on them, from async or from sync code.
 
 A ``Client`` owns at most one async and one sync connection, opened on first use and used
-one statement at a time, each committed on return. To trigger inside your own transaction,
+one statement at a time, each committed on return. A new connection is checked first: a
+database whose schema is not this fairlane's raises ``SchemaMismatchError``. To trigger inside
+your own transaction,
 use ``fairlane.trigger`` with your connection or session instead. Every async method has a
 ``_sync`` twin.
 """
@@ -24,6 +26,7 @@ from fairlane.errors import RunNotFoundError
 from fairlane.models import Run
 from fairlane.rows import run_from_row
 from fairlane.run_control import CancelResult, RunFilter
+from fairlane.schema.check import check_schema, check_schema_async
 from fairlane.settings import database_url, psycopg_dsn, schema_name
 from fairlane.sqlfiles import query
 from fairlane.trigger import TriggerRequest
@@ -48,12 +51,24 @@ class Client:
 
     async def _conn(self) -> psycopg.AsyncConnection[Any]:
         if self._async_conn is None or self._async_conn.closed:
-            self._async_conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+            try:
+                await check_schema_async(conn, self.schema)
+            except BaseException:
+                await conn.close()
+                raise
+            self._async_conn = conn
         return self._async_conn
 
     def _sync(self) -> psycopg.Connection[Any]:
         if self._sync_conn is None or self._sync_conn.closed:
-            self._sync_conn = psycopg.Connection.connect(self.dsn, autocommit=True)
+            conn = psycopg.Connection.connect(self.dsn, autocommit=True)
+            try:
+                check_schema(conn, self.schema)
+            except BaseException:
+                conn.close()
+                raise
+            self._sync_conn = conn
         return self._sync_conn
 
     async def _rows(self, name: str, params: dict[str, Any]) -> list[Row]:

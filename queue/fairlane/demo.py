@@ -38,12 +38,12 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.exc import DBAPIError
 
-from fairlane import migrate
 from fairlane.client import Client
 from fairlane.embedded import choose_database
 from fairlane.errors import FairlaneError
 from fairlane.models import FINAL_STATUSES, RunStatus
 from fairlane.retry import Backoff
+from fairlane.schema import migrate
 from fairlane.settings import psycopg_dsn, schema_name
 from fairlane.trigger import TriggerRequest
 from fairlane.worker import RunContext, TaskRegistry, Worker

@@ -217,3 +217,46 @@ class BatchIndexError(BatchError):
         super().__init__(
             f"batch {batch_id} line {line}: item index {index} is outside 0..{run_count - 1}"
         )
+
+
+class SchemaObjectError(FairlaneError):
+    """A function, trigger or view of ``sql/`` cannot be installed as written."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f"SQL object {name}: {reason}")
+
+
+class SchemaMismatchError(FairlaneError):
+    """The database's schema is not the one this fairlane was built for.
+
+    ``found`` is the database's revision (None: not migrated), ``needed`` the revision this
+    package needs, ``differing`` the SQL objects whose installed checksum differs from this
+    package's (revision equal). ``newer`` says the database is ahead of the package.
+    """
+
+    def __init__(
+        self, found: str | None, needed: str, *, differing: tuple[str, ...] = (),
+        newer: bool = False,
+    ) -> None:  # fmt: skip
+        self.found = found
+        self.needed = needed
+        self.differing = differing
+        self.newer = newer
+        at = found or "none (not migrated)"
+        if newer:
+            message = (
+                f"database schema is at {at}, newer than this fairlane ({needed}): upgrade fairlane"
+            )
+        elif differing:
+            shown = ", ".join(differing[:5]) + (", ..." if len(differing) > 5 else "")
+            message = (
+                f"database schema is at {at} but {len(differing)} SQL objects differ from "
+                f"this fairlane's ({shown}): run `fairlane migrate`"
+            )
+        else:
+            message = (
+                f"database schema is at {at}, this fairlane needs {needed}: run `fairlane migrate`"
+            )
+        super().__init__(message)

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 from fairlane import limits
-from fairlane.settings import connect
+from fairlane.schema.check import connect_checked
 
 
 def _limit(value: str | None) -> Any:
@@ -54,7 +54,7 @@ def _sizes(row: dict[str, Any]) -> str:
 
 
 def cmd_limits(args: argparse.Namespace) -> int:
-    with connect(args.dsn) as conn:
+    with connect_checked(args.dsn, args.schema) as conn:
         if args.action == "env":
             limits.set_environment(
                 conn, args.name, concurrency_limit=_limit(args.limit), burst_factor=args.burst,

@@ -7,11 +7,11 @@ import json
 from typing import Any
 
 from fairlane import maintenance
-from fairlane.settings import connect
+from fairlane.schema.check import connect_checked
 
 
 def cmd_maintenance(args: argparse.Namespace) -> int:
-    with connect(args.dsn) as conn:
+    with connect_checked(args.dsn, args.schema) as conn:
         if args.run_now:
             result = maintenance.run_now(conn, args.run_now, schema=args.schema)
             print(json.dumps({args.run_now: result}, indent=2))
@@ -35,7 +35,7 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
 
 
 def cmd_settings(args: argparse.Namespace) -> int:
-    with connect(args.dsn) as conn:
+    with connect_checked(args.dsn, args.schema) as conn:
         if args.set:
             name, raw = args.set
             maintenance.set_setting(conn, name, json.loads(raw), schema=args.schema)

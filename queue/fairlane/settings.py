@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
-
-import psycopg
 
 DEFAULT_DATABASE_URL = "postgresql://127.0.0.1:5432/fairlane"
 DEFAULT_SCHEMA = "fairlane"
@@ -71,8 +68,3 @@ def sqlalchemy_url(url: str) -> str:
 
 def _str(value: object) -> str | None:
     return None if value is None else str(value)
-
-
-def connect(explicit: str | None = None) -> psycopg.Connection[Any]:
-    """An autocommit connection to the configured database (for the CLI and scripts)."""
-    return psycopg.connect(psycopg_dsn(database_url(explicit)), autocommit=True)

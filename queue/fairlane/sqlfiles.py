@@ -1,16 +1,24 @@
 """Named SQL, loaded from the ``sql/`` files.
 
-Each file holds statements under ``-- name: <name>`` headers. The schema reaches the text
-through ``psycopg.sql`` composition (an ``Identifier``), never through string formatting:
-``{schema}`` is the quoted schema, ``{schema_name}`` and ``{channel}`` are string literals,
-``{channel_identifier}`` is the notification channel as an identifier; ``{cancel_channel}`` and
-``{cancel_channel_identifier}`` are the same for the channel that announces cancels. Statements
-are rendered once per schema and cached.
+A file holds two kinds of entries, each under a header line:
+
+- ``-- name: <name>``: a statement the runtime sends (``query(name, schema)``);
+- ``-- function: <name>``, ``-- trigger: <name>``, ``-- view: <name>``: the definition of a
+  database object, installed by ``fairlane migrate`` after the revisions
+  (``fairlane.schema.objects``), never sent by the runtime.
+
+The schema reaches the text through ``psycopg.sql`` composition (an ``Identifier``), never
+through string formatting: ``{schema}`` is the quoted schema, ``{schema_name}`` and
+``{channel}`` are string literals, ``{channel_identifier}`` is the notification channel as an
+identifier; ``{cancel_channel}``/``{cancel_channel_identifier}`` and
+``{resume_channel}``/``{resume_channel_identifier}`` are the same for the channels that announce
+cancels and resumable runs. Statements are rendered once per schema and cached.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from importlib.abc import Traversable
@@ -19,7 +27,18 @@ from typing import LiteralString
 
 from psycopg import sql
 
-_HEADER = re.compile(r"^-- name: (?P<name>\w+)\s*$", re.MULTILINE)
+_HEADER = re.compile(r"^-- (?P<kind>name|function|trigger|view): (?P<name>\w+)\s*$", re.MULTILINE)
+OBJECT_KINDS = ("function", "trigger", "view")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One entry of a ``sql/`` file: a runtime statement or an object definition."""
+
+    kind: str  # "name" (a runtime statement), or one of OBJECT_KINDS
+    name: str
+    template: str
+    source: str  # the file it came from, for error messages
 
 
 def sql_dir() -> Traversable:
@@ -30,17 +49,27 @@ def sql_dir() -> Traversable:
     return Path(__file__).resolve().parents[2] / "sql"
 
 
-def parse_named_statements(source: str) -> dict[str, str]:
-    """Split a file into ``{name: statement}``; text before the first header is a comment."""
-    statements: dict[str, str] = {}
+def parse_entries(source: str, filename: str = "<string>") -> list[Entry]:
+    """Split a file into its entries, in file order; text before the first header is a
+    comment."""
+    entries: list[Entry] = []
     headers = list(_HEADER.finditer(source))
     for header, following in zip(headers, [*headers[1:], None], strict=True):
         end = following.start() if following else len(source)
         body = _without_comment_lines(source[header.end() : end]).strip()
-        name = header.group("name")
-        if name in statements:
-            raise ValueError(f"SQL statement {name!r} is defined twice")
-        statements[name] = body
+        entries.append(Entry(header.group("kind"), header.group("name"), body, filename))
+    return entries
+
+
+def parse_named_statements(source: str) -> dict[str, str]:
+    """The runtime statements of a file, ``{name: statement}``."""
+    statements: dict[str, str] = {}
+    for entry in parse_entries(source):
+        if entry.kind != "name":
+            continue
+        if entry.name in statements:
+            raise ValueError(f"SQL statement {entry.name!r} is defined twice")
+        statements[entry.name] = entry.template
     return statements
 
 
@@ -49,6 +78,8 @@ def _without_comment_lines(body: str) -> str:
 
     The comments stay in the files for readers; sent with every statement they cost bytes on
     the wire and, past 4 KiB, psycopg's cache of converted queries (it keeps shorter ones).
+    An object's checksum is taken after this, so editing a comment outside a function body
+    does not re-create the object.
     """
     kept: list[str] = []
     in_body = False
@@ -61,16 +92,29 @@ def _without_comment_lines(body: str) -> str:
 
 
 @cache
-def _raw_statements() -> dict[str, str]:
-    statements: dict[str, str] = {}
-    for entry in sorted(sql_dir().iterdir(), key=lambda e: e.name):
-        if not entry.name.endswith(".sql"):
+def _entries() -> tuple[Entry, ...]:
+    entries: list[Entry] = []
+    seen: dict[tuple[bool, str], str] = {}
+    for path in sorted(sql_dir().iterdir(), key=lambda e: e.name):
+        if not path.name.endswith(".sql"):
             continue
-        for name, body in parse_named_statements(entry.read_text("utf-8")).items():
-            if name in statements:
-                raise ValueError(f"SQL statement {name!r} is defined in two files")
-            statements[name] = body
-    return statements
+        for entry in parse_entries(path.read_text("utf-8"), path.name):
+            key = (entry.kind == "name", entry.name)
+            if key in seen:
+                raise ValueError(f"SQL {entry.kind} {entry.name!r} is defined in {seen[key]} too")
+            seen[key] = path.name
+            entries.append(entry)
+    return tuple(entries)
+
+
+@cache
+def _raw_statements() -> dict[str, str]:
+    return {entry.name: entry.template for entry in _entries() if entry.kind == "name"}
+
+
+def object_entries() -> list[Entry]:
+    """Every object definition in ``sql/``, in file order."""
+    return [entry for entry in _entries() if entry.kind in OBJECT_KINDS]
 
 
 def channel_name(schema: str) -> str:

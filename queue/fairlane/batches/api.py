@@ -35,6 +35,7 @@ from fairlane.errors import (
     PayloadError,
 )
 from fairlane.payload import encode_json
+from fairlane.schema.check import check_schema_async
 from fairlane.settings import database_url, psycopg_dsn, schema_name
 from fairlane.sqlfiles import query
 
@@ -327,7 +328,13 @@ class BatchClient:
 
     async def _connection(self) -> AsyncConn:
         if self._conn is None or self._conn.closed:
-            self._conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+            try:
+                await check_schema_async(conn, self.schema)
+            except BaseException:
+                await conn.close()
+                raise
+            self._conn = conn
         return self._conn
 
     async def create(

@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from fairlane import migrate
+from fairlane.schema import migrate
 from fairlane.settings import psycopg_dsn
 
 log = logging.getLogger("fairlane.bench")

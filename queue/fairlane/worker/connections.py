@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -18,16 +19,31 @@ class LoopConnection:
     always written with the server's default durability.
     """
 
-    def __init__(self, dsn: str, *, synchronous_commit: bool = True) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        synchronous_commit: bool = True,
+        on_connect: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None = None,
+    ) -> None:
         self._dsn = dsn
         self._synchronous_commit = synchronous_commit
+        # Run on every new connection before it is used (the worker's schema check).
+        self._on_connect = on_connect
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
     async def get(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
-            if not self._synchronous_commit:
-                await self._conn.execute("SET synchronous_commit = off")
+            conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
+            try:
+                if self._on_connect is not None:
+                    await self._on_connect(conn)
+                if not self._synchronous_commit:
+                    await conn.execute("SET synchronous_commit = off")
+            except BaseException:
+                await conn.close()
+                raise
+            self._conn = conn
         return self._conn
 
     async def discard(self) -> None:

@@ -27,7 +27,9 @@ import psycopg
 from anyio.abc import TaskGroup, TaskStatus
 
 from fairlane.batches import processing as batch_processing
+from fairlane.errors import SchemaMismatchError
 from fairlane.models import ClaimedRun
+from fairlane.schema.check import check_schema_async
 from fairlane.settings import database_url, psycopg_dsn, schema_name
 from fairlane.worker import cancels, heartbeat, notifier, periodic
 from fairlane.worker.connections import LoopConnection
@@ -116,6 +118,8 @@ class Worker:
         self._started = threading.Event()
         self._token: anyio.lowlevel.EventLoopToken | None = None
         self._thread: int | None = None
+        # Raised by run() after a graceful stop: the schema changed under the worker.
+        self._fatal: SchemaMismatchError | None = None
 
     # -- control ------------------------------------------------------------------------
 
@@ -143,24 +147,34 @@ class Worker:
         claiming, gives handlers ``shutdown_grace``, hands the rest back, then lets the
         cancellation through. (The shutdown runs shielded, so a cancellation cannot cut short
         the writes that hand runs back.)"""
+        # The schema is checked when the claim connection opens: here, before anything starts,
+        # and again whenever it reconnects.
+        claim_conn = LoopConnection(self.dsn, synchronous_commit=False, on_connect=self._check)
+        await claim_conn.get()
         async with anyio.create_task_group() as group:
             try:
-                await group.start(self._run_shielded)
+                await group.start(self._run_shielded, claim_conn)
                 task_status.started()
                 await self._stop_event.wait()
             finally:
                 self._request_stop()
+        if self._fatal is not None:
+            raise self._fatal
 
-    async def _run_shielded(self, *, task_status: TaskStatus[None]) -> None:
+    async def _check(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        await check_schema_async(conn, self.schema)
+
+    async def _run_shielded(
+        self, claim_conn: LoopConnection, *, task_status: TaskStatus[None]
+    ) -> None:
         with anyio.CancelScope(shield=True):
-            await self._run(task_status=task_status)
+            await self._run(claim_conn, task_status=task_status)
 
-    async def _run(self, *, task_status: TaskStatus[None]) -> None:
+    async def _run(self, claim_conn: LoopConnection, *, task_status: TaskStatus[None]) -> None:
         self._token = anyio.lowlevel.current_token()
         self._thread = threading.get_ident()
         # Runner tasks started below inherit it: the batch item handler finds its worker.
         batch_processing.current_processor.set(self.batch_items)
-        claim_conn = LoopConnection(self.dsn, synchronous_commit=False)
         beat_conn = LoopConnection(self.dsn, synchronous_commit=False)
         write_conn = LoopConnection(self.dsn)
         listen_conn = LoopConnection(self.dsn)
@@ -213,6 +227,12 @@ class Worker:
                     await connection.get(), asked,
                     environments=self.environments, queues=self.queues, full_scan=full_scan,
                 )  # fmt: skip
+            except SchemaMismatchError as mismatch:
+                # Migrated under us while we were disconnected: stop, and say why.
+                log.error("stopping: %s", mismatch)
+                self._fatal = mismatch
+                self._request_stop()
+                break
             except psycopg.Error:
                 log.warning("claim failed; retrying after the poll interval", exc_info=True)
                 await connection.discard()

@@ -1,4 +1,5 @@
-"""The migrations agree with ``fairlane.schema``, round-trip, and keep to their own schema.
+"""The revisions agree with the tables' ``MetaData``, a downgrade to base drops everything,
+and a schema of fairlane's keeps to itself beside another one and an application's.
 
 The ``dsn`` database is already migrated to head in schema ``fairlane`` (cloned from the
 session's template), so these tests start from what ``make migrate`` leaves behind.
@@ -15,18 +16,16 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, pool
 
-from fairlane import Client, RunStatus, migrate
-from fairlane.schema import VERSION_TABLE, build_metadata
+from fairlane import Client, RunStatus
+from fairlane.errors import ConfigurationError
+from fairlane.schema import VERSION_TABLE, build_metadata, migrate
+from fairlane.schema.objects import manifest
 from fairlane.settings import sqlalchemy_url
 
-# What every schema holds at head: the metadata's tables plus the version table, and at least
-# the core functions that the first revision installs.
+# What every schema holds at head: the metadata's tables plus the version table, and every
+# function that sql/ defines.
 TABLES = {table.name for table in build_metadata("fairlane").tables.values()} | {VERSION_TABLE}
-CORE_FUNCTIONS = {
-    "reclaim_expired_leases",
-    "promote_delayed_runs",
-    "run_due_periodic_jobs",
-}
+FUNCTIONS = {obj.name for obj in manifest("fairlane") if obj.kind == "function"}
 
 
 @pytest.fixture
@@ -107,7 +106,16 @@ def _name(diff: tuple[Any, ...]) -> str:
     return str(diff[1].name)
 
 
-def test_upgrade_downgrade_upgrade_round_trips(
+def triggers(db: psycopg.Connection[Any], schema: str) -> set[str]:
+    rows = db.execute(
+        "SELECT t.tgname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+        " WHERE c.relnamespace = to_regnamespace(%s) AND NOT t.tgisinternal",
+        (schema,),
+    )
+    return {name for (name,) in rows}
+
+
+def test_downgrade_to_base_drops_everything_and_upgrade_rebuilds_it(
     dsn: str, engine: Engine, db: psycopg.Connection[Any]
 ) -> None:
     head = migrate.head_revision()
@@ -115,7 +123,8 @@ def test_upgrade_downgrade_upgrade_round_trips(
     assert migrate.current_revision(dsn) == head
     assert version_rows(db, "fairlane") == [head]
     assert tables(db, "fairlane") == TABLES
-    assert functions(db, "fairlane") >= CORE_FUNCTIONS
+    assert functions(db, "fairlane") == FUNCTIONS
+    assert triggers(db, "fairlane") == {"runs_complete_waitpoints"}
 
     migrate.downgrade(dsn)
     assert migrate.current_revision(dsn) is None
@@ -126,7 +135,7 @@ def test_upgrade_downgrade_upgrade_round_trips(
     migrate.upgrade(dsn)
     assert migrate.current_revision(dsn) == head
     assert tables(db, "fairlane") == TABLES
-    assert functions(db, "fairlane") >= CORE_FUNCTIONS
+    assert functions(db, "fairlane") == FUNCTIONS
     assert schema_diff(engine) == []
     # The periodic jobs are seeded again, and a run can be triggered into the new tables.
     jobs = db.execute("SELECT name FROM fairlane.periodic_jobs").fetchall()
@@ -134,6 +143,13 @@ def test_upgrade_downgrade_upgrade_round_trips(
     with Client(dsn) as client:
         run = client.get_run_sync(client.trigger_sync("after-roundtrip", {"ok": True}))
     assert run.status is RunStatus.QUEUED
+
+
+def test_migrations_are_forward_only(dsn: str, db: psycopg.Connection[Any]) -> None:
+    with pytest.raises(ConfigurationError, match="forward-only"):
+        migrate.downgrade(dsn, revision="0005")
+    assert migrate.current_revision(dsn) == migrate.head_revision()
+    assert functions(db, "fairlane") == FUNCTIONS
 
 
 def test_a_second_schema_lives_beside_the_default_one(
@@ -170,6 +186,8 @@ def test_a_second_schema_lives_beside_the_default_one(
     # Taking one schema down leaves the other, and the application's revision, alone.
     migrate.downgrade(dsn, schema="tenant_x")
     assert tables(db, "tenant_x") == {VERSION_TABLE}
+    assert functions(db, "tenant_x") == set()
+    assert functions(db, "fairlane") == FUNCTIONS
     assert migrate.current_revision(dsn, schema="tenant_x") is None
     assert tables(db, "fairlane") == TABLES
     assert migrate.current_revision(dsn, schema="fairlane") == head

@@ -1,7 +1,9 @@
-"""The single source of fairlane's schema: SQLAlchemy Core ``MetaData``.
+"""The single source of fairlane's tables: SQLAlchemy Core ``MetaData``.
 
-Migrations are checked against it (``tests/test_migrations.py``). Tables live in their own
-PostgreSQL schema, whose name is configurable, so the builder takes it as an argument.
+The revisions in ``migrations/versions`` are checked against it (tests/migrations). Tables live
+in their own PostgreSQL schema, whose name is configurable, so the builder takes it as an
+argument. Functions, triggers and views are not here: they live in ``sql/`` and are installed
+by ``fairlane.schema.objects``.
 """
 
 from __future__ import annotations
@@ -404,6 +406,26 @@ def _batch_buckets(metadata: MetaData) -> Table:
     )
 
 
+def _schema_objects(metadata: MetaData) -> Table:
+    return Table(
+        "schema_objects",
+        metadata,
+        # Every function, trigger and view installed from sql/ (fairlane.schema.objects): its
+        # name there, what it is, how the catalog names it (for DROP) and the checksum of the
+        # statement that made it, so an upgrade re-creates exactly what changed.
+        Column("name", Text, primary_key=True),
+        Column("kind", Text, nullable=False),
+        Column("identity", Text, nullable=False),
+        Column("checksum", Text, nullable=False),
+        Column(
+            "installed_at", DateTime(timezone=True), nullable=False, server_default=text("now()")
+        ),
+        CheckConstraint(
+            "kind IN ('function', 'trigger', 'view')", name="schema_objects_kind_check"
+        ),
+    )
+
+
 @cache
 def build_metadata(schema: str) -> MetaData:
     """The MetaData of every fairlane table, placed in ``schema``."""
@@ -420,4 +442,5 @@ def build_metadata(schema: str) -> MetaData:
     _batches(metadata)
     _batch_items(metadata)
     _batch_buckets(metadata)
+    _schema_objects(metadata)
     return metadata

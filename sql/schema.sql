@@ -1,0 +1,14 @@
+-- The start-up check of workers, Clients and the CLI (fairlane.schema.check): which revision
+-- the database is at, and the checksums of its installed SQL objects.
+
+-- name: schema_tables_exist
+SELECT to_regclass(%(version_table)s) IS NOT NULL, to_regclass(%(objects_table)s) IS NOT NULL;
+
+-- name: schema_state
+SELECT (SELECT v.version_num FROM {schema}.fairlane_alembic_version v LIMIT 1),
+       (SELECT coalesce(jsonb_object_agg(o.name, o.checksum), '{{}}'::jsonb)
+        FROM {schema}.schema_objects o);
+
+-- name: schema_revision
+-- A database an older release migrated (no schema_objects table yet).
+SELECT version_num FROM {schema}.fairlane_alembic_version LIMIT 1;
