@@ -15,29 +15,34 @@ AS $$
 #variable_conflict use_column
 DECLARE
     current_status text;
+    tree bigint[];
     below integer;
 BEGIN
-    SELECT r.status INTO current_status FROM {schema}.runs r WHERE r.id = target FOR UPDATE;
+    SELECT r.status INTO current_status FROM {schema}.runs r WHERE r.id = target;
     IF NOT FOUND THEN
         RETURN;
     END IF;
+    -- The walk goes through ended runs too: a finished child may have live children.
+    WITH RECURSIVE walk(id) AS (
+        SELECT target
+        UNION
+        SELECT c.id FROM {schema}.runs c JOIN walk ON c.parent_run_id = walk.id
+    )
+    SELECT array_agg(walk.id) INTO tree FROM walk;
+    -- Descendants before ancestors (a child is always made after its parent: id descending),
+    -- the order a completion takes them in (the finishing child, then the parent waiting on
+    -- it), so a cancel and a child's completion wait for each other instead of deadlocking.
+    PERFORM 1 FROM {schema}.runs r
+    WHERE r.id = ANY(tree) AND r.status IN ('DELAYED', 'QUEUED', 'EXECUTING', 'WAITING')
+    ORDER BY r.id DESC
+    FOR UPDATE;
+    -- Decided after the locks: the run may have ended while this cancel waited for them.
+    SELECT r.status INTO current_status FROM {schema}.runs r WHERE r.id = target;
     IF current_status NOT IN ('DELAYED', 'QUEUED', 'EXECUTING', 'WAITING') THEN
         RETURN QUERY SELECT current_status, false, 0;
         RETURN;
     END IF;
-    -- Locked in id order, so overlapping cancels (a parent and its child at once) cannot
-    -- deadlock. The walk goes through ended runs too: a finished child may have live children.
-    WITH RECURSIVE tree(id) AS (
-        SELECT target
-        UNION
-        SELECT c.id FROM {schema}.runs c JOIN tree ON c.parent_run_id = tree.id
-    ), doomed AS (
-        SELECT r.id, r.status
-        FROM {schema}.runs r JOIN tree ON tree.id = r.id
-        WHERE r.status IN ('DELAYED', 'QUEUED', 'EXECUTING', 'WAITING')
-        ORDER BY r.id
-        FOR UPDATE OF r
-    ), ended AS (
+    WITH ended AS (
         UPDATE {schema}.runs r
         SET status = 'CANCELED',
             finished_at = now(),
@@ -48,11 +53,14 @@ BEGIN
                 'code', 'CANCELED',
                 'message', CASE WHEN r.id = target THEN 'run was canceled'
                                 ELSE 'ancestor run ' || target || ' was canceled' END)
-        FROM doomed
-        WHERE r.id = doomed.id
-        RETURNING r.id, doomed.status AS was
+        FROM {schema}.runs AS was
+        WHERE was.id = r.id
+          AND r.id = ANY(tree)
+          AND r.status IN ('DELAYED', 'QUEUED', 'EXECUTING', 'WAITING')
+        RETURNING r.id, was.status AS was
     ), told AS (
-        SELECT pg_notify({cancel_channel}, ended.id::text) FROM ended WHERE ended.was IN ('EXECUTING', 'WAITING')
+        SELECT pg_notify({cancel_channel}, ended.id::text)
+        FROM ended WHERE ended.was IN ('EXECUTING', 'WAITING')
     )
     SELECT count(*) FILTER (WHERE ended.id <> target) INTO below
     FROM ended

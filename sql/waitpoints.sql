@@ -4,29 +4,40 @@
 -- run and the call position inside its handler, so a run re-executed after a crash finds the
 -- same waitpoints, and through them the same children.
 
+-- Who wakes a waiting run, and why none is left behind (docs/concurrency.md, Waitpoints): a
+-- waitpoint's completion and a run's decision to wait on it meet on the waitpoint's row (the
+-- completer updates it, the waiter locks it FOR SHARE before it checks); the decision that a
+-- waiting run has nothing left pending is taken under the waiting run's row lock, in a later
+-- statement than the lock, so it sees every completion committed before. Locks are taken in
+-- the global order: runs being finished, then their waitpoints, then the waiting runs, each
+-- by id.
+
 -- function: complete_run_waitpoint
 -- Fires when a run that somebody waits on reaches a final status, in the transaction that
--- finishes it, whatever finished it (worker, expiry, cancel, crash, sweeper).
+-- finishes it, whatever finished it (worker, expiry, cancel, crash, sweeper). It completes the
+-- run's waitpoint now and leaves the waiting runs to the end of the statement
+-- (wake_after_statement): one statement may finish children of many parents, in any order,
+-- and the parents must be locked in id order, once.
 CREATE OR REPLACE FUNCTION {schema}.complete_run_waitpoint()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    completed bigint[];
+    completed bigint;
+    queue_name text := 'fairlane_wake.' || {schema_name};
 BEGIN
-    WITH done AS (
-        UPDATE {schema}.waitpoints AS w
-        SET status = 'COMPLETED',
-            completed_at = now(),
-            is_error = NEW.status <> 'COMPLETED',
-            output = CASE WHEN NEW.status = 'COMPLETED' THEN NEW.result
-                          ELSE jsonb_build_object('status', NEW.status, 'error', NEW.error) END
-        WHERE w.kind = 'RUN' AND w.run_id = NEW.id AND w.status = 'PENDING'
-        RETURNING w.id
-    )
-    SELECT array_agg(id) INTO completed FROM done;
+    UPDATE {schema}.waitpoints AS w
+    SET status = 'COMPLETED',
+        completed_at = now(),
+        is_error = NEW.status <> 'COMPLETED',
+        output = CASE WHEN NEW.status = 'COMPLETED' THEN NEW.result
+                      ELSE jsonb_build_object('status', NEW.status, 'error', NEW.error) END
+    WHERE w.kind = 'RUN' AND w.run_id = NEW.id AND w.status = 'PENDING'
+    RETURNING w.id INTO completed;
     IF completed IS NOT NULL THEN
-        PERFORM {schema}.wake_waiting_runs(completed);
+        -- A transaction-local list of completed waitpoints, read by the statement trigger.
+        PERFORM set_config(queue_name, concat_ws(',', nullif(current_setting(queue_name, true), ''),
+                                                 completed), true);
     END IF;
     RETURN NULL;
 END;
@@ -43,37 +54,80 @@ WHEN (NEW.has_waiters
                              'CANCELED', 'SYSTEM_FAILURE'))
 EXECUTE FUNCTION {schema}.complete_run_waitpoint();
 
+-- function: wake_after_statement
+-- After a statement that changed run statuses: wake the runs waiting on the waitpoints its
+-- rows completed (complete_run_waitpoint). Costs one setting read for statements that
+-- completed none.
+CREATE OR REPLACE FUNCTION {schema}.wake_after_statement()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    queue_name text := 'fairlane_wake.' || {schema_name};
+    pending text := current_setting(queue_name, true);
+BEGIN
+    IF pending IS NULL OR pending = '' THEN
+        RETURN NULL;
+    END IF;
+    PERFORM set_config(queue_name, '', true);
+    PERFORM {schema}.wake_waiting_runs(string_to_array(pending, ',')::bigint[]);
+    RETURN NULL;
+END;
+$$;
+
+-- trigger: runs_wake_waiters
+CREATE OR REPLACE TRIGGER runs_wake_waiters
+AFTER UPDATE OF status ON {schema}.runs
+FOR EACH STATEMENT
+EXECUTE FUNCTION {schema}.wake_after_statement();
+
 -- function: wake_waiting_runs
--- Runs waiting on these (just completed) waitpoints, with nothing else pending, become ready
--- to resume; their workers are told on the resume channel.
+-- Runs waiting on these (just completed, by this transaction) waitpoints that have nothing
+-- else pending become ready to resume; their workers are told on the resume channel. The
+-- waiting runs are locked first, in id order; the check is the next statement, so it sees
+-- whatever another completer committed before it let go of a run.
 CREATE OR REPLACE FUNCTION {schema}.wake_waiting_runs(completed bigint[])
 RETURNS integer
-LANGUAGE sql
+LANGUAGE plpgsql
 AS $$
-WITH candidates AS (
-    SELECT DISTINCT edge.run_id
-    FROM {schema}.run_waitpoints AS edge
-    WHERE edge.waitpoint_id = ANY(completed)
-), ready AS (
-    UPDATE {schema}.runs AS r
-    SET resume_ready = true
-    FROM candidates
-    WHERE r.id = candidates.run_id
-      AND r.status = 'WAITING'
-      AND NOT r.resume_ready
-      AND NOT EXISTS (
-          SELECT 1
-          FROM {schema}.run_waitpoints AS edge
-          JOIN {schema}.waitpoints AS w ON w.id = edge.waitpoint_id
-          WHERE edge.run_id = r.id AND w.status = 'PENDING')
-    RETURNING r.id
-)
-SELECT count(pg_notify({resume_channel}, ready.id::text))::integer FROM ready;
+DECLARE
+    waiting bigint[];
+    woken integer;
+BEGIN
+    SELECT array_agg(locked.id) INTO waiting
+    FROM (SELECT r.id FROM {schema}.runs r
+          WHERE r.id IN (SELECT edge.run_id FROM {schema}.run_waitpoints AS edge
+                         WHERE edge.waitpoint_id = ANY(completed))
+            AND r.status = 'WAITING' AND NOT r.resume_ready
+          ORDER BY r.id
+          FOR UPDATE) AS locked;
+    IF waiting IS NULL THEN
+        RETURN 0;
+    END IF;
+    WITH ready AS (
+        UPDATE {schema}.runs AS r
+        SET resume_ready = true
+        WHERE r.id = ANY(waiting)
+          AND r.status = 'WAITING'
+          AND NOT r.resume_ready
+          AND NOT EXISTS (
+              SELECT 1
+              FROM {schema}.run_waitpoints AS edge
+              JOIN {schema}.waitpoints AS w ON w.id = edge.waitpoint_id
+              WHERE edge.run_id = r.id AND w.status = 'PENDING')
+        RETURNING r.id
+    )
+    SELECT count(pg_notify({resume_channel}, ready.id::text))::integer INTO woken FROM ready;
+    RETURN woken;
+END;
 $$;
 
 -- function: begin_waiting
 -- The waiting run gives up its slot: EXECUTING -> WAITING, fenced by its lease token, unless
--- everything it waits on is already complete. Returns WAITING, READY or LOST.
+-- everything it waits on is already complete. Returns WAITING, READY or LOST. The pending
+-- waitpoints are locked FOR SHARE first (a completion in flight is waited for, and one that
+-- comes later waits for this transaction, whose edges it then sees), then the run itself; the
+-- check is a later statement than both.
 CREATE OR REPLACE FUNCTION {schema}.begin_waiting(waiting_run bigint, token uuid)
 RETURNS text
 LANGUAGE plpgsql
@@ -81,6 +135,13 @@ AS $$
 DECLARE
     held boolean;
 BEGIN
+    PERFORM 1
+    FROM {schema}.waitpoints w
+    WHERE w.id IN (SELECT edge.waitpoint_id FROM {schema}.run_waitpoints AS edge
+                   WHERE edge.run_id = waiting_run)
+      AND w.status = 'PENDING'
+    ORDER BY w.id
+    FOR SHARE;
     SELECT true INTO held
     FROM {schema}.runs r
     WHERE r.id = waiting_run AND r.lease_token = token AND r.status = 'EXECUTING'
@@ -149,6 +210,45 @@ BEGIN
     SET status = 'EXECUTING', resume_ready = false
     WHERE r.id = waiting_run AND r.lease_token = token AND r.status = 'WAITING';
     RETURN 'RESUMED';
+END;
+$$;
+
+-- function: create_token
+-- A token that code completes by hand. With a key, the live token that has it: the unique
+-- index on live keys decides. An INSERT that meets a key another transaction is inserting
+-- waits for it; the SELECT after it is a later statement, so it sees that token once
+-- committed. An expired key is moved aside first (and again if it expires in between).
+CREATE OR REPLACE FUNCTION {schema}.create_token(key text, key_ttl_s float8, timeout_s float8)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    made bigint;
+BEGIN
+    LOOP
+        IF key IS NOT NULL THEN
+            UPDATE {schema}.waitpoints AS w
+            SET idempotency_key = NULL, inactive_idempotency_key = w.idempotency_key
+            WHERE w.kind = 'MANUAL' AND w.idempotency_key = key
+              AND w.idempotency_expires_at <= now();
+        END IF;
+        INSERT INTO {schema}.waitpoints
+            (kind, status, idempotency_key, idempotency_expires_at, timeout_at)
+        VALUES ('MANUAL', 'PENDING', key,
+                CASE WHEN key IS NOT NULL THEN now() + make_interval(secs => key_ttl_s) END,
+                CASE WHEN timeout_s IS NOT NULL THEN now() + make_interval(secs => timeout_s) END)
+        ON CONFLICT (idempotency_key) WHERE kind = 'MANUAL' AND idempotency_key IS NOT NULL
+        DO NOTHING
+        RETURNING id INTO made;
+        IF made IS NOT NULL THEN
+            RETURN made;
+        END IF;
+        SELECT w.id INTO made FROM {schema}.waitpoints w
+        WHERE w.kind = 'MANUAL' AND w.idempotency_key = key;
+        IF made IS NOT NULL THEN
+            RETURN made;
+        END IF;
+    END LOOP;
 END;
 $$;
 

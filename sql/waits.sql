@@ -66,31 +66,8 @@ JOIN {schema}.waitpoints AS w ON w.id = edge.waitpoint_id
 WHERE edge.run_id = %(run_id)s AND edge.position = %(position)s
 ORDER BY edge.item;
 
--- name: rotate_expired_token_key
--- An expired idempotency key is moved aside, so the key can name a new token.
-UPDATE {schema}.waitpoints AS w
-SET idempotency_key = NULL, inactive_idempotency_key = w.idempotency_key
-WHERE w.kind = 'MANUAL' AND w.idempotency_key = %(key)s AND w.idempotency_expires_at <= now();
-
 -- name: create_token
--- A token that code completes by hand; an idempotency key returns the live token that has it.
-WITH created AS (
-    INSERT INTO {schema}.waitpoints
-        (kind, status, idempotency_key, idempotency_expires_at, timeout_at)
-    VALUES ('MANUAL', 'PENDING', %(key)s,
-            CASE WHEN %(key)s::text IS NOT NULL
-                 THEN now() + make_interval(secs => %(key_ttl_s)s) END,
-            CASE WHEN %(timeout_s)s::float8 IS NOT NULL
-                 THEN now() + make_interval(secs => %(timeout_s)s) END)
-    ON CONFLICT (idempotency_key) WHERE kind = 'MANUAL' AND idempotency_key IS NOT NULL
-    DO NOTHING
-    RETURNING id
-)
-SELECT id FROM created
-UNION ALL
-SELECT w.id FROM {schema}.waitpoints w
-WHERE %(key)s::text IS NOT NULL AND w.kind = 'MANUAL' AND w.idempotency_key = %(key)s
-  AND NOT EXISTS (SELECT 1 FROM created);
+SELECT {schema}.create_token(%(key)s, %(key_ttl_s)s, %(timeout_s)s);
 
 -- name: complete_token
 WITH done AS (

@@ -84,3 +84,35 @@ async def test_a_handler_within_max_duration_completes(
         run_id = await client.trigger("quick", max_duration="1m")
         assert (await client.get_run(run_id)).max_duration_s == 60.0
         await wait_until(lambda: run_status(db, run_id) is RunStatus.COMPLETED, what="done")
+
+
+async def test_time_spent_waiting_does_not_count_toward_max_duration(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """A run with max_duration 1 s waits 1.5 s and then works 0.3 s: it completes. One that
+    works 0.6 s, waits, then works 0.6 s more has run 1.2 s: it ends TIMED_OUT, not retried,
+    even though each stretch alone fits (and its lease never lapses while it waits)."""
+    tasks = TaskRegistry()
+
+    @tasks.task("patient")
+    async def patient(ctx: RunContext, work_s: float) -> str:
+        await anyio.sleep(work_s)
+        await ctx.wait_until(1.5)
+        await anyio.sleep(work_s)
+        return "done"
+
+    worker = Worker(tasks, dsn, poll_interval=0.05, periodic_interval=0.05, lease_seconds=5)
+    async with Client(dsn) as client, running(worker):
+        within = await client.trigger("patient", 0.15, max_duration=1, max_attempts=3)
+        beyond = await client.trigger("patient", 0.6, max_duration=1, max_attempts=3)
+        await wait_until(
+            lambda: run_status(db, within) is RunStatus.COMPLETED, within=15, what="the first"
+        )
+        await wait_until(
+            lambda: run_status(db, beyond) is RunStatus.TIMED_OUT, within=15, what="the second"
+        )
+    assert run_row(db, within)["result"] == "done"
+    row = run_row(db, beyond)
+    assert (row["attempts"], row["error"]["code"]) == (1, "MAX_DURATION_EXCEEDED")
+    assert worker.stats.timed_out == 1
+    assert worker.stats.retried == 0

@@ -62,13 +62,9 @@ def create_token(
     schema: str | None = None,
 ) -> int:
     """A token for ``wait_for_token``; the same live idempotency key returns the same token."""
-    target = schema_name(schema)
     params = _token_params(idempotency_key, idempotency_ttl, timeout)
-    with conn.transaction():
-        if idempotency_key is not None:
-            conn.execute(query("rotate_expired_token_key", target), params)
-        row = conn.execute(query("create_token", target), params).fetchone()
-    assert row is not None
+    row = conn.execute(query("create_token", schema_name(schema)), params).fetchone()
+    assert row is not None  # a function call returns one row
     return int(row[0])
 
 
@@ -88,14 +84,10 @@ async def create_token_async(
     timeout: Duration | None = None,  # noqa: ASYNC109 - stored on the token
     schema: str | None = None,
 ) -> int:
-    target = schema_name(schema)
     params = _token_params(idempotency_key, idempotency_ttl, timeout)
-    async with conn.transaction():
-        if idempotency_key is not None:
-            await conn.execute(query("rotate_expired_token_key", target), params)
-        cursor = await conn.execute(query("create_token", target), params)
-        row = await cursor.fetchone()
-    assert row is not None
+    cursor = await conn.execute(query("create_token", schema_name(schema)), params)
+    row = await cursor.fetchone()
+    assert row is not None  # a function call returns one row
     return int(row[0])
 
 

@@ -124,7 +124,7 @@ def test_downgrade_to_base_drops_everything_and_upgrade_rebuilds_it(
     assert version_rows(db, "fairlane") == [head]
     assert tables(db, "fairlane") == TABLES
     assert functions(db, "fairlane") == FUNCTIONS
-    assert triggers(db, "fairlane") == {"runs_complete_waitpoints"}
+    assert triggers(db, "fairlane") == {"runs_complete_waitpoints", "runs_wake_waiters"}
 
     migrate.downgrade(dsn)
     assert migrate.current_revision(dsn) is None

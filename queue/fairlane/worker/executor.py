@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import traceback
 from dataclasses import dataclass, field
 from functools import partial
@@ -38,12 +39,28 @@ class ActiveRun:
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     handler_done: bool = False
 
+    # What was left of max_duration when the handler started to wait (waiting does not count).
+    paused_budget: float | None = None
+
     def stop(self, reason: str) -> None:
         """Ask the handler to stop: cancel it if async, signal it if sync."""
         if self.ctx.stop_reason is None:
             self.ctx.stop_reason = reason
         self.ctx.request_stop()
         self.scope.cancel()
+
+    def pause_deadline(self) -> None:
+        """The handler waits: stop counting its max_duration until ``resume_deadline``."""
+        left = self.scope.deadline - anyio.current_time()
+        # A deadline already past is left to fire: the run timed out before it waited.
+        if self.paused_budget is None and math.isfinite(left) and left > 0:
+            self.paused_budget = left
+            self.scope.deadline = math.inf
+
+    def resume_deadline(self) -> None:
+        if self.paused_budget is not None:
+            self.scope.deadline = anyio.current_time() + self.paused_budget
+            self.paused_budget = None
 
 
 def error_document(error: BaseException, attempt: int, code: str | None = None) -> dict[str, Any]:

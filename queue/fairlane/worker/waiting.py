@@ -22,7 +22,7 @@ import psycopg
 
 from fairlane.durations import seconds
 from fairlane.enqueue import trigger_many_async
-from fairlane.errors import FairlaneError, LeaseLostError
+from fairlane.errors import FairlaneError, LeaseLostError, RunNotFoundError
 from fairlane.sqlfiles import query
 from fairlane.trigger import TriggerRequest
 from fairlane.waitpoints import WaitResult
@@ -135,6 +135,20 @@ class WaitService:
         position: int,
         make: Callable[[psycopg.AsyncConnection[Any]], Awaitable[Edges]],
     ) -> list[WaitResult]:
+        # max_duration counts executing time only: the wait, and the statements around it,
+        # are not the handler's.
+        active.pause_deadline()
+        try:
+            return await self._wait_paused(active, position, make)
+        finally:
+            active.resume_deadline()
+
+    async def _wait_paused(
+        self,
+        active: ActiveRun,
+        position: int,
+        make: Callable[[psycopg.AsyncConnection[Any]], Awaitable[Edges]],
+    ) -> list[WaitResult]:
         run_id, token = active.run.id, active.lease.token
         key = {"run_id": run_id, "position": position}
         # Registered before the wait commits, so a wake-up right after it is not missed.
@@ -154,8 +168,10 @@ class WaitService:
                 state = await self._scalar(
                     conn, "begin_waiting", {"run_id": run_id, "token": token}
                 )
-        if state == "LOST":
-            raise LeaseLostError(run_id)
+                if state == "LOST":
+                    # Raised inside the transaction: the children this wait triggered and its
+                    # edges roll back with it (the run was cancelled or re-claimed meanwhile).
+                    raise LeaseLostError(run_id)
         if state == "WAITING":
             await self._suspend(run_id, token)
         return await self._results(key)
@@ -166,7 +182,11 @@ class WaitService:
         params = {"run_ids": run_ids}
         await conn.execute(query("lock_awaited_runs", self._schema), params)
         cursor = await conn.execute(query("ensure_run_waitpoints", self._schema), params)
-        return {int(run): int(waitpoint) for run, waitpoint in await cursor.fetchall()}
+        waitpoints = {int(run): int(waitpoint) for run, waitpoint in await cursor.fetchall()}
+        missing = [run_id for run_id in run_ids if run_id not in waitpoints]
+        if missing:
+            raise RunNotFoundError(missing[0])
+        return waitpoints
 
     async def _suspend(self, run_id: int, token: Any) -> None:
         """Sleep without a slot until the run is ready, then take a slot again."""

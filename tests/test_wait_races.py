@@ -1,0 +1,212 @@
+"""Waits and the completions that end them, stepped against each other transaction by
+transaction: no waiting run is left behind, and no two completions deadlock.
+
+A waiting run is set up with fairlane's own statements (claim, trigger, the wait statements of
+sql/waits.sql), without a worker, so each test can hold any transaction open where it likes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+
+from fairlane import trigger
+from fairlane.sqlfiles import query
+from tests.interleave import Session, sessions
+
+Conn = psycopg.Connection[Any]
+
+
+def claim(db: Conn, run_id: int) -> UUID:
+    """Claim exactly ``run_id`` (its own environment keeps other runs out of the way)."""
+    row = db.execute("SELECT environment FROM fairlane.runs WHERE id = %s", (run_id,)).fetchone()
+    assert row is not None
+    claimed = db.execute(
+        query("claim_runs", "fairlane"),
+        {"limit": 1, "lease_s": 300, "worker_id": "test", "environments": [row[0]],
+         "queues": None, "full_scan": True},
+    ).fetchall()  # fmt: skip
+    assert [r[0] for r in claimed] == [run_id]
+    return UUID(str(claimed[0][1]))
+
+
+def executing_run(db: Conn, task: str) -> tuple[int, UUID]:
+    run_id = trigger(db, task, environment=f"env-{task}")
+    return run_id, claim(db, run_id)
+
+
+def wait_on_runs(db: Conn, parent: int, token: UUID, children: list[int]) -> str:
+    """The wait transaction a worker runs for ``ctx.wait_for_runs(children)``."""
+    with db.transaction():
+        db.execute(query("lock_awaited_runs", "fairlane"), {"run_ids": children})
+        rows = db.execute(query("ensure_run_waitpoints", "fairlane"), {"run_ids": children})
+        waitpoints = dict(rows.fetchall())
+        insert_edges(db, parent, [waitpoints[child] for child in children])
+        state = db.execute(query("begin_waiting", "fairlane"), {"run_id": parent, "token": token})
+        row = state.fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def insert_edges(db: Conn | Session, parent: int, waitpoints: list[int]) -> None:
+    params = {
+        "run_id": parent, "position": 0, "items": list(range(len(waitpoints))),
+        "waitpoint_ids": waitpoints,
+    }  # fmt: skip
+    statement = query("insert_wait_edges", "fairlane")
+    if isinstance(db, Session):
+        db.run(statement, params)
+    else:
+        db.execute(statement, params)
+
+
+def complete(session: Session, leases: list[tuple[int, UUID]]) -> Any:
+    """Start a worker's batched completion of ``leases``, in that order."""
+    return session.start(
+        query("complete_runs", "fairlane"),
+        {"ids": [run for run, _ in leases], "tokens": [token for _, token in leases],
+         "results": ["1"] * len(leases)},
+    )  # fmt: skip
+
+
+def resume_ready(db: Conn, run_id: int) -> tuple[str, bool]:
+    row = db.execute(
+        "SELECT status, resume_ready FROM fairlane.runs WHERE id = %s", (run_id,)
+    ).fetchone()
+    assert row is not None
+    return str(row[0]), bool(row[1])
+
+
+def test_siblings_finished_together_wake_their_parent(dsn: str, db: Conn) -> None:
+    """Each completion checks "nothing else pending" after the other's commit is visible: the
+    second one waits for the parent's row, which the first holds until it commits."""
+    parent, parent_token = executing_run(db, "parent")
+    first, second = executing_run(db, "child-a"), executing_run(db, "child-b")
+    assert wait_on_runs(db, parent, parent_token, [first[0], second[0]]) == "WAITING"
+    with sessions(dsn, 2) as (a, b):
+        a.begin()
+        b.begin()
+        complete(a, [first]).result(timeout=30)
+        pending = complete(b, [second])
+        b.blocked_or_done()
+        a.commit()
+        pending.result(timeout=30)
+        b.commit()
+    assert resume_ready(db, parent) == ("WAITING", True)
+
+
+def test_completions_in_opposite_orders_neither_deadlock_nor_lose_a_wake_up(
+    dsn: str, db: Conn
+) -> None:
+    """Two batched completions each finish one child of each of two parents, in opposite
+    orders: the parents are locked at the end of each statement, in id order."""
+    parents = [executing_run(db, f"parent-{n}") for n in range(2)]
+    children = [[executing_run(db, f"child-{p}-{c}") for c in range(2)] for p in range(2)]
+    for (parent, token), kids in zip(parents, children, strict=True):
+        assert wait_on_runs(db, parent, token, [kid for kid, _ in kids]) == "WAITING"
+    with sessions(dsn, 2) as (a, b):
+        a.begin()
+        b.begin()
+        complete(a, [children[0][0], children[1][1]]).result(timeout=30)
+        pending = complete(b, [children[1][0], children[0][1]])
+        b.blocked_or_done()
+        a.commit()
+        pending.result(timeout=30)
+        b.commit()
+    assert [resume_ready(db, parent) for parent, _ in parents] == [("WAITING", True)] * 2
+
+
+def create_token(db: Conn) -> int:
+    row = db.execute(
+        query("create_token", "fairlane"), {"key": None, "key_ttl_s": 60, "timeout_s": None}
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def complete_token_statement() -> str:
+    return query("complete_token", "fairlane")
+
+
+@pytest.mark.parametrize("completed_first", [True, False], ids=["completed-first", "wait-first"])
+def test_a_token_completed_while_a_run_starts_waiting_on_it_wakes_the_run(
+    dsn: str, db: Conn, completed_first: bool
+) -> None:
+    """The token's row is the meeting point: the waiter locks it (FOR SHARE) before it checks,
+    and completing it updates it, so one of them waits for the other's commit."""
+    parent, token = executing_run(db, "parent")
+    waitpoint = create_token(db)
+    complete = {"id": waitpoint, "output": '"ok"'}
+    begin_waiting = {"run_id": parent, "token": token}
+    with sessions(dsn, 2) as (completer, waiter):
+        completer.begin()
+        waiter.begin()
+        if completed_first:
+            completer.run(complete_token_statement(), complete)
+            insert_edges(waiter, parent, [waitpoint])
+            pending = waiter.start(query("begin_waiting", "fairlane"), begin_waiting)
+            waiter.blocked_or_done()
+            completer.commit()
+            pending.result(timeout=30)
+            waiter.commit()
+        else:
+            insert_edges(waiter, parent, [waitpoint])
+            waiter.run(query("begin_waiting", "fairlane"), begin_waiting)
+            pending = completer.start(complete_token_statement(), complete)
+            completer.blocked_or_done()
+            waiter.commit()
+            pending.result(timeout=30)
+            completer.commit()
+    status, ready = resume_ready(db, parent)
+    # Either the waiter saw the completion (and never started waiting), or it is woken.
+    assert (status, ready) in {("EXECUTING", False), ("WAITING", True)}
+
+
+def test_cancelling_a_parent_while_its_child_completes_does_not_deadlock(
+    dsn: str, db: Conn
+) -> None:
+    """A completion locks the child, then the waiting parent; cancel must lock the tree in
+    the same order (descendants first). A third session holds the child so that the
+    completion queues on it before the cancel starts."""
+    parent, parent_token = executing_run(db, "parent")
+    child_id = trigger(db, "child", environment="env-child", parent_run_id=parent)
+    child = (child_id, claim(db, child_id))
+    assert wait_on_runs(db, parent, parent_token, [child_id]) == "WAITING"
+    with sessions(dsn, 3) as (holder, completer, canceller):
+        holder.begin()
+        holder.run("SELECT 1 FROM fairlane.runs WHERE id = %s FOR UPDATE", (child_id,))
+        completer.begin()
+        completing = complete(completer, [child])
+        completer.blocked()
+        canceller.begin()
+        cancelling = canceller.start(query("cancel_run", "fairlane"), {"id": parent})
+        canceller.blocked_or_done()
+        holder.rollback()
+        completing.result(timeout=30)
+        completer.commit()
+        assert cancelling.result(timeout=30) == [("WAITING", True, 0)]
+        canceller.commit()
+    assert resume_ready(db, parent)[0] == "CANCELED"
+
+
+@pytest.mark.parametrize("first_commits", [True, False], ids=["first-commits", "first-rolls-back"])
+def test_two_tokens_with_one_key_at_once_make_one_token(
+    dsn: str, db: Conn, first_commits: bool
+) -> None:
+    """The second creation waits on the unique key the first holds, then returns the first's
+    token (or makes its own if the first rolled back)."""
+    make = query("create_token", "fairlane")
+    params = {"key": "approve-7", "key_ttl_s": 3600, "timeout_s": None}
+    with sessions(dsn, 2) as (a, b):
+        a.begin()
+        ((first,),) = a.run(make, params)
+        pending = b.start(make, params)
+        b.blocked()
+        a.commit() if first_commits else a.rollback()
+        ((second,),) = pending.result(timeout=30)
+    assert (second == first) is first_commits
+    tokens = db.execute("SELECT count(*) FROM fairlane.waitpoints WHERE kind = 'MANUAL'")
+    assert tokens.fetchone() == (1,)
