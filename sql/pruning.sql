@@ -1,34 +1,179 @@
+-- Pruning: history is kept for prune_retention_s, then deleted in batches (prune_batch_size
+-- rows per statement, at most prune_max_batches statements per tick), so the hot tables stay
+-- small without long locks. Nothing that is still promised goes: a finished run holding an
+-- active idempotency key (one that ended COMPLETED or CANCELED: the others free theirs) stays
+-- until the key expires, and the retention counts from there; a waitpoint stays while a wait
+-- edge points to it.
+
 -- function: prune_finished_runs
--- Finished runs older than prune_retention_s are deleted, prune_batch_size at a time, at most
--- prune_max_batches statements per tick, so the hot table stays small without long locks.
+-- Finished runs, their wait edges, and the waitpoints that only they needed.
 CREATE OR REPLACE FUNCTION {schema}.prune_finished_runs()
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    retention_s double precision := {schema}.numeric_setting('prune_retention_s', 604800);
+    cutoff timestamptz := now() - make_interval(
+        secs => {schema}.numeric_setting('prune_retention_s', 604800));
     batch_size integer := {schema}.numeric_setting('prune_batch_size', 1000);
     max_batches integer := {schema}.numeric_setting('prune_max_batches', 10);
+    pruned bigint[];
     deleted integer;
     total integer := 0;
+    waitpoints integer := 0;
     statements integer := 0;
 BEGIN
     LOOP
+        -- The expression is the one of runs_prunable_idx, so the scan reads only what is due.
         WITH old AS (
             SELECT r.id
             FROM {schema}.runs r
-            WHERE r.finished_at < now() - make_interval(secs => retention_s)
-            ORDER BY r.finished_at
+            WHERE greatest(r.finished_at,
+                           CASE WHEN r.idempotency_key IS NOT NULL
+                                     AND r.status IN ('COMPLETED', 'CANCELED')
+                                THEN r.idempotency_key_expires_at END) < cutoff
+              AND r.finished_at IS NOT NULL
+            ORDER BY greatest(r.finished_at,
+                              CASE WHEN r.idempotency_key IS NOT NULL
+                                        AND r.status IN ('COMPLETED', 'CANCELED')
+                                   THEN r.idempotency_key_expires_at END)
             LIMIT batch_size
             FOR UPDATE SKIP LOCKED
+        ), gone AS (
+            DELETE FROM {schema}.runs AS r USING old WHERE r.id = old.id RETURNING r.id
         )
-        DELETE FROM {schema}.runs AS r USING old WHERE r.id = old.id;
-        GET DIAGNOSTICS deleted = ROW_COUNT;
+        SELECT array_agg(gone.id) INTO pruned FROM gone;
+        deleted := coalesce(cardinality(pruned), 0);
+        IF deleted > 0 THEN
+            waitpoints := waitpoints + {schema}.prune_wait_edges(pruned, cutoff);
+        END IF;
         total := total + deleted;
         statements := statements + 1;
         EXIT WHEN deleted < batch_size OR statements >= max_batches;
     END LOOP;
-    RETURN jsonb_build_object('deleted', total, 'statements', statements);
+    waitpoints := waitpoints + {schema}.prune_tokens(cutoff, batch_size);
+    RETURN jsonb_build_object('deleted', total, 'waitpoints', waitpoints,
+                              'statements', statements);
 END;
 $$;
 
+-- function: prune_wait_edges
+-- The wait edges of pruned runs go with them; the waitpoints those edges or runs pointed to
+-- go too once no edge points to them (a RUN waitpoint once its run is gone, a token once it is
+-- due itself). Candidates are locked first, skipping any a waiter holds (it locks a waitpoint
+-- before it adds its edge); the NOT EXISTS is a later statement, so it sees committed edges.
+CREATE OR REPLACE FUNCTION {schema}.prune_wait_edges(pruned bigint[], cutoff timestamptz)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    candidates bigint[];
+    removed integer;
+BEGIN
+    WITH edges AS (
+        DELETE FROM {schema}.run_waitpoints AS e WHERE e.run_id = ANY(pruned)
+        RETURNING e.waitpoint_id
+    )
+    SELECT array_agg(DISTINCT id) INTO candidates
+    FROM (SELECT waitpoint_id AS id FROM edges
+          UNION ALL
+          SELECT w.id FROM {schema}.waitpoints w
+          WHERE w.kind = 'RUN' AND w.run_id = ANY(pruned)) AS touched;
+    IF candidates IS NULL THEN
+        RETURN 0;
+    END IF;
+    SELECT array_agg(l.id) INTO candidates
+    FROM (SELECT w.id FROM {schema}.waitpoints w
+          WHERE w.id = ANY(candidates) AND w.status = 'COMPLETED'
+          ORDER BY w.id
+          FOR UPDATE SKIP LOCKED) AS l;
+    DELETE FROM {schema}.waitpoints AS w
+    WHERE w.id = ANY(candidates)
+      AND NOT EXISTS (SELECT 1 FROM {schema}.run_waitpoints e WHERE e.waitpoint_id = w.id)
+      AND CASE w.kind
+              WHEN 'RUN' THEN NOT EXISTS (SELECT 1 FROM {schema}.runs r WHERE r.id = w.run_id)
+              WHEN 'MANUAL' THEN greatest(w.completed_at, CASE WHEN w.idempotency_key IS NOT NULL
+                                                               THEN w.idempotency_expires_at END)
+                                 < cutoff
+              -- A batch's waitpoint completes when its batch ends; the batch pruner takes it.
+              WHEN 'BATCH' THEN w.completed_at < cutoff
+              ELSE true
+          END;
+    GET DIAGNOSTICS removed = ROW_COUNT;
+    RETURN removed;
+END;
+$$;
+
+-- function: prune_tokens
+-- Completed tokens due (retention counted from completion, or from their key's expiry while
+-- the key is active) that no edge points to: tokens nobody waited on, or whose waiters are
+-- gone. Locked first (SKIP LOCKED: a waiter holds the ones it is about to wait on), decided
+-- in a later statement.
+CREATE OR REPLACE FUNCTION {schema}.prune_tokens(cutoff timestamptz, batch_size integer)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    due bigint[];
+    removed integer;
+BEGIN
+    SELECT array_agg(l.id) INTO due
+    FROM (SELECT w.id FROM {schema}.waitpoints w
+          WHERE w.kind = 'MANUAL' AND w.status = 'COMPLETED'
+            AND greatest(w.completed_at, CASE WHEN w.idempotency_key IS NOT NULL
+                                              THEN w.idempotency_expires_at END) < cutoff
+          ORDER BY greatest(w.completed_at, CASE WHEN w.idempotency_key IS NOT NULL
+                                                 THEN w.idempotency_expires_at END)
+          LIMIT batch_size
+          FOR UPDATE SKIP LOCKED) AS l;
+    IF due IS NULL THEN
+        RETURN 0;
+    END IF;
+    DELETE FROM {schema}.waitpoints AS w
+    WHERE w.id = ANY(due)
+      AND NOT EXISTS (SELECT 1 FROM {schema}.run_waitpoints e WHERE e.waitpoint_id = w.id);
+    GET DIAGNOSTICS removed = ROW_COUNT;
+    RETURN removed;
+END;
+$$;
+
+-- function: prune_finished_batches
+-- Batches that ended (COMPLETED, PARTIAL_FAILED, ABORTED) more than the retention ago go with
+-- their items and their waitpoint (unless a wait edge still points to it). Their runs are
+-- history of their own and are pruned as runs.
+CREATE OR REPLACE FUNCTION {schema}.prune_finished_batches()
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    cutoff timestamptz := now() - make_interval(
+        secs => {schema}.numeric_setting('prune_retention_s', 604800));
+    batch_size integer := {schema}.numeric_setting('prune_batch_size', 1000);
+    old bigint[];
+    waitpoints bigint[];
+    items integer;
+    batches integer;
+BEGIN
+    SELECT array_agg(l.id), array_agg(l.waitpoint_id) FILTER (WHERE l.waitpoint_id IS NOT NULL)
+    INTO old, waitpoints
+    FROM (SELECT b.id, b.waitpoint_id FROM {schema}.batches b
+          WHERE b.completed_at < cutoff
+          ORDER BY b.completed_at
+          LIMIT batch_size
+          FOR UPDATE SKIP LOCKED) AS l;
+    IF old IS NULL THEN
+        RETURN jsonb_build_object('batches', 0, 'items', 0);
+    END IF;
+    DELETE FROM {schema}.batch_items AS i WHERE i.batch_id = ANY(old);
+    GET DIAGNOSTICS items = ROW_COUNT;
+    DELETE FROM {schema}.batches AS b WHERE b.id = ANY(old);
+    GET DIAGNOSTICS batches = ROW_COUNT;
+    -- A waiter locks a batch's waitpoint before it adds its edge: skip the ones it holds.
+    SELECT array_agg(l.id) INTO waitpoints
+    FROM (SELECT w.id FROM {schema}.waitpoints w WHERE w.id = ANY(waitpoints)
+          ORDER BY w.id FOR UPDATE SKIP LOCKED) AS l;
+    DELETE FROM {schema}.waitpoints AS w
+    WHERE w.id = ANY(waitpoints)
+      AND NOT EXISTS (SELECT 1 FROM {schema}.run_waitpoints e WHERE e.waitpoint_id = w.id);
+    RETURN jsonb_build_object('batches', batches, 'items', items);
+END;
+$$;

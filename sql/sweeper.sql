@@ -3,7 +3,9 @@
 -- wrong is a row that claims a slot with no live lease behind it (written by hand, restored
 -- from a backup, or a lease pushed beyond max_lease_s). Such runs go back to QUEUED (CRASHED on
 -- their last attempt). Environments marked drained that do have queued runs are corrected too,
--- so the fair scheduler treats them as active.
+-- so the fair scheduler treats them as active, and (unless sweep_repair_waiting is off)
+-- waiting runs missed by a wake-up are woken (repair_waiting_runs), counted as
+-- waiting_repaired.
 CREATE OR REPLACE FUNCTION {schema}.sweep_concurrency()
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -13,6 +15,7 @@ DECLARE
     repaired integer;
     woken integer;
     environments_fixed integer;
+    waiting_repaired integer := 0;
 BEGIN
     WITH orphaned AS (
         SELECT r.id
@@ -48,7 +51,39 @@ BEGIN
            ORDER BY r.environment, r.queue, r.priority DESC, r.id
            LIMIT 1) IS NOT NULL;
     GET DIAGNOSTICS environments_fixed = ROW_COUNT;
-    RETURN jsonb_build_object('repaired_runs', repaired, 'environments_fixed', environments_fixed);
+    IF {schema}.boolean_setting('sweep_repair_waiting', true) THEN
+        waiting_repaired := {schema}.repair_waiting_runs();
+    END IF;
+    RETURN jsonb_build_object('repaired_runs', repaired, 'environments_fixed', environments_fixed,
+                              'waiting_repaired', waiting_repaired);
 END;
 $$;
 
+
+-- function: repair_waiting_runs
+-- Defence in depth: a WAITING run with nothing pending that is not marked ready was missed by
+-- the completions that should have woken it (the waitpoint functions take locks so that this
+-- cannot happen; a run edited by hand can still look like it). It is marked ready and its
+-- worker told, as a completion would; the count is the sweeper's `waiting_repaired`. Locked
+-- first (SKIP LOCKED: a run someone holds is being decided now), checked in a later statement.
+CREATE OR REPLACE FUNCTION {schema}.repair_waiting_runs()
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    stuck bigint[];
+BEGIN
+    SELECT array_agg(l.id) INTO stuck
+    FROM (SELECT r.id FROM {schema}.runs r
+          WHERE r.status = 'WAITING' AND NOT r.resume_ready
+            AND NOT EXISTS (SELECT 1 FROM {schema}.run_waitpoints AS edge
+                            JOIN {schema}.waitpoints AS w ON w.id = edge.waitpoint_id
+                            WHERE edge.run_id = r.id AND w.status = 'PENDING')
+          ORDER BY r.id
+          FOR UPDATE SKIP LOCKED) AS l;
+    IF stuck IS NULL THEN
+        RETURN 0;
+    END IF;
+    RETURN {schema}.mark_runs_ready(stuck);
+END;
+$$;

@@ -92,7 +92,6 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     waiting bigint[];
-    woken integer;
 BEGIN
     SELECT array_agg(locked.id) INTO waiting
     FROM (SELECT r.id FROM {schema}.runs r
@@ -104,22 +103,31 @@ BEGIN
     IF waiting IS NULL THEN
         RETURN 0;
     END IF;
-    WITH ready AS (
-        UPDATE {schema}.runs AS r
-        SET resume_ready = true
-        WHERE r.id = ANY(waiting)
-          AND r.status = 'WAITING'
-          AND NOT r.resume_ready
-          AND NOT EXISTS (
-              SELECT 1
-              FROM {schema}.run_waitpoints AS edge
-              JOIN {schema}.waitpoints AS w ON w.id = edge.waitpoint_id
-              WHERE edge.run_id = r.id AND w.status = 'PENDING')
-        RETURNING r.id
-    )
-    SELECT count(pg_notify({resume_channel}, ready.id::text))::integer INTO woken FROM ready;
-    RETURN woken;
+    RETURN {schema}.mark_runs_ready(waiting);
 END;
+$$;
+
+-- function: mark_runs_ready
+-- Of these waiting runs, which the caller has locked, the ones with nothing pending are marked
+-- ready to resume and their workers told on the resume channel. Returns how many.
+CREATE OR REPLACE FUNCTION {schema}.mark_runs_ready(locked bigint[])
+RETURNS integer
+LANGUAGE sql
+AS $$
+WITH ready AS (
+    UPDATE {schema}.runs AS r
+    SET resume_ready = true
+    WHERE r.id = ANY(locked)
+      AND r.status = 'WAITING'
+      AND NOT r.resume_ready
+      AND NOT EXISTS (
+          SELECT 1
+          FROM {schema}.run_waitpoints AS edge
+          JOIN {schema}.waitpoints AS w ON w.id = edge.waitpoint_id
+          WHERE edge.run_id = r.id AND w.status = 'PENDING')
+    RETURNING r.id
+)
+SELECT count(pg_notify({resume_channel}, ready.id::text))::integer FROM ready;
 $$;
 
 -- function: begin_waiting

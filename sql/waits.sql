@@ -44,6 +44,15 @@ INSERT INTO {schema}.waitpoints (kind, status, complete_after)
 VALUES ('DATETIME', 'PENDING', coalesce(%(at)s::timestamptz, now() + make_interval(secs => %(delay_s)s)))
 RETURNING id;
 
+-- name: lock_waitpoints
+-- Before a wait points edges at waitpoints: each is locked FOR SHARE, so the pruner (which
+-- locks its candidates FOR UPDATE SKIP LOCKED) can neither take one nor have taken one that
+-- this wait then finds missing. Returns the ones that exist.
+SELECT w.id FROM {schema}.waitpoints w
+WHERE w.id = ANY(%(waitpoint_ids)s::bigint[])
+ORDER BY w.id
+FOR SHARE;
+
 -- name: insert_wait_edges
 INSERT INTO {schema}.run_waitpoints (run_id, position, item, waitpoint_id)
 SELECT %(run_id)s, %(position)s, edge.item, edge.waitpoint_id

@@ -7,14 +7,17 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
+from uuid import UUID
 
 import anyio
 import psycopg
 from psycopg.rows import dict_row
 
-from fairlane import RunStatus, Worker
+from fairlane import RunStatus, Worker, trigger
 from fairlane.models import ClaimedRun
+from fairlane.sqlfiles import query
 from fairlane.worker.leases import Completion, Lease, LeaseStore
+from tests.interleave import Session
 
 
 @asynccontextmanager
@@ -141,3 +144,51 @@ async def claim_and_complete(
         conn, [Completion(Lease(run.id, run.lease_token), "null") for run in claimed]
     )
     return claimed
+
+
+# -- fairlane's SQL by hand: a run claimed and waiting without a worker ----------------------
+
+Conn = psycopg.Connection[Any]
+
+
+def claim(db: Conn, run_id: int) -> UUID:
+    """Claim exactly ``run_id`` (its own environment keeps other runs out of the way)."""
+    row = db.execute("SELECT environment FROM fairlane.runs WHERE id = %s", (run_id,)).fetchone()
+    assert row is not None
+    claimed = db.execute(
+        query("claim_runs", "fairlane"),
+        {"limit": 1, "lease_s": 300, "worker_id": "test", "environments": [row[0]],
+         "queues": None, "full_scan": True},
+    ).fetchall()  # fmt: skip
+    assert [r[0] for r in claimed] == [run_id]
+    return UUID(str(claimed[0][1]))
+
+
+def executing_run(db: Conn, task: str) -> tuple[int, UUID]:
+    run_id = trigger(db, task, environment=f"env-{task}")
+    return run_id, claim(db, run_id)
+
+
+def wait_on_runs(db: Conn, parent: int, token: UUID, children: list[int]) -> str:
+    """The wait transaction a worker runs for ``ctx.wait_for_runs(children)``."""
+    with db.transaction():
+        db.execute(query("lock_awaited_runs", "fairlane"), {"run_ids": children})
+        rows = db.execute(query("ensure_run_waitpoints", "fairlane"), {"run_ids": children})
+        waitpoints = dict(rows.fetchall())
+        insert_edges(db, parent, [waitpoints[child] for child in children])
+        state = db.execute(query("begin_waiting", "fairlane"), {"run_id": parent, "token": token})
+        row = state.fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def insert_edges(db: Conn | Session, parent: int, waitpoints: list[int]) -> None:
+    params = {
+        "run_id": parent, "position": 0, "items": list(range(len(waitpoints))),
+        "waitpoint_ids": waitpoints,
+    }  # fmt: skip
+    statement = query("insert_wait_edges", "fairlane")
+    if isinstance(db, Session):
+        db.run(statement, params)
+    else:
+        db.execute(statement, params)

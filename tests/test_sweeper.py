@@ -7,9 +7,17 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairlane import RunContext, TaskRegistry, TriggerRequest, Worker, limits, trigger_many
+from fairlane import (
+    RunContext,
+    TaskRegistry,
+    TriggerRequest,
+    Worker,
+    limits,
+    maintenance,
+    trigger_many,
+)
 from fairlane.worker.leases import LeaseStore
-from tests.helpers import running, statuses, wait_until
+from tests.helpers import executing_run, running, statuses, wait_on_runs, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -58,3 +66,35 @@ def test_sweeper_treats_an_absurd_lease_as_corrupt(db: psycopg.Connection[Any]) 
     assert row is not None
     assert row[0]["repaired_runs"] == 1
     assert statuses(db) == {"QUEUED": 1}
+
+
+def test_the_sweeper_wakes_a_waiting_run_a_wake_up_missed(db: psycopg.Connection[Any]) -> None:
+    """Defence in depth, and counted: the waitpoint functions do not miss a wake-up (see
+    tests/test_wait_races.py), but a waiting run left unready with nothing pending, here made by
+    hand, is woken by the sweeper unless sweep_repair_waiting is off."""
+    parent, lease = executing_run(db, "parent")
+    child, _ = executing_run(db, "child")
+    assert wait_on_runs(db, parent, lease, [child]) == "WAITING"
+    db.execute(
+        "UPDATE fairlane.waitpoints SET status = 'COMPLETED', completed_at = now()"
+        " WHERE run_id = %s",
+        (child,),
+    )
+
+    maintenance.set_setting(db, "sweep_repair_waiting", False)
+    assert sweep(db)["waiting_repaired"] == 0
+    maintenance.set_setting(db, "sweep_repair_waiting", True)
+    with psycopg.connect(db.info.dsn, autocommit=True) as listener:
+        listener.execute('LISTEN "fairlane.resume"')
+        assert sweep(db)["waiting_repaired"] == 1
+        told = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+    assert told == [str(parent)]
+    row = db.execute("SELECT status, resume_ready FROM fairlane.runs WHERE id = %s", (parent,))
+    assert row.fetchone() == ("WAITING", True)
+    assert sweep(db)["waiting_repaired"] == 0
+
+
+def sweep(db: psycopg.Connection[Any]) -> dict[str, Any]:
+    row = db.execute("SELECT fairlane.sweep_concurrency()").fetchone()
+    assert row is not None
+    return dict(row[0])

@@ -16,6 +16,7 @@ from fairlane.errors import (
     RunStateError,
     TriggerOptionError,
     UnknownTaskError,
+    WaitpointNotFoundError,
 )
 from fairlane.idempotency import IdempotencyScope
 from fairlane.models import FINAL_STATUSES, ClaimedRun, Run, RunStatus
@@ -50,6 +51,7 @@ __all__ = [
     "TriggerOptionError",
     "TriggerRequest",
     "UnknownTaskError",
+    "WaitpointNotFoundError",
     "Worker",
     "WorkerStats",
     "trigger",

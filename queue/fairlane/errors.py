@@ -139,6 +139,15 @@ class RunNotFoundError(FairlaneError):
         super().__init__(f"run {run_id} does not exist")
 
 
+class WaitpointNotFoundError(FairlaneError):
+    """A wait named a waitpoint (a token, a batch's) that does not exist, or no longer does:
+    tokens are pruned after the retention once completed."""
+
+    def __init__(self, waitpoint_id: int) -> None:
+        self.waitpoint_id = waitpoint_id
+        super().__init__(f"waitpoint {waitpoint_id} does not exist")
+
+
 class LeaseLostError(FairlaneError):
     """The worker no longer holds the run's lease: another worker may own the run now."""
 

@@ -111,7 +111,19 @@ def _runs(metadata: MetaData) -> Table:
             "expires_at",
             postgresql_where=text("status = 'QUEUED' AND expires_at IS NOT NULL"),
         ),
-        Index("runs_finished_idx", "finished_at", postgresql_where=text("finished_at IS NOT NULL")),
+        # Pruning reads finished runs in the order they become prunable: retention counts from
+        # their end, or from their idempotency key's expiry while the key is active.
+        Index(
+            "runs_prunable_idx",
+            # Written as reflection reads it back, line breaks included, so that alembic's
+            # comparison sees it equal (only COMPLETED and CANCELED runs keep their key).
+            text(
+                "GREATEST(finished_at,\nCASE\n    WHEN idempotency_key IS NOT NULL AND "
+                "(status = ANY (ARRAY['COMPLETED'::text, 'CANCELED'::text])) "
+                "THEN idempotency_key_expires_at\n    ELSE NULL::timestamp with time zone\nEND)"
+            ),
+            postgresql_where=text("finished_at IS NOT NULL"),
+        ),
         # Queue size limits count QUEUED runs through runs_queued_idx and DELAYED ones here.
         Index(
             "runs_delayed_queue_idx",
@@ -301,6 +313,14 @@ def _waitpoints(metadata: MetaData) -> Table:
             postgresql_where=text("kind = 'MANUAL' AND idempotency_key IS NOT NULL"),
         ),
         Index(
+            "waitpoints_prunable_idx",
+            text(
+                "GREATEST(completed_at,\nCASE\n    WHEN idempotency_key IS NOT NULL "
+                "THEN idempotency_expires_at\n    ELSE NULL::timestamp with time zone\nEND)"
+            ),
+            postgresql_where=text("kind = 'MANUAL' AND status = 'COMPLETED'"),
+        ),
+        Index(
             "waitpoints_due_idx",
             text("coalesce(complete_after, timeout_at)"),
             postgresql_where=text("status = 'PENDING' AND kind IN ('DATETIME', 'MANUAL')"),
@@ -358,6 +378,11 @@ def _batches(metadata: MetaData) -> Table:
             "idempotency_key",
             unique=True,
             postgresql_where=text("idempotency_key IS NOT NULL"),
+        ),
+        Index(
+            "batches_finished_idx",
+            "completed_at",
+            postgresql_where=text("completed_at IS NOT NULL"),
         ),
         Index(
             "batches_seal_deadline_idx",

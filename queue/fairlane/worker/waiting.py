@@ -22,7 +22,12 @@ import psycopg
 
 from fairlane.durations import seconds
 from fairlane.enqueue import trigger_many_async
-from fairlane.errors import FairlaneError, LeaseLostError, RunNotFoundError
+from fairlane.errors import (
+    FairlaneError,
+    LeaseLostError,
+    RunNotFoundError,
+    WaitpointNotFoundError,
+)
 from fairlane.sqlfiles import query
 from fairlane.trigger import TriggerRequest
 from fairlane.waitpoints import WaitResult
@@ -159,11 +164,13 @@ class WaitService:
                 cursor = await conn.execute(query("wait_edges_at", self._schema), key)
                 if not await cursor.fetchall():
                     edges = await make(conn)
+                    waitpoint_ids = [waitpoint for _, waitpoint in edges]
                     params = {
                         **key,
                         "items": [item for item, _ in edges],
-                        "waitpoint_ids": [waitpoint for _, waitpoint in edges],
+                        "waitpoint_ids": waitpoint_ids,
                     }
+                    await self._lock_waitpoints(conn, waitpoint_ids)
                     await conn.execute(query("insert_wait_edges", self._schema), params)
                 state = await self._scalar(
                     conn, "begin_waiting", {"run_id": run_id, "token": token}
@@ -175,6 +182,17 @@ class WaitService:
         if state == "WAITING":
             await self._suspend(run_id, token)
         return await self._results(key)
+
+    async def _lock_waitpoints(
+        self, conn: psycopg.AsyncConnection[Any], waitpoint_ids: list[int]
+    ) -> None:
+        cursor = await conn.execute(
+            query("lock_waitpoints", self._schema), {"waitpoint_ids": waitpoint_ids}
+        )
+        found = {int(row[0]) for row in await cursor.fetchall()}
+        missing = [waitpoint for waitpoint in waitpoint_ids if waitpoint not in found]
+        if missing:
+            raise WaitpointNotFoundError(missing[0])
 
     async def _run_waitpoints(
         self, conn: psycopg.AsyncConnection[Any], run_ids: list[int]
