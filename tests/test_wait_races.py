@@ -13,9 +13,9 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from fairlane import trigger
+from fairlane import limits, trigger
 from fairlane.sqlfiles import query
-from tests.helpers import claim, executing_run, insert_edges, wait_on_runs
+from tests.helpers import claim, executing_run, insert_edges, run_status, wait_on_runs
 from tests.interleave import Session, sessions
 
 Conn = psycopg.Connection[Any]
@@ -168,3 +168,109 @@ def test_two_tokens_with_one_key_at_once_make_one_token(
     assert (second == first) is first_commits
     tokens = db.execute("SELECT count(*) FROM fairlane.waitpoints WHERE kind = 'MANUAL'")
     assert tokens.fetchone() == (1,)
+
+
+def ensure_waitpoints(session: Session, children: list[int]) -> Any:
+    """Start the part of a wait transaction that finds or makes the children's waitpoints."""
+    session.run(query("lock_awaited_runs", "fairlane"), {"run_ids": children})
+    return session.run(query("ensure_run_waitpoints", "fairlane"), {"run_ids": children})
+
+
+def test_two_waits_on_one_run_at_once_share_its_waitpoint(dsn: str, db: Conn) -> None:
+    """The run's row lock (lock_awaited_runs) orders them: the second finds the waitpoint the
+    first made (its ON CONFLICT alone would wait, then find nothing in its own snapshot)."""
+    child, _ = executing_run(db, "child")
+    with sessions(dsn, 2) as (a, b):
+        a.begin()
+        b.begin()
+        ((_, first),) = ensure_waitpoints(a, [child])
+        locking = b.start(query("lock_awaited_runs", "fairlane"), {"run_ids": [child]})
+        b.blocked()
+        a.commit()
+        locking.result(timeout=30)
+        ((_, second),) = b.run(query("ensure_run_waitpoints", "fairlane"), {"run_ids": [child]})
+        b.commit()
+    assert second == first
+
+
+@pytest.mark.parametrize("finished_first", [True, False], ids=["finish-first", "wait-first"])
+def test_a_run_finishing_while_someone_starts_waiting_on_it_completes_the_wait(
+    dsn: str, db: Conn, finished_first: bool
+) -> None:
+    """Either the run finished first and its waitpoint is made already complete, or the waiter
+    marked it awaited first and the finishing statement (which waited for its row) completes
+    the waitpoint."""
+    child = executing_run(db, "child")
+    with sessions(dsn, 2) as (finisher, waiter):
+        finisher.begin()
+        waiter.begin()
+        if finished_first:
+            complete(finisher, [child]).result(timeout=30)
+            locking = waiter.start(query("lock_awaited_runs", "fairlane"), {"run_ids": [child[0]]})
+            waiter.blocked()
+            finisher.commit()
+            locking.result(timeout=30)
+            waiter.run(query("ensure_run_waitpoints", "fairlane"), {"run_ids": [child[0]]})
+            waiter.commit()
+        else:
+            ensure_waitpoints(waiter, [child[0]])
+            finishing = complete(finisher, [child])
+            finisher.blocked()
+            waiter.commit()
+            finishing.result(timeout=30)
+            finisher.commit()
+    row = db.execute(
+        "SELECT status, output FROM fairlane.waitpoints WHERE run_id = %s", (child[0],)
+    ).fetchone()
+    assert row == ("COMPLETED", 1)
+
+
+def test_a_token_completed_twice_at_once_completes_once(dsn: str, db: Conn) -> None:
+    """The second completion waits for the first's row version, re-checks PENDING on it and
+    changes nothing: it reports False and the first output stays."""
+    token = create_token(db)
+    statement = complete_token_statement()
+    with sessions(dsn, 2) as (a, b):
+        a.begin()
+        b.begin()
+        assert len(a.run(statement, {"id": token, "output": '"first"'})) == 1
+        second = b.start(statement, {"id": token, "output": '"second"'})
+        b.blocked()
+        a.commit()
+        assert second.result(timeout=30) == []
+        b.commit()
+    row = db.execute("SELECT output FROM fairlane.waitpoints WHERE id = %s", (token,)).fetchone()
+    assert row == ("first",)
+
+
+def test_a_resume_and_a_claim_share_a_cap_of_one(dsn: str, db: Conn) -> None:
+    """A ready waiting run keeps its room reserved, and resume_run takes it under the same
+    environment lock as a claim: with an environment cap of 1, a fresh run queued behind it
+    does not start while the resumed one runs."""
+    parent, lease = executing_run(db, "parent")
+    limits.set_environment(db, "env-parent", concurrency_limit=1)
+    child, _ = executing_run(db, "child")
+    assert wait_on_runs(db, parent, lease, [child]) == "WAITING"
+    db.execute(
+        "UPDATE fairlane.runs SET status = 'COMPLETED', finished_at = now() WHERE id = %s",
+        (child,),
+    )
+    assert resume_ready(db, parent) == ("WAITING", True)
+    fresh = trigger(db, "fresh", environment="env-parent")
+    claim_fresh = {
+        "limit": 1, "lease_s": 30, "worker_id": "other", "environments": ["env-parent"],
+        "queues": None, "full_scan": True,
+    }  # fmt: skip
+    with sessions(dsn, 2) as (resumer, claimer):
+        resumer.begin()
+        resumed = resumer.run(query("resume_run", "fairlane"), {"run_id": parent, "token": lease})
+        assert resumed == [("RESUMED",)]
+        claiming = claimer.start(query("claim_runs", "fairlane"), claim_fresh)
+        claimer.blocked_or_done()
+        resumer.commit()
+        assert claiming.result(timeout=30) == []
+    executing = db.execute(
+        "SELECT id FROM fairlane.runs WHERE environment = 'env-parent' AND status = 'EXECUTING'"
+    ).fetchall()
+    assert executing == [(parent,)]
+    assert run_status(db, fresh) == "QUEUED"

@@ -94,7 +94,7 @@ def workers(dsn: str, tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]
             cwd=tmp_path,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        )
         for _ in range(WORKERS)
     ]
     yield started
