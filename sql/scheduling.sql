@@ -139,6 +139,10 @@ BEGIN
             SELECT r.id, r.priority
             FROM {schema}.runs r
             WHERE r.environment = env_name AND r.queue = queue_room.name AND r.status = 'QUEUED'
+              -- A TTL limits the wait before a run first starts: one that lapsed is left to
+              -- expire_ttl_runs (exactly its condition, negated), never started. A filter on
+              -- the rows the index walk reads.
+              AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
             ORDER BY r.priority DESC, r.id
             LIMIT least(queue_room.room, env_room)
             FOR UPDATE SKIP LOCKED
@@ -153,7 +157,9 @@ BEGIN
         lease_token = gen_random_uuid(),
         lease_until = now() + make_interval(secs => lease_s),
         worker_id = claimer,
-        started_at = now()
+        started_at = now(),
+        -- Started: the TTL is spent, so nothing that hands the run back can expire it.
+        expires_at = NULL
     FROM picked
     WHERE r.id = picked.id
     RETURNING r.id, r.lease_token, r.task, r.payload, r.attempts, r.max_attempts,
