@@ -52,8 +52,10 @@ END;
 $$;
 
 -- function: promote_delayed_runs
--- Delayed runs (first start or retry backoff) that are due become QUEUED. A run that never
--- started is enqueued for the first time here, so its TTL is armed now.
+-- Delayed runs (first start or retry backoff) that are due become QUEUED. A run counts as
+-- queued from the moment it was due (queued_at = available_at), so the tick that happens to
+-- promote it does not change its place. A run that never started is enqueued for the first
+-- time here, so its TTL is armed now.
 CREATE OR REPLACE FUNCTION {schema}.promote_delayed_runs(batch_size integer DEFAULT 1000)
 RETURNS jsonb
 LANGUAGE sql
@@ -68,6 +70,7 @@ WITH due AS (
 ), promoted AS (
     UPDATE {schema}.runs AS r
     SET status = 'QUEUED',
+        queued_at = r.available_at,
         expires_at = CASE WHEN r.attempts = 0 AND r.ttl_s IS NOT NULL AND r.expires_at IS NULL
                           THEN now() + make_interval(secs => r.ttl_s)
                           ELSE r.expires_at END

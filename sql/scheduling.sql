@@ -80,8 +80,10 @@ END;
 $$;
 
 -- function: claim_from_environment
--- Claim up to `take` runs of one environment whose row lock the caller holds: priority first,
--- then age, across its unpaused queues, within the queue caps and the environment cap.
+-- Claim up to `take` runs of one environment whose row lock the caller holds, within the queue
+-- caps and the environment cap: across its unpaused queues, in queue_order (when the run was
+-- queued, minus its priority in seconds), then id. Each queue is read in the order of the
+-- queued index, so no backlog is sorted: only the few rows each queue contributes are merged.
 CREATE OR REPLACE FUNCTION {schema}.claim_from_environment(
     env_name text, take integer, lease_s double precision, claimer text, only_queues text[])
 RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
@@ -136,19 +138,19 @@ BEGIN
         SELECT candidate.id
         FROM queue_room
         CROSS JOIN LATERAL (
-            SELECT r.id, r.priority
+            SELECT r.id, r.queue_order
             FROM {schema}.runs r
             WHERE r.environment = env_name AND r.queue = queue_room.name AND r.status = 'QUEUED'
               -- A TTL limits the wait before a run first starts: one that lapsed is left to
               -- expire_ttl_runs (exactly its condition, negated), never started. A filter on
               -- the rows the index walk reads.
               AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
-            ORDER BY r.priority DESC, r.id
+            ORDER BY r.queue_order, r.id
             LIMIT least(queue_room.room, env_room)
             FOR UPDATE SKIP LOCKED
         ) AS candidate
         WHERE queue_room.room > 0
-        ORDER BY candidate.priority DESC, candidate.id
+        ORDER BY candidate.queue_order, candidate.id
         LIMIT env_room
     )
     UPDATE {schema}.runs AS r
@@ -380,7 +382,7 @@ BEGIN
         drained = (
             SELECT r.id FROM {schema}.runs r
             WHERE r.environment = env_name AND r.status = 'QUEUED'
-            ORDER BY r.environment, r.queue, r.priority DESC, r.id
+            ORDER BY r.environment, r.queue, r.queue_order, r.id
             LIMIT 1) IS NULL
     WHERE e.name = env_name;
 END;

@@ -18,6 +18,7 @@ import pytest
 from fairlane import Client, RunStatus
 from fairlane.errors import SchemaMismatchError
 from fairlane.schema import migrate
+from fairlane.schema.check import SCHEMA_REVISION as HEAD
 from fairlane.schema.check import check_schema
 from fairlane.schema.objects import SqlObject, checksum, install_objects, manifest
 from tests.schema.catalog import Snapshot, differences, load_dump, snapshot
@@ -70,7 +71,7 @@ def test_a_database_the_previous_release_migrated_upgrades_to_a_fresh_install(
         before: dict[int, str] = dict(
             conn.execute("SELECT id, status FROM fairlane.runs").fetchall()
         )
-        with pytest.raises(SchemaMismatchError, match=r"at 0009, this fairlane needs 0010"):
+        with pytest.raises(SchemaMismatchError, match=rf"at 0009, this fairlane needs {HEAD}"):
             check_schema(conn, "fairlane")
 
         installed = migrate.upgrade(dsn)
