@@ -46,9 +46,7 @@ def database_now(db: psycopg.Connection[Any]) -> datetime:
     return row[0]  # type: ignore[no-any-return]
 
 
-async def claim_one_by_one(
-    dsn: str, store: LeaseStore, count: int, **options: Any
-) -> list[int]:
+async def claim_one_by_one(dsn: str, store: LeaseStore, count: int, **options: Any) -> list[int]:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         claimed: list[int] = []
         for _ in range(count):

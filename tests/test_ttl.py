@@ -137,7 +137,8 @@ async def test_a_reclaimed_run_never_expires(
         "UPDATE fairlane.runs SET lease_until = now() - interval '1 ms' WHERE id = %s", (run_id,)
     )
     reclaimed = db.execute("SELECT fairlane.reclaim_expired_leases()").fetchone()
-    assert reclaimed is not None and reclaimed[0]["requeued"] == 1
+    assert reclaimed is not None
+    assert reclaimed[0]["requeued"] == 1
     let_time_pass(db, 31)
     assert expire(db)["expired"] == 0
     assert run_status(db, run_id) == "QUEUED"

@@ -34,9 +34,7 @@ depends_on: str | Sequence[str] | None = None
 
 # timestamptz - interval is only STABLE, so the offset is taken in epoch seconds (immutable
 # arithmetic, exact to the microsecond for any timestamp a run can carry).
-QUEUE_ORDER = (
-    "to_timestamp(date_part('epoch', queued_at - to_timestamp(0)) - priority)"
-)
+QUEUE_ORDER = "to_timestamp(date_part('epoch', queued_at - to_timestamp(0)) - priority)"
 
 
 def upgrade() -> None:

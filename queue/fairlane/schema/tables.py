@@ -36,9 +36,7 @@ RUN_STATUSES = tuple(status.value for status in RunStatus)
 VERSION_TABLE = "fairlane_alembic_version"
 # timestamptz - interval is only STABLE, so the priority offset is taken in epoch seconds:
 # immutable arithmetic, exact to the microsecond.
-QUEUE_ORDER = (
-    "to_timestamp(date_part('epoch', queued_at - to_timestamp(0)) - priority)"
-)
+QUEUE_ORDER = "to_timestamp(date_part('epoch', queued_at - to_timestamp(0)) - priority)"
 
 
 def _status_check() -> CheckConstraint:
