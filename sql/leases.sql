@@ -13,9 +13,12 @@ WHERE r.id = held.id
 RETURNING r.id;
 
 -- name: complete_runs
+-- A completed run keeps no error: the one an earlier attempt left (a retry, a lapsed lease) is
+-- cleared.
 UPDATE {schema}.runs AS r
 SET status = 'COMPLETED',
     result = done.result::jsonb,
+    error = NULL,
     finished_at = now(),
     lease_token = NULL,
     lease_until = NULL
