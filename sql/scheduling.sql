@@ -80,10 +80,11 @@ END;
 $$;
 
 -- function: claim_from_environment
--- Claim up to `take` runs of one environment whose row lock the caller holds, within the queue
--- caps and the environment cap: across its unpaused queues, in queue_order (when the run was
--- queued, minus its priority in seconds), then id. Each queue is read in the order of the
--- queued index, so no backlog is sorted: only the few rows each queue contributes are merged.
+-- Claim up to `take` runs of one environment whose row lock the caller holds (none if it is
+-- paused), within the queue caps and the environment cap: across its unpaused queues, in
+-- queue_order (when the run was queued, minus its priority in seconds), then id. Each queue is
+-- read in the order of the queued index, so no backlog is sorted: only the few rows each queue
+-- contributes are merged.
 CREATE OR REPLACE FUNCTION {schema}.claim_from_environment(
     env_name text, take integer, lease_s double precision, claimer text, only_queues text[])
 RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
@@ -99,8 +100,13 @@ DECLARE
     held_queues text[];
     held_counts integer[];
 BEGIN
-    SELECT e.concurrency_limit, e.burst_factor INTO env
+    -- Read under the row lock, in a statement after it: a pause that committed while the
+    -- claim waited for the row is seen here, though the candidate list predates it.
+    SELECT e.concurrency_limit, e.burst_factor, e.paused INTO env
     FROM {schema}.environments e WHERE e.name = env_name;
+    IF env.paused THEN
+        RETURN;
+    END IF;
     -- Without any cap in the environment no slot needs counting (the common, fast case).
     capped := env.concurrency_limit IS NOT NULL OR EXISTS (
         SELECT 1 FROM {schema}.queues q
