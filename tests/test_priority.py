@@ -96,6 +96,12 @@ async def test_priority_is_a_head_start_in_seconds_then_id(
     queued_at(db, negative, now - timedelta(seconds=1))  # counts as now + 1 s
     assert order_key(db, early_urgent) == now - timedelta(seconds=2)
     assert order_key(db, negative) == now + timedelta(seconds=1)
+    with Client(dsn) as client:
+        shown = client.get_run_sync(early_urgent)
+    assert (shown.queued_at, shown.queue_order) == (
+        now + timedelta(seconds=3),
+        now - timedelta(seconds=2),
+    )
     order = await claim_one_by_one(dsn, store, 5)
     # Across the environment's queues too: "other" is merged by the same key.
     assert order == [early_urgent, first, same_time, negative, late_urgent]
