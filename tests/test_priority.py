@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from fairlane import Client, TriggerRequest, trigger, trigger_many
+from fairlane.schema import migrate
 from fairlane.worker.leases import Failure, Lease, LeaseStore
 from tests.helpers import claim_and_complete, run_row
 
@@ -172,3 +173,28 @@ async def test_a_manual_retry_queues_the_run_as_of_the_retry(
     with Client(dsn) as client:
         client.retry_sync(failed)
     assert await claim_one_by_one(dsn, store, 2) == [waiting, failed]
+
+
+async def test_an_upgrade_keeps_the_order_of_the_runs_already_queued(
+    empty_database: Any, store: LeaseStore
+) -> None:
+    """Revision 0011 gives the runs that were queued before it their time of queueing: their
+    creation, or their due time if they were delayed."""
+    dsn = empty_database()
+    migrate.upgrade(dsn, revision="0010")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO fairlane.environments (name) VALUES ('default')")
+        conn.execute(
+            "INSERT INTO fairlane.queues (environment, name) VALUES ('default', 'default')"
+        )
+        rows = conn.execute(
+            "INSERT INTO fairlane.runs (task, payload, status, priority, created_at, available_at)"
+            " VALUES ('t', '1', 'QUEUED', 0, now() - interval '60 s', NULL),"
+            "        ('t', '2', 'QUEUED', 30, now() - interval '20 s', NULL),"  # as of -50 s
+            "        ('t', '3', 'QUEUED', 0, now() - interval '90 s', now() - interval '55 s'),"
+            "        ('t', '4', 'QUEUED', 0, now() - interval '10 s', NULL)"
+            " RETURNING id"
+        ).fetchall()
+    migrate.upgrade(dsn)
+    first, urgent, promoted, last = (row[0] for row in rows)
+    assert await claim_one_by_one(dsn, store, 4) == [first, promoted, urgent, last]
