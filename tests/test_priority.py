@@ -1,8 +1,8 @@
 """Priority is a time offset: a run of priority p is claimed as if it had been queued p
 seconds earlier (then by id), so no run waits forever behind higher priorities.
 
-Claims are driven by hand with the worker's statements. Time is simulated: ``wait`` moves the
-``queued_at`` of every queued run back, exactly as if that many seconds had passed for them.
+Claims are driven by hand with the worker's statements. Time is simulated: the tests set the
+``queued_at`` of the runs they trigger to the moments they mean, on a clock of their own.
 """
 
 from __future__ import annotations
@@ -19,15 +19,6 @@ from fairlane.worker.leases import Failure, Lease, LeaseStore
 from tests.helpers import claim_and_complete, run_row
 
 pytestmark = pytest.mark.anyio
-
-
-def wait(db: psycopg.Connection[Any], seconds: float) -> None:
-    """``seconds`` pass for every run waiting in a queue."""
-    db.execute(
-        "UPDATE fairlane.runs SET queued_at = queued_at - make_interval(secs => %s)"
-        " WHERE status = 'QUEUED'",
-        (seconds,),
-    )
 
 
 def queued_at(db: psycopg.Connection[Any], run_id: int, at: datetime) -> None:
@@ -61,13 +52,15 @@ async def test_a_low_priority_run_starts_while_high_priority_runs_keep_arriving(
     """Every simulated second three priority-10 runs arrive and two runs are started: the
     priority-10 stream alone saturates the queue. The priority-0 run goes once the runs that
     arrived less than 10 s after it are gone: the 27 of the first nine seconds."""
+    start = database_now(db)
     low = trigger(db, "t", "low", priority=0)
+    queued_at(db, low, start)
     started_before_low: list[int] = []
     arrived: dict[int, int] = {}
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         for second in range(1, 31):
-            wait(db, 1)
             for run_id in trigger_many(db, [TriggerRequest("t", second, priority=10)] * 3):
+                queued_at(db, run_id, start + timedelta(seconds=second))
                 arrived[run_id] = second
             claimed = [run.id for run in await claim_and_complete(conn, store, 2)]
             if low in claimed:
@@ -76,6 +69,7 @@ async def test_a_low_priority_run_starts_while_high_priority_runs_keep_arriving(
             started_before_low += claimed
         else:
             pytest.fail("the priority-0 run waited 30 s behind a stream of priority-10 runs")
+    # The runs of second 10 count as queued at the same moment as it: it is older (lower id).
     assert second == 14, "27 runs ahead of it, two started per second"
     assert sorted(arrived[run_id] for run_id in started_before_low) == sorted(
         second for second in range(1, 10) for _ in range(3)
