@@ -13,9 +13,12 @@ WHERE r.id = held.id
 RETURNING r.id;
 
 -- name: complete_runs
+-- A completed run keeps no error: the one an earlier attempt left (a retry, a lapsed lease) is
+-- cleared.
 UPDATE {schema}.runs AS r
 SET status = 'COMPLETED',
     result = done.result::jsonb,
+    error = NULL,
     finished_at = now(),
     lease_token = NULL,
     lease_until = NULL
@@ -48,7 +51,8 @@ RETURNING r.id, r.status;
 
 -- name: release_runs
 -- Give runs back without burning the attempt the claim counted (graceful shutdown), and wake
--- the other workers so they pick them up at once.
+-- the other workers so they pick them up at once. The run started, so it has no TTL any more
+-- (the claim disarmed it; cleared here too for runs claimed before it did).
 WITH released AS (
     UPDATE {schema}.runs AS r
     SET status = 'QUEUED',
@@ -57,6 +61,7 @@ WITH released AS (
         lease_until = NULL,
         worker_id = NULL,
         started_at = NULL,
+        expires_at = NULL,
         resume_ready = false
     FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS held(id, token)
     WHERE r.id = held.id

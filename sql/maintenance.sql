@@ -52,34 +52,61 @@ END;
 $$;
 
 -- function: promote_delayed_runs
--- Delayed runs (first start or retry backoff) that are due become QUEUED. A run that never
--- started is enqueued for the first time here, so its TTL is armed now.
-CREATE OR REPLACE FUNCTION {schema}.promote_delayed_runs(batch_size integer DEFAULT 1000)
+-- Delayed runs (first start, retry backoff, debounce) that are due become QUEUED, in batches of
+-- promote_batch_size, at most promote_max_batches statements per tick: 20,000 runs due at once
+-- take one tick, not twenty. A run counts as queued from the moment it was due (queued_at =
+-- available_at), so the tick that happens to promote it does not change its place, and runs
+-- promoted together keep the order of their due times. A run that never started is enqueued
+-- for the first time here, so its TTL is armed now. Rows another session holds (a reschedule,
+-- a cancel, another promotion) are skipped; a row changed since the statement's snapshot is
+-- re-checked on its latest version by FOR UPDATE.
+CREATE OR REPLACE FUNCTION {schema}.promote_delayed_runs()
 RETURNS jsonb
-LANGUAGE sql
+LANGUAGE plpgsql
 AS $$
-WITH due AS (
-    SELECT id
-    FROM {schema}.runs
-    WHERE status = 'DELAYED' AND available_at <= now()
-    ORDER BY available_at
-    LIMIT batch_size
-    FOR UPDATE SKIP LOCKED
-), promoted AS (
-    UPDATE {schema}.runs AS r
-    SET status = 'QUEUED',
-        expires_at = CASE WHEN r.attempts = 0 AND r.ttl_s IS NOT NULL AND r.expires_at IS NULL
-                          THEN now() + make_interval(secs => r.ttl_s)
-                          ELSE r.expires_at END
-    FROM due
-    WHERE r.id = due.id
-    RETURNING r.environment
-), woken AS (
-    SELECT pg_notify({channel}, environment)
-    FROM (SELECT DISTINCT environment FROM promoted) AS envs
-)
-SELECT jsonb_build_object('promoted', count(*), 'woken', (SELECT count(*) FROM woken))
-FROM promoted;
+DECLARE
+    batch_size integer := {schema}.numeric_setting('promote_batch_size', 5000);
+    max_batches integer := {schema}.numeric_setting('promote_max_batches', 10);
+    promoted integer;
+    total integer := 0;
+    statements integer := 0;
+    environments text[];
+    woken text[] := '{{}}';
+BEGIN
+    LOOP
+        WITH due AS (
+            SELECT r.id
+            FROM {schema}.runs r
+            WHERE r.status = 'DELAYED' AND r.available_at <= now()
+            ORDER BY r.available_at
+            LIMIT batch_size
+            FOR UPDATE SKIP LOCKED
+        ), promoted_runs AS (
+            UPDATE {schema}.runs AS r
+            SET status = 'QUEUED',
+                queued_at = r.available_at,
+                expires_at = CASE WHEN r.attempts = 0 AND r.ttl_s IS NOT NULL
+                                       AND r.expires_at IS NULL
+                                  THEN now() + make_interval(secs => r.ttl_s)
+                                  ELSE r.expires_at END
+            FROM due
+            WHERE r.id = due.id
+            RETURNING r.environment
+        )
+        SELECT count(*), array_agg(DISTINCT p.environment)
+        INTO promoted, environments
+        FROM promoted_runs p;
+        total := total + promoted;
+        statements := statements + 1;
+        woken := woken || coalesce(environments, '{{}}');
+        EXIT WHEN promoted < batch_size OR statements >= max_batches;
+    END LOOP;
+    -- One notification per environment; delivered when the tick commits.
+    woken := ARRAY(SELECT DISTINCT w.name FROM unnest(woken) AS w(name));
+    PERFORM pg_notify({channel}, w.name) FROM unnest(woken) AS w(name);
+    RETURN jsonb_build_object('promoted', total, 'statements', statements,
+                              'woken', cardinality(woken));
+END;
 $$;
 
 -- function: run_due_periodic_jobs

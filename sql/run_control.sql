@@ -66,6 +66,7 @@ BEGIN
     END IF;
     UPDATE {schema}.runs r
     SET status = 'QUEUED',
+        queued_at = now(),
         max_attempts = r.attempts + 1,
         available_at = NULL,
         expires_at = NULL,

@@ -80,8 +80,11 @@ END;
 $$;
 
 -- function: claim_from_environment
--- Claim up to `take` runs of one environment whose row lock the caller holds: priority first,
--- then age, across its unpaused queues, within the queue caps and the environment cap.
+-- Claim up to `take` runs of one environment whose row lock the caller holds (none if it is
+-- paused), within the queue caps and the environment cap: across its unpaused queues, in
+-- queue_order (when the run was queued, minus its priority in seconds), then id. Each queue is
+-- read in the order of the queued index, so no backlog is sorted: only the few rows each queue
+-- contributes are merged.
 CREATE OR REPLACE FUNCTION {schema}.claim_from_environment(
     env_name text, take integer, lease_s double precision, claimer text, only_queues text[])
 RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
@@ -97,8 +100,13 @@ DECLARE
     held_queues text[];
     held_counts integer[];
 BEGIN
-    SELECT e.concurrency_limit, e.burst_factor INTO env
+    -- Read under the row lock, in a statement after it: a pause that committed while the
+    -- claim waited for the row is seen here, though the candidate list predates it.
+    SELECT e.concurrency_limit, e.burst_factor, e.paused INTO env
     FROM {schema}.environments e WHERE e.name = env_name;
+    IF env.paused THEN
+        RETURN;
+    END IF;
     -- Without any cap in the environment no slot needs counting (the common, fast case).
     capped := env.concurrency_limit IS NOT NULL OR EXISTS (
         SELECT 1 FROM {schema}.queues q
@@ -136,15 +144,19 @@ BEGIN
         SELECT candidate.id
         FROM queue_room
         CROSS JOIN LATERAL (
-            SELECT r.id, r.priority
+            SELECT r.id, r.queue_order
             FROM {schema}.runs r
             WHERE r.environment = env_name AND r.queue = queue_room.name AND r.status = 'QUEUED'
-            ORDER BY r.priority DESC, r.id
+              -- A TTL limits the wait before a run first starts: one that lapsed is left to
+              -- expire_ttl_runs (exactly its condition, negated), never started. A filter on
+              -- the rows the index walk reads.
+              AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
+            ORDER BY r.queue_order, r.id
             LIMIT least(queue_room.room, env_room)
             FOR UPDATE SKIP LOCKED
         ) AS candidate
         WHERE queue_room.room > 0
-        ORDER BY candidate.priority DESC, candidate.id
+        ORDER BY candidate.queue_order, candidate.id
         LIMIT env_room
     )
     UPDATE {schema}.runs AS r
@@ -153,7 +165,9 @@ BEGIN
         lease_token = gen_random_uuid(),
         lease_until = now() + make_interval(secs => lease_s),
         worker_id = claimer,
-        started_at = now()
+        started_at = now(),
+        -- Started: the TTL is spent, so nothing that hands the run back can expire it.
+        expires_at = NULL
     FROM picked
     WHERE r.id = picked.id
     RETURNING r.id, r.lease_token, r.task, r.payload, r.attempts, r.max_attempts,
@@ -374,7 +388,7 @@ BEGIN
         drained = (
             SELECT r.id FROM {schema}.runs r
             WHERE r.environment = env_name AND r.status = 'QUEUED'
-            ORDER BY r.environment, r.queue, r.priority DESC, r.id
+            ORDER BY r.environment, r.queue, r.queue_order, r.id
             LIMIT 1) IS NULL
     WHERE e.name = env_name;
 END;

@@ -48,7 +48,7 @@ BEGIN
     WHERE e.drained
       AND (SELECT r.id FROM {schema}.runs r
            WHERE r.environment = e.name AND r.status = 'QUEUED'
-           ORDER BY r.environment, r.queue, r.priority DESC, r.id
+           ORDER BY r.environment, r.queue, r.queue_order, r.id
            LIMIT 1) IS NOT NULL;
     GET DIAGNOSTICS environments_fixed = ROW_COUNT;
     IF {schema}.boolean_setting('sweep_repair_waiting', true) THEN

@@ -1,7 +1,10 @@
 -- function: expire_ttl_runs
 -- Queued runs whose TTL lapsed end EXPIRED, in batches of ttl_batch_size, at most
--- ttl_max_batches statements per tick. Only runs that never started: a TTL is armed on first
--- enqueue and a run that started is never expired.
+-- ttl_max_batches statements per tick. A TTL limits how long a run waits before it first
+-- starts: it is armed on first enqueue and disarmed (expires_at cleared) by the claim that
+-- starts the run, so a run handed back later (release, lease reclaim, sweeper) never expires.
+-- The claim skips exactly the runs this expires (QUEUED, expires_at passed, no attempt
+-- counted), so a lapsed run is never started and never left behind.
 CREATE OR REPLACE FUNCTION {schema}.expire_ttl_runs()
 RETURNS jsonb
 LANGUAGE plpgsql

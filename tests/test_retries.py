@@ -177,6 +177,7 @@ async def test_handler_failing_once_then_succeeding_completes_on_attempt_two(
     assert row["status"] == RunStatus.COMPLETED
     assert row["attempts"] == 2
     assert row["result"] == "ok"
+    assert row["error"] is None, "a completed run keeps no error of an earlier attempt"
     assert calls == [1, 2]
     assert worker.stats.retried == 1
     assert worker.stats.completed == 1
@@ -250,6 +251,7 @@ async def test_lapsed_lease_counts_as_an_attempt(
     row = run_row(db, run_id)
     assert row["attempts"] == 2
     assert row["result"] == "second time lucky"
+    assert row["error"] is None, "the lapsed lease's LEASE_EXPIRED is cleared on completion"
 
 
 @pytest.mark.anyio
@@ -262,3 +264,23 @@ async def test_a_run_for_an_unknown_task_fails_with_a_code(
     row = db.execute("SELECT error FROM fairlane.runs WHERE id = %s", (run_id,)).fetchone()
     assert row is not None
     assert row[0]["code"] == "UNKNOWN_TASK"
+
+
+@pytest.mark.anyio
+async def test_an_unknown_task_carries_its_code_on_every_attempt(
+    dsn: str, fast_db: psycopg.Connection[Any]
+) -> None:
+    run_id = trigger(fast_db, "nobody_handles_this", None, max_attempts=2)
+    async with running(fast_worker(TaskRegistry(), dsn)):
+        await wait_until(
+            lambda: run_status(fast_db, run_id) is RunStatus.DELAYED, within=5, what="a retry"
+        )
+        retried = run_row(fast_db, run_id)["error"]
+        await wait_until(
+            lambda: run_status(fast_db, run_id) is RunStatus.FAILED, within=10, what="FAILED"
+        )
+    final = run_row(fast_db, run_id)["error"]
+    for attempt, error in enumerate((retried, final), start=1):
+        assert error["code"] == "UNKNOWN_TASK"
+        assert error["type"] == "fairlane.errors.UnknownTaskError"
+        assert error["attempt"] == attempt

@@ -99,3 +99,62 @@ def test_ten_thousand_runs_expire_in_bounded_statements(db: psycopg.Connection[A
     assert len(ticks) == 5  # 3000 + 3000 + 3000 + 1000, then nothing left
     count = db.execute("SELECT count(*) FROM fairlane.runs WHERE status = 'EXPIRED'").fetchone()
     assert count == (10_000,)
+
+
+def let_time_pass(db: psycopg.Connection[Any], seconds: float) -> None:
+    """Move every armed TTL deadline ``seconds`` closer, as if that much time had passed."""
+    db.execute(
+        "UPDATE fairlane.runs SET expires_at = expires_at - make_interval(secs => %s)"
+        " WHERE expires_at IS NOT NULL",
+        (seconds,),
+    )
+
+
+async def test_a_run_handed_back_at_shutdown_never_expires(
+    dsn: str, db: psycopg.Connection[Any], store: LeaseStore
+) -> None:
+    run_id = trigger(db, "t", None, ttl=30)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        (run,) = await store.claim(conn, 1)
+        let_time_pass(db, 31)  # the TTL would have lapsed while it ran
+        assert await store.release(conn, [Lease(run.id, run.lease_token)]) == {run_id}
+    assert expire(db)["expired"] == 0
+    row = db.execute(
+        "SELECT status, attempts, expires_at FROM fairlane.runs WHERE id = %s", (run_id,)
+    ).fetchone()
+    assert row == ("QUEUED", 0, None), "the attempt is given back, the TTL stays disarmed"
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        assert [claimed.id for claimed in await store.claim(conn, 1)] == [run_id]
+
+
+async def test_a_reclaimed_run_never_expires(
+    dsn: str, db: psycopg.Connection[Any], store: LeaseStore
+) -> None:
+    run_id = trigger(db, "t", None, ttl=30, max_attempts=2)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await store.claim(conn, 1)
+    db.execute(
+        "UPDATE fairlane.runs SET lease_until = now() - interval '1 ms' WHERE id = %s", (run_id,)
+    )
+    reclaimed = db.execute("SELECT fairlane.reclaim_expired_leases()").fetchone()
+    assert reclaimed is not None
+    assert reclaimed[0]["requeued"] == 1
+    let_time_pass(db, 31)
+    assert expire(db)["expired"] == 0
+    assert run_status(db, run_id) == "QUEUED"
+
+
+async def test_the_claim_never_starts_a_run_whose_ttl_lapsed(
+    dsn: str, db: psycopg.Connection[Any], store: LeaseStore
+) -> None:
+    """The expiry job has not run yet: the claim skips the lapsed run and starts the one
+    behind it; the next expiry tick ends the lapsed one."""
+    lapsed, fresh = trigger(db, "t", None, ttl=30), trigger(db, "t", None, ttl=3600)
+    untimed = trigger(db, "t", None)
+    let_time_pass(db, 31)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        claimed = await store.claim(conn, 10)
+    assert sorted(run.id for run in claimed) == [fresh, untimed]
+    assert run_status(db, lapsed) == "QUEUED"
+    assert expire(db)["expired"] == 1
+    assert run_status(db, lapsed) == "EXPIRED"

@@ -70,6 +70,10 @@ class Run:
     # The stored (hashed) idempotency key while it is active, and when it expires.
     idempotency_key: str | None = None
     idempotency_key_expires_at: datetime | None = None
+    # When it last entered its queue, and the order claims take it in: queued_at minus its
+    # priority in seconds (README, Scheduling).
+    queued_at: datetime | None = None
+    queue_order: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ def run_from_row(row: Sequence[Any]) -> Run:
         id_, environment, queue, task, payload, status, priority, attempts, max_attempts,
         available_at, created_at, started_at, finished_at, lease_token, lease_until, worker_id,
         result, error, tags, metadata, machine, max_duration_s, parent_run_id, idempotency_key,
-        idempotency_key_expires_at,
+        idempotency_key_expires_at, queued_at, queue_order,
     ) = row  # fmt: skip
     return Run(
         id=id_, environment=environment, queue=queue, task=task, payload=payload,
@@ -24,7 +24,8 @@ def run_from_row(row: Sequence[Any]) -> Run:
         lease_until=lease_until, worker_id=worker_id, result=result, error=error,
         tags=list(tags), metadata=metadata, machine=machine, max_duration_s=max_duration_s,
         parent_run_id=parent_run_id, idempotency_key=idempotency_key,
-        idempotency_key_expires_at=idempotency_key_expires_at,
+        idempotency_key_expires_at=idempotency_key_expires_at, queued_at=queued_at,
+        queue_order=queue_order,
     )  # fmt: skip
 
 

@@ -1,18 +1,21 @@
-"""``fairlane bench enqueue|drain|latency|fairness|rate``: one JSON line on stdout per run."""
+"""``fairlane bench enqueue|drain|latency|fairness|rate|batch|promote``: one JSON line on stdout
+per run."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from fairlane.bench import batch, drain, enqueue, fairness, latency, rate
+from fairlane.bench import batch, drain, enqueue, fairness, latency, promote, rate
 from fairlane.bench.common import LOOPS
 
 
 def add_parser(commands: Any) -> None:
     """Add ``bench`` and its scenarios to the ``fairlane`` command's subparsers."""
     bench = commands.add_parser(
-        "bench", help="benchmarks on a fresh database: enqueue, drain, latency, fairness, rate"
+        "bench",
+        help="benchmarks on a fresh database: enqueue, drain, latency, fairness, rate, batch, "
+        "promote",
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -25,5 +28,5 @@ def add_parser(commands: Any) -> None:
         "--loop", choices=LOOPS, default="asyncio", help="event loop (uvloop must be installed)"
     )
     scenarios = bench.add_subparsers(dest="scenario", required=True)
-    for module in (enqueue, drain, latency, fairness, rate, batch):
+    for module in (enqueue, drain, latency, fairness, rate, batch, promote):
         module.add_parser(scenarios, common)

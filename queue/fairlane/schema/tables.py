@@ -16,6 +16,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
+    Computed,
     DateTime,
     Double,
     Index,
@@ -33,6 +34,9 @@ from fairlane.models import RunStatus
 
 RUN_STATUSES = tuple(status.value for status in RunStatus)
 VERSION_TABLE = "fairlane_alembic_version"
+# timestamptz - interval is only STABLE, so the priority offset is taken in epoch seconds:
+# immutable arithmetic, exact to the microsecond.
+QUEUE_ORDER = "to_timestamp(date_part('epoch', queued_at - to_timestamp(0)) - priority)"
 
 
 def _status_check() -> CheckConstraint:
@@ -86,15 +90,23 @@ def _runs(metadata: MetaData) -> Table:
         # Batches: the batch and item this run was made for (one run per item).
         Column("batch_id", BigInteger),
         Column("batch_index", Integer),
+        # When the run last entered its queue: its trigger, the end of its delay or retry
+        # backoff (promotion), a manual retry. A run handed back (release, lease reclaim,
+        # sweeper) keeps it, and so its place.
+        Column("queued_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        # The claim's order within a queue: queued_at minus priority seconds, so priority is a
+        # head start and nothing waits forever behind higher priorities.
+        Column("queue_order", DateTime(timezone=True), Computed(QUEUE_ORDER, persisted=True)),
         _status_check(),
         CheckConstraint("max_attempts >= 1", name="runs_max_attempts_check"),
-        # Claims read this index only; finished and leased rows drop out of it. Its leading
-        # column also serves the loose index scan that finds environments with queued runs.
+        # Claims read this index only, in its order; finished and leased rows drop out of it.
+        # Its leading column also serves the loose index scan that finds environments with
+        # queued runs.
         Index(
             "runs_queued_idx",
             "environment",
             "queue",
-            text("priority DESC"),
+            "queue_order",
             "id",
             postgresql_where=text("status = 'QUEUED'"),
         ),
