@@ -1,15 +1,27 @@
 -- Every statement here is fenced: it matches id AND lease_token, so a worker whose lease
 -- lapsed and was re-claimed changes nothing. Finishing a run clears its token, which also
 -- fences any write that arrives after the run ended.
+--
+-- Each locks its runs first, in descending id order (docs/concurrency.md, the global lock
+-- order): a worker's heartbeat and its outcome writer hold runs of one worker at once, a
+-- cancel locks a tree children first, and a completion then locks the runs waiting on what it
+-- finished; all take runs in that one order, so none of them can wait for another in a cycle.
 
 -- name: heartbeat_runs
 -- Extend every held lease in one statement. Ids missing from the result are lost.
+WITH held AS (
+    SELECT r.id
+    FROM {schema}.runs AS r
+    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS lease(id, token)
+      ON r.id = lease.id AND r.lease_token = lease.token
+    WHERE r.status IN ('EXECUTING', 'WAITING')
+    ORDER BY r.id DESC
+    FOR UPDATE OF r
+)
 UPDATE {schema}.runs AS r
 SET lease_until = now() + make_interval(secs => %(lease_s)s)
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS held(id, token)
+FROM held
 WHERE r.id = held.id
-  AND r.lease_token = held.token
-  AND r.status IN ('EXECUTING', 'WAITING')
 RETURNING r.id;
 
 -- name: complete_runs
@@ -22,11 +34,15 @@ SET status = 'COMPLETED',
     finished_at = now(),
     lease_token = NULL,
     lease_until = NULL
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::text[])
-     AS done(id, token, result)
+FROM (SELECT r.id, lease.result
+      FROM {schema}.runs AS r
+      JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::text[])
+           AS lease(id, token, result)
+        ON r.id = lease.id AND r.lease_token = lease.token
+      WHERE r.status = 'EXECUTING'
+      ORDER BY r.id DESC
+      FOR UPDATE OF r) AS done
 WHERE r.id = done.id
-  AND r.lease_token = done.token
-  AND r.status = 'EXECUTING'
 RETURNING r.id;
 
 -- name: fail_runs
@@ -41,12 +57,16 @@ SET status = failed.next_status,
     finished_at = CASE WHEN failed.next_status = 'DELAYED' THEN NULL ELSE now() END,
     lease_token = NULL,
     lease_until = NULL
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::text[],
-            %(next_statuses)s::text[], %(retry_delays)s::float8[])
-     AS failed(id, token, error, next_status, retry_delay_s)
+FROM (SELECT r.id, lease.error, lease.next_status, lease.retry_delay_s
+      FROM {schema}.runs AS r
+      JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::text[],
+                  %(next_statuses)s::text[], %(retry_delays)s::float8[])
+           AS lease(id, token, error, next_status, retry_delay_s)
+        ON r.id = lease.id AND r.lease_token = lease.token
+      WHERE r.status = 'EXECUTING'
+      ORDER BY r.id DESC
+      FOR UPDATE OF r) AS failed
 WHERE r.id = failed.id
-  AND r.lease_token = failed.token
-  AND r.status = 'EXECUTING'
 RETURNING r.id, r.status;
 
 -- name: release_runs
@@ -63,10 +83,14 @@ WITH released AS (
         started_at = NULL,
         expires_at = NULL,
         resume_ready = false
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS held(id, token)
+    FROM (SELECT r.id
+          FROM {schema}.runs AS r
+          JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS lease(id, token)
+            ON r.id = lease.id AND r.lease_token = lease.token
+          WHERE r.status IN ('EXECUTING', 'WAITING')
+          ORDER BY r.id DESC
+          FOR UPDATE OF r) AS held
     WHERE r.id = held.id
-      AND r.lease_token = held.token
-      AND r.status IN ('EXECUTING', 'WAITING')
     RETURNING r.id, r.environment
 ), woken AS (
     SELECT pg_notify({channel}, environment)

@@ -43,13 +43,18 @@ BEGIN
     )
     SELECT count(*), (SELECT count(*) FROM notified) INTO repaired, woken FROM repaired_runs;
 
+    -- SKIP LOCKED: a claim holding the row decides its drained mark itself (and this job
+    -- already holds runs, which the global lock order puts after environment rows).
     UPDATE {schema}.environments AS e
     SET drained = false
-    WHERE e.drained
-      AND (SELECT r.id FROM {schema}.runs r
-           WHERE r.environment = e.name AND r.status = 'QUEUED'
-           ORDER BY r.environment, r.queue, r.queue_order, r.id
-           LIMIT 1) IS NOT NULL;
+    FROM (SELECT x.name FROM {schema}.environments x
+          WHERE x.drained
+            AND (SELECT r.id FROM {schema}.runs r
+                 WHERE r.environment = x.name AND r.status = 'QUEUED'
+                 ORDER BY r.environment, r.queue, r.queue_order, r.id
+                 LIMIT 1) IS NOT NULL
+          FOR UPDATE SKIP LOCKED) AS stale
+    WHERE e.name = stale.name;
     GET DIAGNOSTICS environments_fixed = ROW_COUNT;
     IF {schema}.boolean_setting('sweep_repair_waiting', true) THEN
         waiting_repaired := {schema}.repair_waiting_runs();

@@ -9,8 +9,8 @@
 -- completer updates it, the waiter locks it FOR SHARE before it checks); the decision that a
 -- waiting run has nothing left pending is taken under the waiting run's row lock, in a later
 -- statement than the lock, so it sees every completion committed before. Locks are taken in
--- the global order: runs being finished, then their waitpoints, then the waiting runs, each
--- by id.
+-- the global order: runs being finished, then their waitpoints, then the waiting runs (runs by
+-- descending id, waitpoints by id).
 
 -- function: complete_run_waitpoint
 -- Fires when a run that somebody waits on reaches a final status, in the transaction that
@@ -84,8 +84,8 @@ EXECUTE FUNCTION {schema}.wake_after_statement();
 -- function: wake_waiting_runs
 -- Runs waiting on these (just completed, by this transaction) waitpoints that have nothing
 -- else pending become ready to resume; their workers are told on the resume channel. The
--- waiting runs are locked first, in id order; the check is the next statement, so it sees
--- whatever another completer committed before it let go of a run.
+-- waiting runs are locked first, in descending id order; the check is the next statement, so
+-- it sees whatever another completer committed before it let go of a run.
 CREATE OR REPLACE FUNCTION {schema}.wake_waiting_runs(completed bigint[])
 RETURNS integer
 LANGUAGE plpgsql
@@ -98,7 +98,7 @@ BEGIN
           WHERE r.id IN (SELECT edge.run_id FROM {schema}.run_waitpoints AS edge
                          WHERE edge.waitpoint_id = ANY(completed))
             AND r.status = 'WAITING' AND NOT r.resume_ready
-          ORDER BY r.id
+          ORDER BY r.id DESC
           FOR UPDATE) AS locked;
     IF waiting IS NULL THEN
         RETURN 0;

@@ -9,7 +9,7 @@ ORDER BY edge.item;
 -- name: lock_awaited_runs
 -- Serialises with the statement that finishes a child: either the child finishes first and its
 -- waitpoint is created completed, or has_waiters is set first and the finishing trigger fires.
-SELECT id FROM {schema}.runs WHERE id = ANY(%(run_ids)s::bigint[]) ORDER BY id FOR UPDATE;
+SELECT id FROM {schema}.runs WHERE id = ANY(%(run_ids)s::bigint[]) ORDER BY id DESC FOR UPDATE;
 
 -- name: ensure_run_waitpoints
 -- Run waitpoints are made lazily, only when somebody waits, already complete for a final run.

@@ -274,3 +274,61 @@ def test_a_resume_and_a_claim_share_a_cap_of_one(dsn: str, db: Conn) -> None:
     ).fetchall()
     assert executing == [(parent,)]
     assert run_status(db, fresh) == "QUEUED"
+
+
+def heartbeat(session: Session, leases: list[tuple[int, UUID]]) -> Any:
+    return session.start(
+        query("heartbeat_runs", "fairlane"),
+        {"ids": [run for run, _ in leases], "tokens": [token for _, token in leases],
+         "lease_s": 300},
+    )  # fmt: skip
+
+
+def test_one_workers_heartbeat_and_outcome_writer_take_its_runs_in_one_order(
+    dsn: str, db: Conn
+) -> None:
+    """A worker holds a waiting parent and the child it waits on. Its heartbeat extends both
+    while its writer completes the child, whose completion then locks the parent: both take
+    runs in descending id order (the child first), so they wait instead of deadlocking. A
+    third session holds the child so the writer queues on it first."""
+    parent = executing_run(db, "parent")
+    child = executing_run(db, "child")
+    assert wait_on_runs(db, parent[0], parent[1], [child[0]]) == "WAITING"
+    with sessions(dsn, 3) as (holder, writer, beater):
+        holder.begin()
+        holder.run("SELECT 1 FROM fairlane.runs WHERE id = %s FOR UPDATE", (child[0],))
+        completing = complete(writer, [child])
+        writer.blocked()
+        beating = heartbeat(beater, [parent, child])
+        beater.blocked()
+        holder.rollback()
+        assert completing.result(timeout=30) == [(child[0],)]
+        assert sorted(row[0] for row in beating.result(timeout=30)) == [parent[0]]
+    assert resume_ready(db, parent[0]) == ("WAITING", True)
+
+
+def test_cancelling_a_parent_while_its_children_complete_together_does_not_deadlock(
+    dsn: str, db: Conn
+) -> None:
+    """A batched completion of two children and a cancel of their parent both lock the
+    children in descending id order. A third session holds the first child so that the
+    completion already holds the second when the cancel starts."""
+    parent, parent_token = executing_run(db, "parent")
+    children = []
+    for name in ("child-a", "child-b"):
+        child_id = trigger(db, name, environment=f"env-{name}", parent_run_id=parent)
+        children.append((child_id, claim(db, child_id)))
+    assert wait_on_runs(db, parent, parent_token, [c for c, _ in children]) == "WAITING"
+    with sessions(dsn, 3) as (holder, completer, canceller):
+        holder.begin()
+        holder.run("SELECT 1 FROM fairlane.runs WHERE id = %s FOR UPDATE", (children[0][0],))
+        completer.begin()
+        completing = complete(completer, children)
+        completer.blocked()
+        cancelling = canceller.start(query("cancel_run", "fairlane"), {"id": parent})
+        canceller.blocked()
+        holder.rollback()
+        assert len(completing.result(timeout=30)) == 2
+        completer.commit()
+        assert cancelling.result(timeout=30) == [("WAITING", True, 0)]
+    assert resume_ready(db, parent)[0] == "CANCELED"
