@@ -16,6 +16,7 @@ the handler in its registry and gives it a small pool of connections of its own.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from contextvars import ContextVar
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
@@ -30,14 +31,13 @@ from fairlane.errors import FairlaneError
 from fairlane.retry import Backoff
 from fairlane.run_control import BATCH_ITEM_COULD_NOT_TRIGGER
 from fairlane.sqlfiles import query
-from fairlane.trigger import TriggerRequest, insert_params
+from fairlane.trigger import BATCH_QUEUE, TriggerRequest, insert_params
 
 if TYPE_CHECKING:
     from fairlane.worker.context import RunContext
     from fairlane.worker.registry import TaskRegistry
 
 BATCH_ITEM_TASK = "fairlane.batch_item"
-BATCH_QUEUE = "__batches__"
 # 8 attempts (the batch_item_max_attempts setting) wait 0.1 * 2^(n-1) s with jitter between
 # them, each capped at 30 s: about 13 to 25 s in all.
 BATCH_ITEM_BACKOFF = Backoff(min_s=0.1, max_s=30.0, factor=2.0)
@@ -46,6 +46,12 @@ _FIXED = {"task", "payload", "environment"}
 _OPTIONS = {f.name for f in fields(TriggerRequest)} - _FIXED
 
 AsyncConn = psycopg.AsyncConnection[Any]
+
+
+def with_batch_queue(queues: Iterable[str]) -> list[str]:
+    """A worker's queue filter, with the batch carriers' queue added."""
+    chosen = list(dict.fromkeys(queues))
+    return chosen if BATCH_QUEUE in chosen else [*chosen, BATCH_QUEUE]
 
 
 class BatchItemNotTriggered(FairlaneError):
