@@ -219,6 +219,15 @@ class BatchIndexError(BatchError):
         )
 
 
+class BatchOffsetError(BatchError):
+    """An ingest's ``first_index`` (the index of its first item without one) is not a
+    non-negative integer. Nothing was sent."""
+
+    def __init__(self, first_index: object) -> None:
+        self.first_index = first_index
+        super().__init__(f"first_index must be a non-negative integer, not {first_index!r}")
+
+
 class SchemaObjectError(FairlaneError):
     """A function, trigger or view of ``sql/`` cannot be installed as written."""
 
