@@ -124,6 +124,12 @@ $$;
 -- The item became `made` (its run, or a pre-failed run when not `ok`): link the run, mark the
 -- item, count it, and finish the batch when it was the last. Only a PENDING item counts, so a
 -- repeat (redelivery) changes nothing. Returns whether this call recorded it.
+--
+-- Called under the item's row lock (the carrier's, or fail_batch_item's); the counters are
+-- bumped under the batch row's, and finish_batch decides in a later statement, so exactly one
+-- transaction sees the last item counted in a sealed batch. A carrier read the batch's status
+-- without locking it: if the batch was aborted since, its run must not be made, so the call
+-- fails with SQLSTATE FLB01 and the carrier's transaction (with the run) rolls back.
 CREATE OR REPLACE FUNCTION {schema}.record_batch_item(
     target bigint, item integer, made bigint, ok boolean, reason jsonb)
 RETURNS boolean
@@ -141,7 +147,11 @@ BEGIN
     UPDATE {schema}.batches AS b
     SET succeeded = b.succeeded + CASE WHEN ok THEN 1 ELSE 0 END,
         failed = b.failed + CASE WHEN ok THEN 0 ELSE 1 END
-    WHERE b.id = target;
+    WHERE b.id = target AND (NOT ok OR b.status <> 'ABORTED');
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'FLB01',
+            MESSAGE = 'batch ' || target || ' was aborted: item ' || item || ' makes no run';
+    END IF;
     PERFORM {schema}.finish_batch(target);
     RETURN true;
 END;
@@ -410,10 +420,11 @@ WHERE name = %(environment)s
 RETURNING batch_concurrency;
 
 -- name: sync_batch_queue_concurrency
+-- Sent before the environment's row is created or updated: queue rows come before
+-- environment rows in the global lock order (docs/concurrency.md).
 UPDATE {schema}.queues AS q
-SET concurrency_limit = coalesce(
-    (SELECT e.batch_concurrency FROM {schema}.environments e WHERE e.name = q.environment),
-    {schema}.numeric_setting('batch_concurrency', 10)::integer)
+SET concurrency_limit = coalesce(%(concurrency)s::integer,
+                                 {schema}.numeric_setting('batch_concurrency', 10)::integer)
 WHERE q.environment = %(environment)s AND q.name = '__batches__';
 
 -- name: batch_item_max_bytes

@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from fairlane.batches.ndjson import (
     BatchLineError,
@@ -35,6 +36,7 @@ from fairlane.errors import (
     BatchNotFoundError,
     BatchRateLimitedError,
     BatchTooLargeError,
+    BatchTransactionError,
     PayloadError,
 )
 from fairlane.payload import encode_json
@@ -156,10 +158,11 @@ async def set_batch_limits(
         "refill_interval_s": refill_interval_s, "bucket_max": bucket_max,
         "concurrency": concurrency,
     }  # fmt: skip
+    # The queue row before the environment's (the global lock order, docs/concurrency.md).
     async with conn.transaction():
+        await conn.execute(query("sync_batch_queue_concurrency", target), params)
         await conn.execute(query("set_environment_batch_limits", target), params)
         await conn.execute(query("update_environment_batch_limits", target), params)
-        await conn.execute(query("sync_batch_queue_concurrency", target), params)
 
 
 async def _max_item_bytes(conn: AsyncConn, schema: str) -> int:
@@ -228,6 +231,9 @@ class _Ingest:
             return
         sent, self.pending = self.pending, _Slice()
         row = await _one(self.conn, "ingest_batch_items", sent.params(self.batch.id), self.schema)
+        if not self.conn.autocommit:
+            # Each slice commits: its items and its batch lock go before the next slice's.
+            await self.conn.commit()
         if row is None:
             raise BatchNotFoundError(self.batch.id)
         new, received, run_count, sealed, status = row
@@ -285,14 +291,20 @@ async def ingest_items(
     items are in. A sealed batch takes nothing more (``accepted`` 0). Raises
     ``BatchLineError`` (bad UTF-8 or JSON, naming line and index), ``BatchIndexError``,
     ``BatchAbortedError`` or ``BatchNotFoundError``; items sent before the error stay in the
-    batch. ``BatchOffsetError`` (a bad ``first_index``) is raised before anything is sent.
+    batch. ``BatchOffsetError`` (a bad ``first_index``) and ``BatchTransactionError`` (a
+    connection inside a transaction: each slice commits on its own) are raised before anything
+    is sent.
     """
     check_first_index(first_index)
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        raise BatchTransactionError(batch_id)
     target = schema_name(schema)
     batch = await get_batch(conn, batch_id, schema=target)
     if batch.status == "ABORTED":
         raise BatchAbortedError(batch_id, (batch.error or {}).get("message"))
     parser = NdjsonItemParser(await _max_item_bytes(conn, target), first_index)
+    if not conn.autocommit:
+        await conn.commit()  # the reads above: no transaction stays open
     ingest = _Ingest(conn, batch, target, parser, progress)
     if batch.sealed:
         return ingest.state
