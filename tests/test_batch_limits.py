@@ -151,16 +151,23 @@ async def test_carriers_are_processed_while_a_user_run_holds_the_only_slot(
 
     held = trigger(db, "hold", None, environment="env")
     async with running(Worker(registry, dsn, concurrency=8, poll_interval=0.05)):
-        await wait_until(
-            lambda: runs_by_queue(db, "EXECUTING") == {"default": 1}, what="hold running"
-        )
-        batch_id = await batch_of(dsn, "env", 5)
-        await wait_until(lambda: finished(db, batch_id), what="batch finished")
-        # Every item became a run and waits for the slot the user run still holds.
-        assert batch_row(db, batch_id)["succeeded"] == 5
-        assert runs_by_queue(db, "EXECUTING") == {"default": 1}
-        assert runs_by_queue(db, "QUEUED") == {"default": 5}
-        release.set()
+        try:
+            await wait_until(
+                lambda: runs_by_queue(db, "EXECUTING") == {"default": 1}, what="hold running"
+            )
+            batch_id = await batch_of(dsn, "env", 5)
+            await wait_until(lambda: finished(db, batch_id), what="batch finished")
+            # Every item became a run and waits for the slot the user run still holds; the
+            # carriers' own completions follow.
+            assert batch_row(db, batch_id)["succeeded"] == 5
+            await wait_until(
+                lambda: runs_by_queue(db, "COMPLETED") == {"__batches__": 5},
+                what="carriers completed",
+            )
+            assert runs_by_queue(db, "EXECUTING") == {"default": 1}
+            assert runs_by_queue(db, "QUEUED") == {"default": 5}
+        finally:
+            release.set()
         await wait_until(lambda: runs_by_queue(db, "COMPLETED").get("default") == 6, what="all ran")
     status = db.execute("SELECT status FROM fairlane.runs WHERE id = %s", (held,)).fetchone()
     assert status == ("COMPLETED",)
