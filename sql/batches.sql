@@ -124,6 +124,12 @@ $$;
 -- The item became `made` (its run, or a pre-failed run when not `ok`): link the run, mark the
 -- item, count it, and finish the batch when it was the last. Only a PENDING item counts, so a
 -- repeat (redelivery) changes nothing. Returns whether this call recorded it.
+--
+-- Called under the item's row lock (the carrier's, or fail_batch_item's); the counters are
+-- bumped under the batch row's, and finish_batch decides in a later statement, so exactly one
+-- transaction sees the last item counted in a sealed batch. A carrier read the batch's status
+-- without locking it: if the batch was aborted since, its run must not be made, so the call
+-- fails with SQLSTATE FLB01 and the carrier's transaction (with the run) rolls back.
 CREATE OR REPLACE FUNCTION {schema}.record_batch_item(
     target bigint, item integer, made bigint, ok boolean, reason jsonb)
 RETURNS boolean
@@ -141,7 +147,11 @@ BEGIN
     UPDATE {schema}.batches AS b
     SET succeeded = b.succeeded + CASE WHEN ok THEN 1 ELSE 0 END,
         failed = b.failed + CASE WHEN ok THEN 0 ELSE 1 END
-    WHERE b.id = target;
+    WHERE b.id = target AND (NOT ok OR b.status <> 'ABORTED');
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING ERRCODE = 'FLB01',
+            MESSAGE = 'batch ' || target || ' was aborted: item ' || item || ' makes no run';
+    END IF;
     PERFORM {schema}.finish_batch(target);
     RETURN true;
 END;
@@ -191,6 +201,15 @@ $$;
 -- safe. New items get their carrier run; oversized ones become PAYLOAD_TOO_LARGE runs now.
 -- The batch seals when all run_count items are in. Indexes at or past run_count are refused
 -- by the caller before this runs (and ignored here). A sealed or aborted batch takes nothing.
+--
+-- Locks follow the global order (docs/concurrency.md): the items first, then the batch row.
+-- Carriers lock their item, then bump the batch's counters; an ingest that locked the batch
+-- first and then met an item a carrier had just marked deadlocked with it. Items are inserted
+-- in index order, so two ingests of one batch wait for each other's items, never in a cycle.
+-- Every decision is made under the batch row lock, in a statement after it: whether the batch
+-- still takes items (an abort may have come in between: the items inserted are taken back),
+-- and the count that seals it, which sees every item of every ingest that held the lock
+-- before (each inserts before it locks), so the last of concurrent ingests seals.
 CREATE OR REPLACE FUNCTION {schema}.ingest_batch_items(
     target bigint, indexes integer[], tasks text[], payloads text[], options text[],
     oversized boolean[])
@@ -206,31 +225,40 @@ DECLARE
     attempts integer;
     total integer;
 BEGIN
-    SELECT * INTO b FROM {schema}.batches x WHERE x.id = target FOR UPDATE;
+    -- Unlocked: run_count never changes, and sealed/status are read again under the lock.
+    SELECT x.environment, x.run_count, x.sealed, x.status INTO b
+    FROM {schema}.batches x WHERE x.id = target;
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    IF b.sealed OR b.status <> 'PENDING' THEN
-        RETURN QUERY SELECT 0, (SELECT count(*)::integer FROM {schema}.batch_items i
-                                WHERE i.batch_id = target),
-                            b.run_count, b.sealed, b.status;
-        RETURN;
+    IF NOT b.sealed AND b.status = 'PENDING' THEN
+        WITH fresh AS (
+            INSERT INTO {schema}.batch_items
+                (batch_id, index, task, payload, options, oversized, state)
+            SELECT target, n.idx, n.task, n.payload::jsonb,
+                   coalesce(n.opts::jsonb, '{{}}'::jsonb), n.big, 'PENDING'
+            FROM unnest(indexes, tasks, payloads, options, oversized)
+                 WITH ORDINALITY AS n(idx, task, payload, opts, big, position)
+            WHERE n.idx >= 0 AND n.idx < b.run_count
+            ORDER BY n.idx, n.position  -- the first of an index sent twice wins
+            ON CONFLICT (batch_id, index) DO NOTHING
+            RETURNING index, oversized
+        )
+        SELECT array_agg(index ORDER BY index) FILTER (WHERE NOT oversized),
+               array_agg(index ORDER BY index) FILTER (WHERE oversized)
+        INTO new_indexes, big_indexes
+        FROM fresh;
+        SELECT x.environment, x.run_count, x.sealed, x.status INTO b
+        FROM {schema}.batches x WHERE x.id = target FOR UPDATE;
+        IF b.sealed OR b.status <> 'PENDING' THEN
+            -- Aborted since the first read: it takes nothing, so what was inserted goes.
+            DELETE FROM {schema}.batch_items AS i
+            WHERE i.batch_id = target
+              AND i.index = ANY(coalesce(new_indexes, '{{}}') || coalesce(big_indexes, '{{}}'));
+            new_indexes := NULL;
+            big_indexes := NULL;
+        END IF;
     END IF;
-    WITH fresh AS (
-        INSERT INTO {schema}.batch_items
-            (batch_id, index, task, payload, options, oversized, state)
-        SELECT target, n.idx, n.task, n.payload::jsonb, coalesce(n.opts::jsonb, '{{}}'::jsonb),
-               n.big, 'PENDING'
-        FROM unnest(indexes, tasks, payloads, options, oversized)
-             AS n(idx, task, payload, opts, big)
-        WHERE n.idx >= 0 AND n.idx < b.run_count
-        ON CONFLICT (batch_id, index) DO NOTHING
-        RETURNING index, oversized
-    )
-    SELECT array_agg(index ORDER BY index) FILTER (WHERE NOT oversized),
-           array_agg(index ORDER BY index) FILTER (WHERE oversized)
-    INTO new_indexes, big_indexes
-    FROM fresh;
     IF new_indexes IS NOT NULL THEN
         attempts := {schema}.numeric_setting('batch_item_max_attempts', 8)::integer;
         WITH carriers AS (
@@ -254,14 +282,15 @@ BEGIN
         FROM unnest(big_indexes) AS big(idx);
     END IF;
     SELECT count(*)::integer INTO total FROM {schema}.batch_items i WHERE i.batch_id = target;
-    IF total >= b.run_count THEN
+    IF NOT b.sealed AND b.status = 'PENDING' AND total >= b.run_count THEN
         UPDATE {schema}.batches AS x SET sealed = true, sealed_at = now(), status = 'PROCESSING'
         WHERE x.id = target;
         PERFORM {schema}.finish_batch(target);
     END IF;
-    RETURN QUERY SELECT coalesce(cardinality(new_indexes), 0) + coalesce(cardinality(big_indexes), 0),
-                        total, b.run_count, total >= b.run_count,
-                        (SELECT x.status FROM {schema}.batches x WHERE x.id = target);
+    RETURN QUERY
+    SELECT coalesce(cardinality(new_indexes), 0) + coalesce(cardinality(big_indexes), 0),
+           total, x.run_count, x.sealed, x.status
+    FROM {schema}.batches x WHERE x.id = target;
 END;
 $$;
 
@@ -270,6 +299,11 @@ $$;
 -- waiting on it resumes with the error. Also, an item whose carrier run ended without making
 -- its run (a worker crashed on its last attempt) becomes a BATCH_ITEM_COULD_NOT_TRIGGER run,
 -- so its batch still completes. Safe from several sessions at once (SKIP LOCKED).
+--
+-- In the global lock order: the orphaned items first (all of them, in one statement, skipping
+-- the ones a carrier holds), then their batch rows by id, and only then what finishing a batch
+-- touches (its waitpoint, the parent run); the batches to abort are taken last, skipping the
+-- ones an ingest or a carrier holds (they are due again on the next tick).
 CREATE OR REPLACE FUNCTION {schema}.abort_unsealed_batches()
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -277,9 +311,32 @@ AS $$
 DECLARE
     expired record;
     aborted integer := 0;
-    orphaned integer := 0;
-    orphan record;
+    orphans record;
+    k integer;
 BEGIN
+    SELECT array_agg(o.batch_id ORDER BY o.batch_id, o.index) AS batch_ids,
+           array_agg(o.index ORDER BY o.batch_id, o.index) AS indexes,
+           array_agg(o.status ORDER BY o.batch_id, o.index) AS statuses
+    INTO orphans
+    FROM (SELECT i.batch_id, i.index, r.status
+          FROM {schema}.batch_items i
+          JOIN {schema}.runs r ON r.id = i.carrier_run_id
+          WHERE i.state = 'PENDING'
+            AND r.status IN ('COMPLETED', 'FAILED', 'CRASHED', 'TIMED_OUT', 'EXPIRED',
+                             'CANCELED', 'SYSTEM_FAILURE')
+          ORDER BY i.batch_id, i.index
+          LIMIT 1000
+          FOR UPDATE OF i SKIP LOCKED) AS o;
+    IF orphans.batch_ids IS NOT NULL THEN
+        PERFORM 1 FROM {schema}.batches b
+        WHERE b.id = ANY(orphans.batch_ids) ORDER BY b.id FOR UPDATE;
+        FOR k IN 1 .. cardinality(orphans.batch_ids) LOOP
+            PERFORM {schema}.fail_batch_item(
+                orphans.batch_ids[k], orphans.indexes[k], 'BATCH_ITEM_COULD_NOT_TRIGGER',
+                'the item''s carrier run ended ' || orphans.statuses[k]
+                || ' without triggering it');
+        END LOOP;
+    END IF;
     FOR expired IN
         SELECT b.id, b.waitpoint_id
         FROM {schema}.batches b
@@ -308,22 +365,8 @@ BEGIN
         END IF;
         aborted := aborted + 1;
     END LOOP;
-    FOR orphan IN
-        SELECT i.batch_id, i.index, r.status
-        FROM {schema}.batch_items i
-        JOIN {schema}.runs r ON r.id = i.carrier_run_id
-        WHERE i.state = 'PENDING'
-          AND r.status IN ('COMPLETED', 'FAILED', 'CRASHED', 'TIMED_OUT', 'EXPIRED',
-                           'CANCELED', 'SYSTEM_FAILURE')
-        LIMIT 1000
-        FOR UPDATE OF i SKIP LOCKED
-    LOOP
-        PERFORM {schema}.fail_batch_item(
-            orphan.batch_id, orphan.index, 'BATCH_ITEM_COULD_NOT_TRIGGER',
-            'the item''s carrier run ended ' || orphan.status || ' without triggering it');
-        orphaned := orphaned + 1;
-    END LOOP;
-    RETURN jsonb_build_object('aborted', aborted, 'orphaned_items', orphaned);
+    RETURN jsonb_build_object('aborted', aborted,
+                              'orphaned_items', coalesce(cardinality(orphans.batch_ids), 0));
 END;
 $$;
 
@@ -377,10 +420,11 @@ WHERE name = %(environment)s
 RETURNING batch_concurrency;
 
 -- name: sync_batch_queue_concurrency
+-- Sent before the environment's row is created or updated: queue rows come before
+-- environment rows in the global lock order (docs/concurrency.md).
 UPDATE {schema}.queues AS q
-SET concurrency_limit = coalesce(
-    (SELECT e.batch_concurrency FROM {schema}.environments e WHERE e.name = q.environment),
-    {schema}.numeric_setting('batch_concurrency', 10)::integer)
+SET concurrency_limit = coalesce(%(concurrency)s::integer,
+                                 {schema}.numeric_setting('batch_concurrency', 10)::integer)
 WHERE q.environment = %(environment)s AND q.name = '__batches__';
 
 -- name: batch_item_max_bytes

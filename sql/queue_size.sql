@@ -72,7 +72,8 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- Environment limits, over all the environment's queues.
+    -- Environment limits, over all the environment's queues but __batches__: batch carriers
+    -- only turn items into runs, and those runs are what the limit counts.
     FOR target IN
         SELECT a.environment, min(a.queue) AS queue, sum(a.runs)::integer AS runs, e.size_limit
         FROM unnest(envs, queues, adding) AS a(environment, queue, runs)
@@ -84,10 +85,12 @@ BEGIN
         SELECT (SELECT count(*) FROM (
                     SELECT 1 FROM {schema}.runs r
                     WHERE r.environment = target.environment AND r.status = 'QUEUED'
+                      AND r.queue <> '__batches__'
                     LIMIT target.size_limit + 1) AS queued)
              + (SELECT count(*) FROM (
                     SELECT 1 FROM {schema}.runs r
                     WHERE r.environment = target.environment AND r.status = 'DELAYED'
+                      AND r.queue <> '__batches__'
                     LIMIT target.size_limit + 1) AS delayed)
         INTO waiting;
         IF waiting + target.runs > target.size_limit THEN

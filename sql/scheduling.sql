@@ -85,6 +85,10 @@ $$;
 -- queue_order (when the run was queued, minus its priority in seconds), then id. Each queue is
 -- read in the order of the queued index, so no backlog is sorted: only the few rows each queue
 -- contributes are merged.
+-- Batch carriers (queue __batches__) hold no slot of the environment's cap and are not bounded
+-- by it: they only turn items into runs, and their queue has its own cap (the batch
+-- concurrency), so a full environment still processes its batches and they never take its
+-- runs' slots.
 CREATE OR REPLACE FUNCTION {schema}.claim_from_environment(
     env_name text, take integer, lease_s double precision, claimer text, only_queues text[])
 RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
@@ -121,27 +125,38 @@ BEGIN
               GROUP BY holder.queue) AS per_queue;
         IF env.concurrency_limit IS NOT NULL THEN
             env_room := least(take, floor(env.concurrency_limit * env.burst_factor)::integer
-                                    - coalesce((SELECT sum(n) FROM unnest(held_counts) AS n), 0));
+                                    - coalesce((SELECT sum(held.n)
+                                                FROM unnest(held_queues, held_counts)
+                                                     AS held(queue, n)
+                                                WHERE held.queue <> '__batches__'), 0));
         END IF;
     END IF;
     IF env_room <= 0 THEN
-        RETURN;
+        IF NOT EXISTS (SELECT 1 FROM {schema}.queues q
+                       WHERE q.environment = env_name AND q.name = '__batches__') THEN
+            RETURN;
+        END IF;
+        env_room := 0;  -- carriers only
     END IF;
     RETURN QUERY
     WITH running AS (
         SELECT held.queue, held.n
         FROM unnest(held_queues, held_counts) AS held(queue, n)
     ), queue_room AS (
-        SELECT q.name,
-               least(coalesce(q.concurrency_limit, 2147483647),
-                     coalesce(env.concurrency_limit, 2147483647)) - coalesce(running.n, 0) AS room
+        SELECT q.name, q.name = '__batches__' AS carriers,
+               CASE WHEN q.name = '__batches__' THEN coalesce(q.concurrency_limit, 2147483647)
+                    ELSE least(coalesce(q.concurrency_limit, 2147483647),
+                               coalesce(env.concurrency_limit, 2147483647))
+               END - coalesce(running.n, 0) AS room
         FROM {schema}.queues q
         LEFT JOIN running ON running.queue = q.name
         WHERE q.environment = env_name
           AND NOT q.paused
           AND (only_queues IS NULL OR q.name = ANY(only_queues))
-    ), picked AS (
-        SELECT candidate.id
+    ), candidates AS (
+        SELECT candidate.id, candidate.queue_order, queue_room.carriers,
+               row_number() OVER (PARTITION BY queue_room.carriers
+                                  ORDER BY candidate.queue_order, candidate.id) AS nth
         FROM queue_room
         CROSS JOIN LATERAL (
             SELECT r.id, r.queue_order
@@ -152,12 +167,17 @@ BEGIN
               -- the rows the index walk reads.
               AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
             ORDER BY r.queue_order, r.id
-            LIMIT least(queue_room.room, env_room)
+            LIMIT least(queue_room.room,
+                        CASE WHEN queue_room.carriers THEN take ELSE env_room END)
             FOR UPDATE SKIP LOCKED
         ) AS candidate
         WHERE queue_room.room > 0
-        ORDER BY candidate.queue_order, candidate.id
-        LIMIT env_room
+    ), picked AS (
+        SELECT c.id
+        FROM candidates c
+        WHERE c.carriers OR c.nth <= env_room
+        ORDER BY c.queue_order, c.id
+        LIMIT take
     )
     UPDATE {schema}.runs AS r
     SET status = 'EXECUTING',

@@ -200,9 +200,11 @@ BEGIN
         SELECT count(*) FROM {schema}.runs r WHERE r.status = 'EXECUTING') >= global_limit THEN
         RETURN 'NO_ROOM';
     END IF;
+    -- Batch carriers (queue __batches__) take no slot under the environment's cap.
     IF env.concurrency_limit IS NOT NULL AND (
         SELECT count(*) FROM {schema}.runs r
         WHERE r.environment = run.environment AND r.status = 'EXECUTING'
+          AND r.queue <> '__batches__'
     ) >= floor(env.concurrency_limit * env.burst_factor) THEN
         RETURN 'NO_ROOM';
     END IF;

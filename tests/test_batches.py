@@ -10,9 +10,10 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
+from psycopg.pq import TransactionStatus
 
 from fairlane import RunContext, TaskRegistry, Worker
-from fairlane.batches.api import BatchClient, IngestResult
+from fairlane.batches.api import BatchClient, IngestResult, ingest_items
 from fairlane.batches.ndjson import BatchLineError
 from fairlane.batches.processing import BATCH_ITEM_TASK, BatchItemProcessor
 from fairlane.cli import main as cli_main
@@ -22,6 +23,7 @@ from fairlane.errors import (
     BatchIndexError,
     BatchRateLimitedError,
     BatchTooLargeError,
+    BatchTransactionError,
 )
 from fairlane.maintenance import run_now
 from tests.helpers import running, wait_until
@@ -363,3 +365,24 @@ def test_cli_ingests_a_file_and_shows_the_batch(
     shown = json.loads(capsys.readouterr().out)
     assert shown["run_count"] == 25
     assert shown["status"] == "PROCESSING"
+
+
+# -- connections -------------------------------------------------------------------------
+
+
+async def test_ingest_commits_each_slice_and_refuses_a_connection_in_a_transaction(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    items = ndjson([{"task": "echo", "payload": i} for i in range(5)])
+    async with BatchClient(dsn) as batches:
+        batch = await batches.create("env", 5)
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        await conn.execute("SELECT 1")  # a transaction is open
+        with pytest.raises(BatchTransactionError):
+            await ingest_items(conn, batch.id, chunked(items, 10))
+        await conn.rollback()
+        # Outside a transaction, on a connection without autocommit: every slice committed.
+        result = await ingest_items(conn, batch.id, chunked(items, 10), slice_items=2)
+        assert (result.accepted, result.sealed) == (5, True)
+        assert conn.info.transaction_status == TransactionStatus.IDLE
+    assert batch_row(db, batch.id)["sealed"] is True

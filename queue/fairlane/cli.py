@@ -159,7 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--shutdown-grace", type=float, default=30.0)
     p.add_argument("--environment", action="append", help="claim only from these environments")
-    p.add_argument("--queue", action="append", help="claim only from these queues")
+    p.add_argument(
+        "--queue", action="append",
+        help="claim only from these queues (and batch carriers, which any worker processes)",
+    )  # fmt: skip
     p.set_defaults(func=cmd_worker)
 
     p = commands.add_parser("trigger", help="trigger one run")

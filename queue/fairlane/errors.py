@@ -228,6 +228,28 @@ class BatchIndexError(BatchError):
         )
 
 
+class BatchTransactionError(BatchError):
+    """Ingest was handed a connection inside a transaction. Each slice of items commits on its
+    own (so a slice never holds its batch while the next one's items are inserted): pass a
+    connection outside a transaction, best an autocommit one. Nothing was sent."""
+
+    def __init__(self, batch_id: int) -> None:
+        self.batch_id = batch_id
+        super().__init__(
+            f"batch {batch_id}: items are ingested outside a transaction, each slice "
+            "committed on its own; the connection is inside one"
+        )
+
+
+class BatchOffsetError(BatchError):
+    """An ingest's ``first_index`` (the index of its first item without one) is not a
+    non-negative integer. Nothing was sent."""
+
+    def __init__(self, first_index: object) -> None:
+        self.first_index = first_index
+        super().__init__(f"first_index must be a non-negative integer, not {first_index!r}")
+
+
 class SchemaObjectError(FairlaneError):
     """A function, trigger or view of ``sql/`` cannot be installed as written."""
 

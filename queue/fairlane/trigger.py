@@ -24,7 +24,10 @@ from fairlane.idempotency import IdempotencyScope, stored_key
 from fairlane.payload import encode_json
 
 MAX_ATTEMPTS_CEILING = 250
-__all__ = ["MAX_ATTEMPTS_CEILING", "MAX_SECONDS", "TriggerRequest", "insert_params"]
+# The queue of batch carriers (fairlane.batches.processing): not open to triggers, since its
+# runs count toward no limit of their environment.
+BATCH_QUEUE = "__batches__"
+__all__ = ["BATCH_QUEUE", "MAX_ATTEMPTS_CEILING", "MAX_SECONDS", "TriggerRequest", "insert_params"]
 
 # The fields of one request in the trigger statements' JSON parameter, as the SQL function
 # trigger_requests (sql/trigger.sql) reads them; payload, tags and metadata are JSON
@@ -96,6 +99,8 @@ def _check_id(option: str, value: object) -> None:
 def _check(request: TriggerRequest) -> None:
     for option in ("task", "environment", "queue"):
         _check_text(option, getattr(request, option))
+    if request.queue == BATCH_QUEUE:
+        raise TriggerOptionError("queue", request.queue, "is reserved for batch processing")
     for option in ("machine", "idempotency_key"):
         if getattr(request, option) is not None:
             _check_text(option, getattr(request, option))

@@ -4,8 +4,11 @@ Phase one charges the environment's token bucket with the run count (``BatchRate
 carries the time to retry). Phase two streams items; each slice of parsed items is one
 statement, committed on its own, so a bad line (``BatchLineError``, ``BatchIndexError``)
 leaves everything before it in the batch and the batch open: resend from anywhere, items are
-deduplicated by index. The batch seals when all run-count items are in; the worker's built-in
-``fairlane.batch_item`` task then turns each into its run (``fairlane.batches.processing``).
+deduplicated by index. Items without an index are numbered from the call's ``first_index``
+(default 0), so a resend of a stream from its k-th item passes ``first_index=k``; the
+errors' ``index`` is that number for the bad line. The batch seals when all run-count items
+are in; the worker's built-in ``fairlane.batch_item`` task then turns each into its run
+(``fairlane.batches.processing``).
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ from typing import Any
 
 import anyio
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from fairlane.batches.ndjson import (
-    BatchItem,
     BatchLineError,
     NdjsonItemParser,
     OversizedItem,
     ParsedLine,
+    check_first_index,
 )
 from fairlane.errors import (
     BatchAbortedError,
@@ -32,6 +36,7 @@ from fairlane.errors import (
     BatchNotFoundError,
     BatchRateLimitedError,
     BatchTooLargeError,
+    BatchTransactionError,
     PayloadError,
 )
 from fairlane.payload import encode_json
@@ -153,10 +158,11 @@ async def set_batch_limits(
         "refill_interval_s": refill_interval_s, "bucket_max": bucket_max,
         "concurrency": concurrency,
     }  # fmt: skip
+    # The queue row before the environment's (the global lock order, docs/concurrency.md).
     async with conn.transaction():
+        await conn.execute(query("sync_batch_queue_concurrency", target), params)
         await conn.execute(query("set_environment_batch_limits", target), params)
         await conn.execute(query("update_environment_batch_limits", target), params)
-        await conn.execute(query("sync_batch_queue_concurrency", target), params)
 
 
 async def _max_item_bytes(conn: AsyncConn, schema: str) -> int:
@@ -207,13 +213,13 @@ class _Ingest:
     """One ingest call: parse, slice, send; remembers where the batch stands."""
 
     def __init__(
-        self, conn: AsyncConn, batch: Batch, schema: str, max_item_bytes: int,
+        self, conn: AsyncConn, batch: Batch, schema: str, parser: NdjsonItemParser,
         progress: Progress | None,
     ) -> None:  # fmt: skip
         self.conn = conn
         self.batch = batch
         self.schema = schema
-        self.parser = NdjsonItemParser(max_item_bytes)
+        self.parser = parser
         self.progress = progress
         self.pending = _Slice()
         self.state = IngestResult(
@@ -225,6 +231,9 @@ class _Ingest:
             return
         sent, self.pending = self.pending, _Slice()
         row = await _one(self.conn, "ingest_batch_items", sent.params(self.batch.id), self.schema)
+        if not self.conn.autocommit:
+            # Each slice commits: its items and its batch lock go before the next slice's.
+            await self.conn.commit()
         if row is None:
             raise BatchNotFoundError(self.batch.id)
         new, received, run_count, sealed, status = row
@@ -243,8 +252,7 @@ class _Ingest:
         parser = self.parser
         async for chunk in chunks:
             for parsed in parser.feed(chunk):
-                # An oversized marker comes before its line ends (and is counted).
-                yield parsed, parser.lines + (0 if isinstance(parsed, BatchItem) else 1)
+                yield parsed, parser.lines
         for parsed in parser.finish():
             yield parsed, parser.lines
 
@@ -273,19 +281,31 @@ async def ingest_items(
     schema: str | None = None,
     slice_items: int = SLICE_ITEMS,
     progress: Progress | None = None,
+    first_index: int = 0,
 ) -> IngestResult:
     """Phase two: NDJSON items from ``chunks`` (bytes, split anywhere).
 
-    Returns where the batch stands; ``sealed`` says all run-count items are in. A sealed batch
-    takes nothing more (``accepted`` 0). Raises ``BatchLineError`` (bad UTF-8 or JSON, naming
-    line and index), ``BatchIndexError``, ``BatchAbortedError`` or ``BatchNotFoundError``;
-    items sent before the error stay in the batch.
+    An item without an ``index`` takes ``first_index`` plus its position among the items of
+    this call: resending a stream from its k-th item, pass ``first_index=k`` (the ``index`` of
+    the error that stopped it). Returns where the batch stands; ``sealed`` says all run-count
+    items are in. A sealed batch takes nothing more (``accepted`` 0). Raises
+    ``BatchLineError`` (bad UTF-8 or JSON, naming line and index), ``BatchIndexError``,
+    ``BatchAbortedError`` or ``BatchNotFoundError``; items sent before the error stay in the
+    batch. ``BatchOffsetError`` (a bad ``first_index``) and ``BatchTransactionError`` (a
+    connection inside a transaction: each slice commits on its own) are raised before anything
+    is sent.
     """
+    check_first_index(first_index)
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        raise BatchTransactionError(batch_id)
     target = schema_name(schema)
     batch = await get_batch(conn, batch_id, schema=target)
     if batch.status == "ABORTED":
         raise BatchAbortedError(batch_id, (batch.error or {}).get("message"))
-    ingest = _Ingest(conn, batch, target, await _max_item_bytes(conn, target), progress)
+    parser = NdjsonItemParser(await _max_item_bytes(conn, target), first_index)
+    if not conn.autocommit:
+        await conn.commit()  # the reads above: no transaction stays open
+    ingest = _Ingest(conn, batch, target, parser, progress)
     if batch.sealed:
         return ingest.state
     return await ingest.run(chunks, slice_items)
@@ -302,9 +322,12 @@ async def file_chunks(
 
 async def ingest_file(
     conn: AsyncConn, batch_id: int, path: str | Path, *, schema: str | None = None,
-    progress: Progress | None = None,
+    progress: Progress | None = None, first_index: int = 0,
 ) -> IngestResult:  # fmt: skip
-    return await ingest_items(conn, batch_id, file_chunks(path), schema=schema, progress=progress)
+    return await ingest_items(
+        conn, batch_id, file_chunks(path), schema=schema, progress=progress,
+        first_index=first_index,
+    )  # fmt: skip
 
 
 def count_items(path: str | Path) -> int:
@@ -348,17 +371,23 @@ class BatchClient:
             )  # fmt: skip
 
     async def ingest(
-        self, batch_id: int, chunks: AsyncIterable[bytes], *, progress: Progress | None = None
-    ) -> IngestResult:
+        self, batch_id: int, chunks: AsyncIterable[bytes], *, progress: Progress | None = None,
+        first_index: int = 0,
+    ) -> IngestResult:  # fmt: skip
+        """``ingest_items`` on this client's connection."""
         async with self._lock:
             return await ingest_items(
-                await self._connection(), batch_id, chunks, schema=self.schema, progress=progress
-            )
+                await self._connection(), batch_id, chunks, schema=self.schema,
+                progress=progress, first_index=first_index,
+            )  # fmt: skip
 
     async def ingest_file(
-        self, batch_id: int, path: str | Path, *, progress: Progress | None = None
-    ) -> IngestResult:
-        return await self.ingest(batch_id, file_chunks(path), progress=progress)
+        self, batch_id: int, path: str | Path, *, progress: Progress | None = None,
+        first_index: int = 0,
+    ) -> IngestResult:  # fmt: skip
+        return await self.ingest(
+            batch_id, file_chunks(path), progress=progress, first_index=first_index
+        )
 
     async def get(self, batch_id: int) -> Batch:
         async with self._lock:

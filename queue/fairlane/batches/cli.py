@@ -56,7 +56,9 @@ async def _ingest(args: argparse.Namespace) -> int:
             batch = await batches.create(args.env, run_count, idempotency_key=args.idempotency_key)
         bar = ProgressBar(batch.run_count)
         try:
-            await batches.ingest_file(batch.id, args.file, progress=bar)
+            await batches.ingest_file(
+                batch.id, args.file, progress=bar, first_index=args.first_index
+            )
         finally:
             bar.close()
         print(json.dumps(summary(await batches.get(batch.id))))
@@ -88,10 +90,19 @@ def add_parser(commands: Any) -> None:
     actions = batch.add_subparsers(dest="batch_command", required=True)
     p = actions.add_parser("ingest", help="create a batch and stream an NDJSON file into it")
     _common(p)
-    p.add_argument("file", help="NDJSON: one item per line, {task, payload, options, index}")
+    p.add_argument(
+        "file",
+        help="NDJSON: one item per line, {task, payload, options, index}; an item without an "
+        "index takes --first-index plus its position among the file's items",
+    )
     p.add_argument("--env", default="default", help="the batch's environment")
     p.add_argument("--count", type=int, help="run count (default: the file's non-blank lines)")
     p.add_argument("--batch", type=int, help="resend into this existing batch instead")
+    p.add_argument(
+        "--first-index", type=int, default=0, metavar="N",
+        help="the index of the file's first item without one (default 0): a file holding the "
+        "rest of a stream from its N-th item, without indexes, resends with --first-index N",
+    )  # fmt: skip
     p.add_argument("--idempotency-key", help="a second ingest with this key reuses the batch")
     p.set_defaults(func=cmd_ingest)
     p = actions.add_parser("show", help="a batch's status and counts")

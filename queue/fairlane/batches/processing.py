@@ -3,19 +3,23 @@
 Ingesting an item inserts a carrier run of this task in the environment's reserved queue
 ``__batches__``, whose concurrency limit is the environment's batch concurrency; the fair
 scheduler hands carriers out like any run (DRR across environments), so one huge batch does
-not hold back another environment's small one.
+not hold back another environment's small one. Carriers count toward none of the
+environment's limits (its runs do), and every worker claims them whatever its queue filter.
 
 The handler works in one transaction under the item's row lock: an item no longer PENDING is
 left alone (redelivery, a second worker), so each item gets exactly one run; the run is
 triggered, linked to (batch, index) (a unique index backs this up), the item marked and the
-batch counters bumped together. A trigger that fails (a full queue, ...) is retried with the
-task's backoff; on the carrier's last attempt, or at once for options that can never work, the
-item becomes a pre-failed ``BATCH_ITEM_COULD_NOT_TRIGGER`` run instead. Every Worker registers
-the handler in its registry and gives it a small pool of connections of its own.
+batch counters bumped together. An item of an aborted batch is skipped, also when the abort
+commits while its run is being made (the counters' statement refuses it). A trigger that
+fails (a full queue, ...) is retried with the task's backoff; on the carrier's last attempt, or
+at once for options that can never work, the item becomes a pre-failed
+``BATCH_ITEM_COULD_NOT_TRIGGER`` run instead. Every Worker registers the handler in its
+registry and gives it a small pool of connections of its own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from contextvars import ContextVar
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
@@ -30,22 +34,29 @@ from fairlane.errors import FairlaneError
 from fairlane.retry import Backoff
 from fairlane.run_control import BATCH_ITEM_COULD_NOT_TRIGGER
 from fairlane.sqlfiles import query
-from fairlane.trigger import TriggerRequest, insert_params
+from fairlane.trigger import BATCH_QUEUE, TriggerRequest, insert_params
 
 if TYPE_CHECKING:
     from fairlane.worker.context import RunContext
     from fairlane.worker.registry import TaskRegistry
 
 BATCH_ITEM_TASK = "fairlane.batch_item"
-BATCH_QUEUE = "__batches__"
 # 8 attempts (the batch_item_max_attempts setting) wait 0.1 * 2^(n-1) s with jitter between
 # them, each capped at 30 s: about 13 to 25 s in all.
 BATCH_ITEM_BACKOFF = Backoff(min_s=0.1, max_s=30.0, factor=2.0)
+# record_batch_item refuses a carrier's run for a batch aborted since the carrier read it.
+BATCH_ABORTED_SQLSTATE = "FLB01"
 # Options of an item that it may not set: the batch decides them.
 _FIXED = {"task", "payload", "environment"}
 _OPTIONS = {f.name for f in fields(TriggerRequest)} - _FIXED
 
 AsyncConn = psycopg.AsyncConnection[Any]
+
+
+def with_batch_queue(queues: Iterable[str]) -> list[str]:
+    """A worker's queue filter, with the batch carriers' queue added."""
+    chosen = list(dict.fromkeys(queues))
+    return chosen if BATCH_QUEUE in chosen else [*chosen, BATCH_QUEUE]
 
 
 class BatchItemNotTriggered(FairlaneError):
@@ -104,6 +115,13 @@ class BatchItemProcessor:
         batch_id, index = int(payload["batch_id"]), int(payload["index"])
         conn = await self._acquire()
         try:
+            try:
+                return await self._process(conn, ctx, batch_id, index)
+            except psycopg.Error as error:
+                if error.sqlstate != BATCH_ABORTED_SQLSTATE:
+                    raise
+            # The batch was aborted while its run was being made (rolled back with the
+            # transaction): decide again, and the item is skipped.
             return await self._process(conn, ctx, batch_id, index)
         finally:
             await self._release(conn)

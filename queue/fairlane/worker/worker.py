@@ -84,7 +84,9 @@ class Worker:
         self.listen = listen
         self.shutdown_grace = shutdown_grace
         self.environments = list(environments) if environments else None
-        self.queues = list(queues) if queues else None
+        # Batch carriers are served whatever the queue filter: every batch of the environments
+        # this worker serves gets processed, whichever queues its items go to.
+        self.queues = batch_processing.with_batch_queue(queues) if queues else None
         self.run_periodic_jobs = run_periodic_jobs
         self.periodic_interval = periodic_interval
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
