@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 DEMO_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help install lint test migrate demo bench clean
+.PHONY: help install lint test stress migrate demo bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z]+):.*## /  make \1\t/' | expand -t 20
@@ -41,6 +41,10 @@ test: install ## run the test suite (needs PostgreSQL: DATABASE_URL, or the loca
 	@status=0; $(BIN)/pytest $(PYTEST_ARGS) || status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	exit $$status
+
+# The stress tests are part of `make test` too; this runs only them (each well under a minute).
+stress: install ## only the tests marked stress: many threads against one database at once
+	$(BIN)/pytest -m stress $(PYTEST_ARGS)
 
 migrate: install ## apply fairlane's migrations to DATABASE_URL (creates the database if missing)
 	$(BIN)/fairlane migrate
