@@ -17,6 +17,7 @@ from typing import Literal
 
 from fairlane.durations import Duration, seconds
 from fairlane.errors import TriggerOptionError
+from fairlane.trigger_checks import MAX_DEBOUNCE_KEY_LENGTH, check_text
 
 # The seeds' minimum: a shorter window debounces nothing useful and only churns the run row.
 MIN_DELAY_S = 1.0
@@ -45,6 +46,7 @@ def debounce_params(debounce: Debounce) -> DebounceParams:
     """Check a ``Debounce``; raises ``TriggerOptionError`` (or ``InvalidDurationError``)."""
     if not isinstance(debounce, Debounce):
         raise TriggerOptionError("debounce", debounce, "must be a fairlane.Debounce")
+    check_text("debounce.key", debounce.key, MAX_DEBOUNCE_KEY_LENGTH)
     delay_s = seconds("debounce.delay", debounce.delay)
     assert delay_s is not None
     if delay_s < MIN_DELAY_S:

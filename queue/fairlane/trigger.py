@@ -5,8 +5,9 @@ rolls back never exists, and one that commits is claimable at once. Every value 
 checked before the statement is sent: a bad item raises a typed error and nothing is written.
 
 Requests without an idempotency key or debounce go through ``insert_runs``, one set-based
-statement; the others through ``trigger_keyed_runs``, which decides each of them under row
-locks (see ``sql/trigger.sql`` and ``docs/trigger-options.md``).
+statement; the others through ``trigger_keyed_runs``, which decides each of them under locks
+taken in one order for the whole call (see ``sql/trigger_keyed.sql`` and
+``docs/trigger-options.md``).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from fairlane.durations import MAX_SECONDS, Duration, seconds
 from fairlane.errors import PayloadError, TriggerOptionError
 from fairlane.idempotency import IdempotencyScope, stored_key
 from fairlane.payload import encode_json
+from fairlane.trigger_checks import MAX_ATTEMPTS_CEILING, check_request
 
-MAX_ATTEMPTS_CEILING = 250
 __all__ = ["MAX_ATTEMPTS_CEILING", "MAX_SECONDS", "TriggerRequest", "insert_params"]
 
 # The fields of one request in the trigger statements' JSON parameter, as the SQL function
@@ -74,48 +75,6 @@ class TriggerRequest:
         return self.idempotency_key is not None or self.debounce is not None
 
 
-def _check_text(option: str, value: object) -> None:
-    """A text column value: PostgreSQL text holds no NUL, and psycopg sends only UTF-8."""
-    if not value or not isinstance(value, str):
-        raise TriggerOptionError(option, value, "must be a non-empty string")
-    if "\x00" in value:
-        raise TriggerOptionError(option, value, "must not contain a NUL character")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise TriggerOptionError(option, value, f"is not valid Unicode: {error.reason}") from None
-
-
-def _check_id(option: str, value: object) -> None:
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**63
-    ):
-        raise TriggerOptionError(option, value, "must be a positive integer")
-
-
-def _check(request: TriggerRequest) -> None:
-    for option in ("task", "environment", "queue"):
-        _check_text(option, getattr(request, option))
-    for option in ("machine", "idempotency_key"):
-        if getattr(request, option) is not None:
-            _check_text(option, getattr(request, option))
-    if request.debounce is not None:
-        _check_text("debounce.key", getattr(request.debounce, "key", None))
-    if (
-        not isinstance(request.max_attempts, int)
-        or not 1 <= request.max_attempts <= MAX_ATTEMPTS_CEILING
-    ):
-        raise TriggerOptionError(
-            "max_attempts", request.max_attempts, f"must be between 1 and {MAX_ATTEMPTS_CEILING}"
-        )
-    if not isinstance(request.priority, int) or abs(request.priority) > 2**31 - 1:
-        raise TriggerOptionError("priority", request.priority, "must be a 32-bit integer")
-    if isinstance(request.tags, str) or not all(isinstance(t, str) for t in request.tags):
-        raise TriggerOptionError("tags", request.tags, "must be a sequence of strings")
-    _check_id("parent_run_id", request.parent_run_id)
-    _check_id("parent_attempt", request.parent_attempt)
-
-
 def _delay(value: Duration | datetime | None) -> tuple[float | None, datetime | None]:
     """(seconds from the database's now, or an absolute start time)."""
     if isinstance(value, datetime):
@@ -137,7 +96,7 @@ def _idempotency(request: TriggerRequest) -> tuple[str | None, float | None]:
 
 def _row(request: TriggerRequest) -> str:
     """One request as a JSON object: its fields (unset ones left out) and its JSON values."""
-    _check(request)
+    check_request(request)
     delay, delay_until = _delay(request.delay)
     debounce = debounce_params(request.debounce) if request.debounce is not None else None
     if debounce is not None and delay is None and delay_until is None:
