@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 import fairlane
-from fairlane import Client, Debounce, RunStatus, TriggerOptionError
+from fairlane import Client, Debounce, RunStatus, TriggerOptionError, TriggerRequest
 from tests.helpers import run_row, trigger_together
 
 pytestmark = pytest.mark.anyio
@@ -95,6 +95,47 @@ async def test_trailing_replaces_the_runs_data_leading_keeps_it(
         assert await client.trigger("sync", "last", debounce=leading, **last_options) == run_id
         row = run_row(db, run_id)
         assert tuple(row[c] for c in columns) == ("first", {"v": 1}, ["a"], 2, 10.0, "small")
+
+
+@pytest.mark.parametrize("bulk", [False, True], ids=["one-by-one", "one-call"])
+async def test_trailing_replaces_only_the_options_the_later_trigger_gives(
+    dsn: str, db: psycopg.Connection[Any], bulk: bool
+) -> None:
+    """As in the seeds' engine: the payload always, the other options when given (an empty
+    list or mapping is given); what a trigger leaves out keeps the run's value."""
+    trailing = Debounce("t", "30s", mode="trailing")
+    first = TriggerRequest(
+        "sync", "first", debounce=trailing, metadata={"v": 1}, tags=["a"], max_attempts=7,
+        max_duration="2m", machine="large-2x",
+    )  # fmt: skip
+    bare = TriggerRequest("sync", "bare", debounce=trailing)
+    emptied = TriggerRequest(
+        "sync", "emptied", debounce=trailing, metadata={}, tags=[], max_attempts=1
+    )
+    columns = ("payload", "metadata", "tags", "max_attempts", "max_duration_s", "machine")
+    async with Client(dsn) as client:
+        if bulk:
+            ids = await client.trigger_many([first, bare])
+        else:
+            ids = [*await client.trigger_many([first]), *await client.trigger_many([bare])]
+        assert ids[0] == ids[1]
+        row = run_row(db, ids[0])
+        assert tuple(row[c] for c in columns) == ("bare", {"v": 1}, ["a"], 7, 120.0, "large-2x")
+        assert await client.trigger_many([emptied]) == [ids[0]]
+    row = run_row(db, ids[0])
+    assert tuple(row[c] for c in columns) == ("emptied", {}, [], 1, 120.0, "large-2x")
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "debounced"])
+async def test_options_not_given_take_their_defaults_on_a_new_run(
+    dsn: str, db: psycopg.Connection[Any], keyed: bool
+) -> None:
+    debounce = Debounce("new", "10s", mode="trailing") if keyed else None
+    async with Client(dsn) as client:
+        run_id = await client.trigger("sync", debounce=debounce)
+    row = run_row(db, run_id)
+    columns = ("payload", "metadata", "tags", "max_attempts", "max_duration_s", "machine")
+    assert tuple(row[c] for c in columns) == (None, {}, [], 3, None, None)
 
 
 @pytest.mark.parametrize("started", ["QUEUED", "EXECUTING", "COMPLETED", "CANCELED", "retry"])

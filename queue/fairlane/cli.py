@@ -127,9 +127,8 @@ def cmd_trigger(args: argparse.Namespace) -> int:
         run_id = client.trigger_sync(
             args.task, payload, environment=args.environment, queue=args.queue,
             priority=args.priority, max_attempts=args.max_attempts, delay=args.delay,
-            ttl=args.ttl, max_duration=args.max_duration, tags=args.tag or (),
-            metadata={} if metadata is None else metadata, machine=args.machine,
-            idempotency_key=args.idempotency_key,
+            ttl=args.ttl, max_duration=args.max_duration, tags=args.tag, metadata=metadata,
+            machine=args.machine, idempotency_key=args.idempotency_key,
         )  # fmt: skip
     print(run_id)
     return 0

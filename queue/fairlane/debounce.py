@@ -2,8 +2,9 @@
 
 The first trigger with a key makes a DELAYED run. Each later trigger with the same key (same
 environment and task) while that run has not started pushes its start to now + ``delay``
-(never earlier). ``mode="trailing"`` also replaces the run's payload, metadata, tags,
-max_attempts, max_duration and machine with the latest trigger's; ``"leading"`` keeps the
+(never earlier). ``mode="trailing"`` also replaces the run's payload with the latest
+trigger's, and its metadata, tags, max_attempts, max_duration and machine with those the
+latest trigger gives (an option it leaves out keeps the run's value); ``"leading"`` keeps the
 first's. Once the run has started, or when pushing it would start it later than its creation
 + ``max_delay`` (else the ``debounce_max_delay_s`` setting, default 10 minutes), the trigger
 makes a new run, which becomes the key's run. Everything is decided in the trigger's

@@ -8,13 +8,16 @@ Requests without an idempotency key or debounce go through ``insert_runs``, one 
 statement; the others through ``trigger_keyed_runs``, which decides each of them under locks
 taken in one order for the whole call (see ``sql/trigger_keyed.sql`` and
 ``docs/trigger-options.md``).
+
+An option left at None was not given: a new run takes its documented default, and a trailing
+debounce leaves the run's own value alone (``docs/trigger-options.md``, "Debounce").
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -44,7 +47,9 @@ class TriggerRequest:
 
     ``delay`` is seconds, a timedelta, a duration string ("5s", "2h30m") or an aware datetime
     to start at; None starts it at once. ``ttl``, ``max_duration`` and ``idempotency_ttl`` take
-    the same duration forms.
+    the same duration forms. ``max_attempts``, ``tags``, ``metadata``, ``machine`` and
+    ``max_duration`` left at None are not given: a new run gets 3 attempts, no tags, empty
+    metadata, no machine and no maximum duration, and a trailing debounce keeps the run's own.
     """
 
     task: str
@@ -52,10 +57,10 @@ class TriggerRequest:
     environment: str = "default"
     queue: str = "default"
     priority: int = 0
-    max_attempts: int = 3
+    max_attempts: int | None = None
     delay: Duration | datetime | None = None
-    tags: Sequence[str] = ()
-    metadata: Mapping[str, Any] = field(default_factory=dict)
+    tags: Sequence[str] | None = None
+    metadata: Mapping[str, Any] | None = None
     machine: str | None = None
     max_duration: Duration | None = None
     # Time to live while queued; the settings' max_ttl_s fills a missing one and caps it.
@@ -95,7 +100,7 @@ def _idempotency(request: TriggerRequest) -> tuple[str | None, float | None]:
 
 
 def _row(request: TriggerRequest) -> str:
-    """One request as a JSON object: its fields (unset ones left out) and its JSON values."""
+    """One request as a JSON object: its fields and JSON values, options not given left out."""
     check_request(request)
     delay, delay_until = _delay(request.delay)
     debounce = debounce_params(request.debounce) if request.debounce is not None else None
@@ -113,11 +118,12 @@ def _row(request: TriggerRequest) -> str:
     )  # fmt: skip
     fields = {name: value for name, value in zip(FIELDS, values, strict=True) if value is not None}
     scalars = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
-    return (
-        f'{scalars[:-1]},"payload":{encode_json(request.payload)}'
-        f',"tags":{encode_json(list(request.tags), what="tags")}'
-        f',"metadata":{encode_json(dict(request.metadata), what="metadata")}}}'
-    )
+    row = f'{scalars[:-1]},"payload":{encode_json(request.payload)}'
+    if request.tags is not None:
+        row += f',"tags":{encode_json(list(request.tags), what="tags")}'
+    if request.metadata is not None:
+        row += f',"metadata":{encode_json(dict(request.metadata), what="metadata")}'
+    return row + "}"
 
 
 def insert_params(requests: Iterable[TriggerRequest]) -> dict[str, str]:
