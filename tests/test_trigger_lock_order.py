@@ -11,7 +11,6 @@ deadlocked here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -19,37 +18,12 @@ import pytest
 
 from fairlane import Debounce, TriggerRequest, limits
 from fairlane.enqueue import trigger_statement
-from tests.interleave import Session, sessions
-
-
-def start_many(session: Session, requests: Sequence[TriggerRequest]) -> Any:
-    """Send one ``trigger_many`` call from ``session``; the future's rows are the statement's."""
-    statement, params = trigger_statement(requests)
-    return session.start(statement, params)
-
-
-def ids_of(rows: list[Any]) -> list[int]:
-    """Run ids in request order from the keyed statement's rows (item is the last column)."""
-    assert all(row[0] is not None for row in rows), f"a request was refused: {rows}"
-    return [int(row[0]) for row in sorted(rows, key=lambda row: int(row[-1]))]
+from tests.interleave import sessions
+from tests.trigger_steps import ids_of, settings_rows, start_many
 
 
 def keyed(queue: str, key: str, **options: Any) -> TriggerRequest:
     return TriggerRequest("t", key, queue=queue, idempotency_key=key, **options)
-
-
-def settings_rows(db: psycopg.Connection[Any], environment: str, *queues: str) -> None:
-    """Make the environment's and queues' rows (a first trigger would), committed."""
-    db.execute(
-        "INSERT INTO fairlane.environments (name) VALUES (%s) ON CONFLICT DO NOTHING",
-        (environment,),
-    )
-    for queue in queues:
-        db.execute(
-            "INSERT INTO fairlane.queues (environment, name) VALUES (%s, %s)"
-            " ON CONFLICT DO NOTHING",
-            (environment, queue),
-        )
 
 
 def waiting_per_queue(db: psycopg.Connection[Any]) -> dict[str, int]:
@@ -160,14 +134,16 @@ def test_idempotency_keys_in_opposite_orders_do_not_deadlock(
     assert row == (3,)
 
 
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
 def test_first_use_rows_in_opposite_orders_do_not_deadlock(
-    dsn: str, db: psycopg.Connection[Any]
+    dsn: str, db: psycopg.Connection[Any], keyed: bool
 ) -> None:
     """New environments and queues get their rows in name order: an INSERT of a row another
     uncommitted trigger made waits for that trigger, like a lock."""
 
     def request(environment: str) -> TriggerRequest:
-        return TriggerRequest("t", environment=environment, queue=environment, idempotency_key="k")
+        key = "k" if keyed else None
+        return TriggerRequest("t", environment=environment, queue=environment, idempotency_key=key)
 
     names = [f"env-{n:02}" for n in range(12)]
     with sessions(dsn, 2) as (a, b):
@@ -178,12 +154,12 @@ def test_first_use_rows_in_opposite_orders_do_not_deadlock(
         a.blocked()
         second = start_many(b, [request(name) for name in names[1:]])
         assert not b.blocked_or_done(), "b waits for a: a made rows before env-00's"
-        ids_of(second.result())
+        assert all(row[0] is not None for row in second.result())
         b.commit()
-        ids_of(first.result())
+        assert all(row[0] is not None for row in first.result())
         a.commit()
     row = db.execute("SELECT count(*) FROM fairlane.runs").fetchone()
-    assert row == (len(names),)
+    assert row == (len(names) if keyed else 2 * len(names),)
 
 
 @pytest.mark.parametrize("ordered", [True, False], ids=["keys-in-order", "keys-out-of-order"])
