@@ -76,8 +76,9 @@ def over_limit(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
 class Contention:
     """The callers and the drain of one test, and what they saw."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, db: psycopg.Connection[Any]) -> None:
         self.dsn = dsn
+        self.db = db  # the drain's: the test does not use it meanwhile
         self.outcomes = [Counter[str]() for _ in range(THREADS)]
         self.failures: list[BaseException] = []
         self.overfilled: list[tuple[Any, ...]] = []
@@ -119,19 +120,18 @@ class Contention:
 
     def drain(self) -> None:
         rng = random.Random(0)
-        with psycopg.connect(self.dsn, autocommit=True) as conn:
-            for mark in range(DRAIN_EVERY, THREADS * CALLS, DRAIN_EVERY):
-                with self.progress:
-                    while self.calls_made < mark:
-                        if not self.progress.wait(timeout=60):
-                            return  # a caller died: run() reports it
-                self.overfilled.extend(over_limit(conn))
-                conn.execute(
-                    "UPDATE fairlane.runs SET status = %s, finished_at = now() WHERE id IN"
-                    " (SELECT id FROM fairlane.runs WHERE status IN ('QUEUED', 'DELAYED')"
-                    "  ORDER BY random() LIMIT 5)",
-                    (rng.choice(["COMPLETED", "FAILED"]),),
-                )
+        for mark in range(DRAIN_EVERY, THREADS * CALLS, DRAIN_EVERY):
+            with self.progress:
+                while self.calls_made < mark:
+                    if not self.progress.wait(timeout=60):
+                        return  # a caller died: run() reports it
+            self.overfilled.extend(over_limit(self.db))
+            self.db.execute(
+                "UPDATE fairlane.runs SET status = %s, finished_at = now() WHERE id IN"
+                " (SELECT id FROM fairlane.runs WHERE status IN ('QUEUED', 'DELAYED')"
+                "  ORDER BY random() LIMIT 5)",
+                (rng.choice(["COMPLETED", "FAILED"]),),
+            )
 
 
 def test_keyed_bulk_triggers_in_random_order_never_deadlock_nor_overfill(
@@ -140,7 +140,7 @@ def test_keyed_bulk_triggers_in_random_order_never_deadlock_nor_overfill(
     for queue in QUEUES:
         limits.set_queue(db, "acme", queue, size_limit=QUEUE_LIMIT)
     limits.set_environment(db, "tenant", size_limit=ENVIRONMENT_LIMIT)
-    contention = Contention(dsn)
+    contention = Contention(dsn, db)
     total = contention.run()
     assert total["deadlock"] == 0, total
     assert total["triggered"] + total["full"] == THREADS * CALLS
