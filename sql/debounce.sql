@@ -3,15 +3,15 @@
 -- are decided one after another, each seeing what the one before it committed; the seeds'
 -- pending claims, polling and compare-and-set have no counterpart here.
 
--- function: lock_debounce_keys
--- Create the rows of the keys (envs[i], tasks[i], keys[i]) that are new and lock them all, in
+-- function: lock_debounce_key
+-- Lock the debounce key of every (envs[i], tasks[i], keys[i]), making the rows of new ones, in
 -- (environment, task, key) order, for the rest of the transaction. One statement in key order:
 -- an existing row is locked by ON CONFLICT DO UPDATE (whose WHERE false updates nothing but
 -- locks the row, waiting for whoever holds it); a row another trigger is inserting is waited
 -- for like a lock, and found (and locked) once that trigger commits, or inserted if it rolled
 -- back, or if the pruner deleted it meanwhile. The caller then reads each key's run in a later
 -- statement, which sees what the key's previous holder committed.
-CREATE OR REPLACE FUNCTION {schema}.lock_debounce_keys(envs text[], tasks text[], keys text[])
+CREATE OR REPLACE FUNCTION {schema}.lock_debounce_key(envs text[], tasks text[], keys text[])
 RETURNS void
 LANGUAGE sql
 AS $$

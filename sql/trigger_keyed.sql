@@ -4,7 +4,7 @@
 --
 --   1. the size-limit locks of every (environment, queue) it touches (lock_queue_sizes), then
 --      counts those queues and environments in a later statement;
---   2. every debounce key's row, in (environment, task, key) order (lock_debounce_keys);
+--   2. every debounce key's row, in (environment, task, key) order (lock_debounce_key);
 --   3. then it decides the requests in request order, in the seeds' order for each: idempotency
 --      (a hit returns the run holding the key), then debounce (join the key's delayed run),
 --      and only then a new run. Where the call's idempotency keys come in key order, a new run
@@ -17,13 +17,13 @@
 -- No decision reads a row it does not hold a lock or a unique index entry for, so concurrent
 -- triggers cannot both decide to make a run.
 
--- function: create_keyed_run
+-- function: trigger_keyed_run
 -- A new run for one request, with its idempotency key if `idem_key` is given (mirrors
 -- insert_runs for one run; options not given take the runs table's defaults). Returns NULL,
 -- inserting nothing, when another trigger committed a run with that key first: the INSERT
 -- waited for that trigger and the caller must decide the request again. Points the debounce
 -- key at the new run and wakes idle workers (at commit) when the run is queued at once.
-CREATE OR REPLACE FUNCTION {schema}.create_keyed_run(
+CREATE OR REPLACE FUNCTION {schema}.trigger_keyed_run(
     request jsonb, idem_key text, key_expires_at timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql
@@ -145,7 +145,7 @@ BEGIN
                     EXIT;
                 END IF;
             END IF;
-            made := {schema}.create_keyed_run(
+            made := {schema}.trigger_keyed_run(
                 request.fields,
                 CASE WHEN NOT defer_keys THEN request.idempotency_key END,
                 CASE WHEN request.idempotency_key IS NOT NULL THEN now() + make_interval(
@@ -216,7 +216,7 @@ BEGIN
     BEGIN
         PERFORM {schema}.lock_queue_sizes(envs, queues);
         SELECT jsonb_agg(s) INTO sizes FROM {schema}.queue_sizes(envs, queues) AS s;
-        PERFORM {schema}.lock_debounce_keys(array_agg(r.environment), array_agg(r.task),
+        PERFORM {schema}.lock_debounce_key(array_agg(r.environment), array_agg(r.task),
                                            array_agg(r.debounce_key))
         FROM {schema}.trigger_requests(requests) AS r
         WHERE r.debounce_key IS NOT NULL
