@@ -11,15 +11,18 @@
 -- for like a lock, and found (and locked) once that trigger commits, or inserted if it rolled
 -- back, or if the pruner deleted it meanwhile. The caller then reads each key's run in a later
 -- statement, which sees what the key's previous holder committed.
+-- (plpgsql rather than sql: its plan is kept for the session.)
 CREATE OR REPLACE FUNCTION {schema}.lock_debounce_key(envs text[], tasks text[], keys text[])
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 AS $$
+BEGIN
     INSERT INTO {schema}.debounce_keys AS k (environment, task, key)
     SELECT DISTINCT given.environment, given.task, given.key
     FROM unnest(envs, tasks, keys) AS given(environment, task, key)
     ORDER BY given.environment, given.task, given.key
     ON CONFLICT (environment, task, key) DO UPDATE SET run_id = k.run_id WHERE false;
+END;
 $$;
 
 -- function: join_debounced_run

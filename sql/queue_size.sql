@@ -17,13 +17,14 @@
 -- A queue is locked through its row, which claims never lock. An environment is locked through
 -- a transaction-scoped advisory lock instead of its row: claims lock environment rows (FOR
 -- UPDATE), and a trigger held open in a caller's transaction must not stall the claims of its
--- environment.
+-- environment. Returns whether any of them has a limit (false: nothing to lock or count).
 CREATE OR REPLACE FUNCTION {schema}.lock_queue_sizes(envs text[], queues text[])
-RETURNS void
+RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 DECLARE
     target record;
+    limited boolean := false;
 BEGIN
     FOR target IN
         SELECT e.name
@@ -33,16 +34,21 @@ BEGIN
     LOOP
         PERFORM pg_advisory_xact_lock(hashtext({schema_name} || '.environment_size'),
                                       hashtext(target.name));
+        limited := true;
     END LOOP;
-    -- The rows are locked as the sort emits them (the lock step runs above the sort).
-    PERFORM 1
-    FROM {schema}.queues q
-    JOIN (SELECT DISTINCT a.environment, a.queue
-          FROM unnest(envs, queues) AS a(environment, queue)) AS a
-      ON q.environment = a.environment AND q.name = a.queue
-    WHERE q.size_limit IS NOT NULL
-    ORDER BY q.environment, q.name
-    FOR UPDATE OF q;
+    -- One primary-key lookup per queue, in order: cheaper than one join of the arrays.
+    FOR target IN
+        SELECT DISTINCT a.environment, a.queue
+        FROM unnest(envs, queues) AS a(environment, queue)
+        ORDER BY a.environment, a.queue
+    LOOP
+        PERFORM 1 FROM {schema}.queues q
+        WHERE q.environment = target.environment AND q.name = target.queue
+          AND q.size_limit IS NOT NULL
+        FOR UPDATE;
+        limited := limited OR FOUND;
+    END LOOP;
+    RETURN limited;
 END;
 $$;
 
@@ -127,7 +133,9 @@ RETURNS TABLE (environment text, queue text, size_limit integer, scope text, siz
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    PERFORM {schema}.lock_queue_sizes(envs, queues);
+    IF NOT {schema}.lock_queue_sizes(envs, queues) THEN
+        RETURN;
+    END IF;
     -- A later statement than the locks: it sees what their previous holders committed.
     RETURN QUERY
     SELECT s.environment, coalesce(s.queue, min(a.queue)), s.size_limit, s.scope, s.size

@@ -95,13 +95,13 @@ $$;
 -- function: decide_keyed_requests
 -- Decide every request in request order, once the call holds its size-limit and debounce
 -- locks: 'idempotent' (a run holds its key: an earlier request of the call that made it, or
--- find_idempotent_run), 'debounced' (joined its key's delayed run), or 'created'. With
--- `defer_keys`, new runs are made without their idempotency keys and get them at the end.
-CREATE OR REPLACE FUNCTION {schema}.decide_keyed_requests(requests jsonb, defer_keys boolean)
-RETURNS TABLE (item integer, run_id bigint, outcome text)
+-- find_idempotent_run), 'debounced' (joined its key's delayed run), or 'created'. Returns the
+-- run and outcome of each request, in request order. With `defer_keys`, new runs are made
+-- without their idempotency keys and get them at the end (claim_idempotency_keys).
+CREATE OR REPLACE FUNCTION {schema}.decide_keyed_requests(
+    requests jsonb, defer_keys boolean, OUT ids bigint[], OUT outcomes text[])
 LANGUAGE plpgsql
 AS $$
-#variable_conflict use_column
 DECLARE
     request record;
     -- The run holding each key in this call, at the position of the key's first request.
@@ -113,6 +113,8 @@ DECLARE
     pending_keys text[] := '{{}}';
     key_ttl float8 := {schema}.numeric_setting('idempotency_key_ttl_s', 2592000);
 BEGIN
+    ids := '{{}}';
+    outcomes := '{{}}';
     FOR request IN
         SELECT r.*, requests -> (r.ord::integer - 1) AS fields,
                first_value(r.ord) OVER (PARTITION BY r.environment, r.task, r.idempotency_key
@@ -126,7 +128,8 @@ BEGIN
                     request.environment, request.task, request.idempotency_key));
                 IF held IS NOT NULL THEN
                     holders[request.first_of_key] := held;
-                    RETURN QUERY SELECT request.ord::integer - 1, held, 'idempotent'::text;
+                    ids := ids || held;
+                    outcomes := outcomes || 'idempotent'::text;
                     EXIT;
                 END IF;
             END IF;
@@ -141,7 +144,8 @@ BEGIN
                         CASE WHEN request.tags IS NOT NULL
                              THEN ARRAY(SELECT jsonb_array_elements_text(request.tags)) END,
                         request.max_attempts, request.max_duration_s, request.machine) THEN
-                    RETURN QUERY SELECT request.ord::integer - 1, debounced, 'debounced'::text;
+                    ids := ids || debounced;
+                    outcomes := outcomes || 'debounced'::text;
                     EXIT;
                 END IF;
             END IF;
@@ -160,7 +164,8 @@ BEGIN
                         pending_keys := pending_keys || request.idempotency_key;
                     END IF;
                 END IF;
-                RETURN QUERY SELECT request.ord::integer - 1, made, 'created'::text;
+                ids := ids || made;
+                outcomes := outcomes || 'created'::text;
                 EXIT;
             END IF;
         END LOOP;
@@ -185,11 +190,10 @@ AS $$
 DECLARE
     envs text[];
     queues text[];
-    sizes jsonb;
     keys_in_order boolean;
+    debounced boolean;
+    sizes jsonb;
     decided record;
-    ids bigint[];
-    outcomes text[];
     full_queue record;
     failed text;
 BEGIN
@@ -203,49 +207,54 @@ BEGIN
     SELECT DISTINCT r.environment, r.queue FROM {schema}.trigger_requests(requests) AS r
     ORDER BY 1, 2
     ON CONFLICT DO NOTHING;
-    SELECT array_agg(r.environment ORDER BY r.ord), array_agg(r.queue ORDER BY r.ord)
-    INTO envs, queues
-    FROM {schema}.trigger_requests(requests) AS r;
-    SELECT coalesce(bool_and(keyed.in_order), true) INTO keys_in_order
-    FROM (SELECT (r.environment, r.task, r.idempotency_key)
-                     >= (lag(r.environment) OVER w, lag(r.task) OVER w,
-                         lag(r.idempotency_key) OVER w) AS in_order
+    SELECT array_agg(r.environment ORDER BY r.ord), array_agg(r.queue ORDER BY r.ord),
+           coalesce(bool_and(r.in_order), true), bool_or(r.debounce_key IS NOT NULL)
+    INTO envs, queues, keys_in_order, debounced
+    FROM (SELECT r.environment, r.queue, r.debounce_key, r.ord,
+                 -- Each keyed request against the keyed one before it (the first: NULL).
+                 CASE WHEN r.idempotency_key IS NOT NULL
+                      THEN (r.environment, r.task, r.idempotency_key)
+                           >= (lag(r.environment) OVER w, lag(r.task) OVER w,
+                               lag(r.idempotency_key) OVER w) END AS in_order
           FROM {schema}.trigger_requests(requests) AS r
-          WHERE r.idempotency_key IS NOT NULL
-          WINDOW w AS (ORDER BY r.ord)) AS keyed;  -- the first is NULL, ignored
+          WINDOW w AS (PARTITION BY r.idempotency_key IS NULL ORDER BY r.ord)) AS r;
     BEGIN
-        PERFORM {schema}.lock_queue_sizes(envs, queues);
-        SELECT jsonb_agg(s) INTO sizes FROM {schema}.queue_sizes(envs, queues) AS s;
-        PERFORM {schema}.lock_debounce_key(array_agg(r.environment), array_agg(r.task),
-                                           array_agg(r.debounce_key))
-        FROM {schema}.trigger_requests(requests) AS r
-        WHERE r.debounce_key IS NOT NULL
-        HAVING count(*) > 0;
-        LOOP
+        IF {schema}.lock_queue_sizes(envs, queues) THEN
+            -- A later statement than the locks: it counts what their holders committed.
+            SELECT jsonb_agg(s) INTO sizes FROM {schema}.queue_sizes(envs, queues) AS s;
+        END IF;
+        IF debounced THEN
+            PERFORM {schema}.lock_debounce_key(
+                array_agg(r.environment), array_agg(r.task), array_agg(r.debounce_key))
+            FROM {schema}.trigger_requests(requests) AS r
+            WHERE r.debounce_key IS NOT NULL;
+        END IF;
+        IF keys_in_order THEN
+            decided := {schema}.decide_keyed_requests(requests, false);
+        END IF;
+        WHILE decided IS NULL LOOP
             BEGIN
-                SELECT array_agg(d.run_id ORDER BY d.item), array_agg(d.outcome ORDER BY d.item)
-                INTO ids, outcomes
-                FROM {schema}.decide_keyed_requests(requests, NOT keys_in_order) AS d;
-                EXIT;
+                decided := {schema}.decide_keyed_requests(requests, true);
             EXCEPTION WHEN unique_violation THEN
                 GET STACKED DIAGNOSTICS failed = CONSTRAINT_NAME;
                 IF failed IS DISTINCT FROM 'runs_idempotency_key_idx' THEN
                     RAISE;
                 END IF;
-                -- A concurrent trigger committed a run with one of the keys the call gave its
-                -- new runs: everything decided is undone; decide again, finding that run.
+                -- A concurrent trigger committed a run with one of the keys this call gave
+                -- its new runs at the end: everything decided is undone (the block is a
+                -- subtransaction); decide again, finding that run.
             END;
         END LOOP;
         IF sizes IS NOT NULL THEN
             SELECT * INTO full_queue
             FROM {schema}.first_past_size_limit(
                 sizes,
-                ARRAY(SELECT envs[i] FROM generate_subscripts(outcomes, 1) AS i
-                      WHERE outcomes[i] = 'created' ORDER BY i),
-                ARRAY(SELECT queues[i] FROM generate_subscripts(outcomes, 1) AS i
-                      WHERE outcomes[i] = 'created' ORDER BY i),
-                ARRAY(SELECT i - 1 FROM generate_subscripts(outcomes, 1) AS i
-                      WHERE outcomes[i] = 'created' ORDER BY i));
+                ARRAY(SELECT envs[i] FROM generate_subscripts(decided.outcomes, 1) AS i
+                      WHERE decided.outcomes[i] = 'created' ORDER BY i),
+                ARRAY(SELECT queues[i] FROM generate_subscripts(decided.outcomes, 1) AS i
+                      WHERE decided.outcomes[i] = 'created' ORDER BY i),
+                ARRAY(SELECT i - 1 FROM generate_subscripts(decided.outcomes, 1) AS i
+                      WHERE decided.outcomes[i] = 'created' ORDER BY i));
             IF FOUND THEN
                 RAISE EXCEPTION USING ERRCODE = 'FL001', DETAIL = to_jsonb(full_queue)::text,
                     MESSAGE = 'queue ' || full_queue.queue || ' of environment '
@@ -262,7 +271,8 @@ BEGIN
     END;
     RETURN QUERY SELECT made.id, made.outcome, NULL::text, NULL::text, NULL::integer,
                         NULL::text, NULL::integer, (made.ord - 1)::integer
-                 FROM unnest(ids, outcomes) WITH ORDINALITY AS made(id, outcome, ord)
+                 FROM unnest(decided.ids, decided.outcomes) WITH ORDINALITY
+                     AS made(id, outcome, ord)
                  ORDER BY made.ord;
 END;
 $$;
