@@ -95,8 +95,9 @@ FROM {schema}.trigger_keyed_runs(%(runs)s::jsonb);
 -- function: trigger_requests
 -- The trigger statements' parameter as rows in request order: one JSON object per request,
 -- with the fields fairlane.trigger.FIELDS names and payload, tags and metadata as JSON; an
--- option the request did not give is left out (NULL here). The one place that gives those fields their SQL types. A plain STABLE sql
--- function, so the planner inlines it into the statements that read it.
+-- option the request did not give is left out (NULL here). The one place that gives those
+-- fields their SQL types. A plain STABLE sql function, so the planner inlines it into the
+-- statements that read it.
 CREATE OR REPLACE FUNCTION {schema}.trigger_requests(requests jsonb)
 RETURNS TABLE (environment text, queue text, task text, payload jsonb, priority integer,
                max_attempts integer, delay_s float8, delay_until timestamptz, tags jsonb,

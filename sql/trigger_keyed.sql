@@ -14,8 +14,9 @@
 --   4. last, the new runs are checked against the sizes counted in 1: past a limit, the whole
 --      call is undone and the first request that did not fit is reported.
 --
--- No decision reads a row it does not hold a lock or a unique index entry for, so concurrent
--- triggers cannot both decide to make a run.
+-- No decision stands on a row it does not hold a lock or a unique index entry for by the end
+-- of the call (a key set at the end that another trigger committed first makes the call decide
+-- again), so concurrent triggers cannot both decide to make a run.
 
 -- function: trigger_keyed_run
 -- A new run for one request, with its idempotency key if `idem_key` is given (mirrors
@@ -38,7 +39,8 @@ BEGIN
     SELECT * INTO r FROM {schema}.trigger_requests(jsonb_build_array(request));
     start_at := CASE WHEN r.delay_until > now() THEN r.delay_until
                      WHEN r.delay_s > 0 THEN now() + make_interval(secs => r.delay_s) END;
-    ttl := CASE WHEN max_ttl IS NULL THEN r.ttl_s ELSE least(coalesce(r.ttl_s, max_ttl), max_ttl) END;
+    ttl := CASE WHEN max_ttl IS NULL THEN r.ttl_s
+                ELSE least(coalesce(r.ttl_s, max_ttl), max_ttl) END;
     INSERT INTO {schema}.runs
         (environment, queue, task, payload, status, priority, max_attempts, available_at,
          tags, metadata, machine, max_duration_s, ttl_s, expires_at, parent_run_id,
