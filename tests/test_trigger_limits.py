@@ -131,6 +131,19 @@ async def test_values_at_the_limits_fit_every_index(dsn: str, db: psycopg.Connec
     assert run_row(db, plain)["payload"] == payload
 
 
+def test_tags_may_be_any_collection_of_strings(dsn: str, db: psycopg.Connection[Any]) -> None:
+    with psycopg.connect(dsn) as conn:
+        ids = [
+            fairlane.trigger(conn, "send", tags=tags)
+            for tags in (["a", "b"], ("a", "b"), {"b"}, frozenset({"b"}))
+        ]  # fmt: skip
+        for refused in ("ab", b"ab", {"a": 1}, 7):
+            with pytest.raises(TriggerOptionError, match="must be a collection of strings"):
+                fairlane.trigger(conn, "send", tags=refused)
+        conn.commit()
+    assert [run_row(db, run_id)["tags"] for run_id in ids] == [["a", "b"], ["a", "b"], ["b"], ["b"]]
+
+
 @pytest.mark.anyio
 async def test_a_long_idempotency_key_is_stored_hashed(dsn: str) -> None:
     key = "k" * 1_000_000

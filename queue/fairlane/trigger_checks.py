@@ -18,7 +18,7 @@ transaction) and never crashes the encoder. The limits are the documented ones
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from fairlane.errors import TriggerOptionError
@@ -31,6 +31,7 @@ MAX_TAGS = 10
 MAX_TAG_LENGTH = 128
 MAX_DEBOUNCE_KEY_LENGTH = 256
 MAX_ATTEMPTS_CEILING = 250
+NOT_TAGS = "must be a collection of strings (a list, tuple or set)"
 # Priorities are stored as PostgreSQL integers.
 MAX_PRIORITY = 2**31 - 1
 
@@ -59,17 +60,17 @@ def _check_integer(option: str, value: object, low: int, high: int, wanted: str)
 
 
 def _check_tags(tags: object) -> None:
-    """A sequence of strings; NUL or bad Unicode inside a tag is left to the JSON encoder,
+    """A collection of strings; NUL or bad Unicode inside a tag is left to the JSON encoder,
     which refuses it as a ``PayloadError``."""
     if tags is None:
         return
-    if isinstance(tags, str | bytes) or not isinstance(tags, Sequence):
-        raise TriggerOptionError("tags", tags, "must be a sequence of strings")
+    if isinstance(tags, str | bytes | Mapping) or not isinstance(tags, Collection):
+        raise TriggerOptionError("tags", tags, NOT_TAGS)
     if len(tags) > MAX_TAGS:
         raise TriggerOptionError("tags", tags, f"must be at most {MAX_TAGS} tags, not {len(tags)}")
     for tag in tags:
         if not isinstance(tag, str):
-            raise TriggerOptionError("tags", tags, "must be a sequence of strings")
+            raise TriggerOptionError("tags", tags, NOT_TAGS)
         if not 1 <= len(tag) <= MAX_TAG_LENGTH:
             raise TriggerOptionError(
                 "tags", tag, f"each tag must be 1 to {MAX_TAG_LENGTH} characters"
