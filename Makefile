@@ -42,8 +42,8 @@ test: install ## run the test suite (needs PostgreSQL: DATABASE_URL, or the loca
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	exit $$status
 
-stress: install ## the stress tests: many transactions and worker processes at once
-	$(BIN)/pytest -m stress -q -s $(PYTEST_ARGS) tests/stress
+stress: install ## the stress tests: many transactions, threads and worker processes at once
+	$(BIN)/pytest -m stress -q -s $(PYTEST_ARGS)
 
 migrate: install ## apply fairlane's migrations to DATABASE_URL (creates the database if missing)
 	$(BIN)/fairlane migrate

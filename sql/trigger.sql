@@ -3,7 +3,9 @@
 -- (fairlane.trigger), read as a recordset, so a bulk trigger is one round trip and one value.
 -- Delays use the database clock, not the caller's.
 -- Environments and queues get their settings rows on first use; ON CONFLICT DO NOTHING neither
--- writes nor waits when the row exists, even while a claimer holds its lock.
+-- writes nor waits when the row exists, even while a claimer holds its lock. It does wait for
+-- another trigger inserting the same new row, as for a lock: rows are inserted in name order.
+-- Options a request did not give (NULL) take the runs table's defaults.
 -- This is the path of requests without idempotency keys or debounce (trigger_keyed_runs has
 -- the others). Where a queue or environment has a size limit, check_queue_sizes locks and
 -- counts before any row is inserted; a rejection inserts nothing and comes back as one row
@@ -24,11 +26,11 @@ WITH t AS (
     FROM t LEFT JOIN max_ttl ON true
 ), new_environments AS (
     INSERT INTO {schema}.environments (name)
-    SELECT DISTINCT environment FROM t
+    SELECT DISTINCT environment FROM t ORDER BY 1
     ON CONFLICT DO NOTHING
 ), new_queues AS (
     INSERT INTO {schema}.queues (environment, name)
-    SELECT DISTINCT environment, queue FROM t
+    SELECT DISTINCT environment, queue FROM t ORDER BY 1, 2
     ON CONFLICT DO NOTHING
 ), limited AS (
     -- Runs added per queue, where the queue or its environment has a size limit.
@@ -54,10 +56,10 @@ WITH t AS (
            coalesce(t.payload, 'null'),
            CASE WHEN t.start_at IS NOT NULL THEN 'DELAYED' ELSE 'QUEUED' END,
            t.priority,
-           t.max_attempts,
+           coalesce(t.max_attempts, 3),
            t.start_at,
            ARRAY(SELECT jsonb_array_elements_text(t.tags)),
-           t.metadata,
+           coalesce(t.metadata, '{{}}'),
            t.machine,
            t.max_duration_s,
            t.capped_ttl_s,
@@ -83,18 +85,19 @@ UNION ALL
 SELECT NULL, NULL, environment, queue, size_limit, scope, size, NULL FROM rejected;
 
 -- name: trigger_keyed_runs
--- Requests with an idempotency key or debounce, decided one by one under row locks
--- (sql/trigger_keyed.sql). The same JSON parameter as insert_runs, with the keys. Rows come
--- back in request order; a rejection (queue full) is a single row with a NULL id and nothing
--- was written.
+-- Requests with an idempotency key or debounce, decided under locks taken in the global lock
+-- order (sql/trigger_keyed.sql). The same JSON parameter as insert_runs, with the keys. Rows
+-- come back in request order; a rejection (queue full) is a single row with a NULL id naming
+-- the first request that did not fit, and nothing was written.
 SELECT id, outcome, environment, queue, size_limit, scope, size, item
 FROM {schema}.trigger_keyed_runs(%(runs)s::jsonb);
 
 -- function: trigger_requests
 -- The trigger statements' parameter as rows in request order: one JSON object per request,
--- with the fields fairlane.trigger.FIELDS names (unset ones left out) and payload, tags and
--- metadata as JSON. The one place that gives those fields their SQL types. A plain STABLE sql
--- function, so the planner inlines it into the statements that read it.
+-- with the fields fairlane.trigger.FIELDS names and payload, tags and metadata as JSON; an
+-- option the request did not give is left out (NULL here). The one place that gives those
+-- fields their SQL types. A plain STABLE sql function, so the planner inlines it into the
+-- statements that read it.
 CREATE OR REPLACE FUNCTION {schema}.trigger_requests(requests jsonb)
 RETURNS TABLE (environment text, queue text, task text, payload jsonb, priority integer,
                max_attempts integer, delay_s float8, delay_until timestamptz, tags jsonb,

@@ -1,6 +1,8 @@
 """Debounce (point 3): one DELAYED run per key whose start each trigger pushes later; trailing
 replaces its data, leading keeps it; a started run or a passed max_delay makes a new run;
-idempotency is checked first; 50 concurrent triggers with one key make one run."""
+idempotency is checked first; 20 concurrent triggers with one key make one run; and each
+decision made from the key's row or its run, stepped statement by statement against the
+trigger, cancel, promotion or pruning that changes them."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ import psycopg
 import pytest
 
 import fairlane
-from fairlane import Client, Debounce, RunStatus, TriggerOptionError
+from fairlane import Client, Debounce, RunStatus, TriggerOptionError, TriggerRequest
 from tests.helpers import run_row, trigger_together
+from tests.interleave import sessions
+from tests.trigger_steps import ids_of, settings_rows, start_many
 
 pytestmark = pytest.mark.anyio
 
@@ -95,6 +99,47 @@ async def test_trailing_replaces_the_runs_data_leading_keeps_it(
         assert await client.trigger("sync", "last", debounce=leading, **last_options) == run_id
         row = run_row(db, run_id)
         assert tuple(row[c] for c in columns) == ("first", {"v": 1}, ["a"], 2, 10.0, "small")
+
+
+@pytest.mark.parametrize("bulk", [False, True], ids=["one-by-one", "one-call"])
+async def test_trailing_replaces_only_the_options_the_later_trigger_gives(
+    dsn: str, db: psycopg.Connection[Any], bulk: bool
+) -> None:
+    """As in the seeds' engine: the payload always, the other options when given (an empty
+    list or mapping is given); what a trigger leaves out keeps the run's value."""
+    trailing = Debounce("t", "30s", mode="trailing")
+    first = TriggerRequest(
+        "sync", "first", debounce=trailing, metadata={"v": 1}, tags=["a"], max_attempts=7,
+        max_duration="2m", machine="large-2x",
+    )  # fmt: skip
+    bare = TriggerRequest("sync", "bare", debounce=trailing)
+    emptied = TriggerRequest(
+        "sync", "emptied", debounce=trailing, metadata={}, tags=[], max_attempts=1
+    )
+    columns = ("payload", "metadata", "tags", "max_attempts", "max_duration_s", "machine")
+    async with Client(dsn) as client:
+        if bulk:
+            ids = await client.trigger_many([first, bare])
+        else:
+            ids = [*await client.trigger_many([first]), *await client.trigger_many([bare])]
+        assert ids[0] == ids[1]
+        row = run_row(db, ids[0])
+        assert tuple(row[c] for c in columns) == ("bare", {"v": 1}, ["a"], 7, 120.0, "large-2x")
+        assert await client.trigger_many([emptied]) == [ids[0]]
+    row = run_row(db, ids[0])
+    assert tuple(row[c] for c in columns) == ("emptied", {}, [], 1, 120.0, "large-2x")
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "debounced"])
+async def test_options_not_given_take_their_defaults_on_a_new_run(
+    dsn: str, db: psycopg.Connection[Any], keyed: bool
+) -> None:
+    debounce = Debounce("new", "10s", mode="trailing") if keyed else None
+    async with Client(dsn) as client:
+        run_id = await client.trigger("sync", debounce=debounce)
+    row = run_row(db, run_id)
+    columns = ("payload", "metadata", "tags", "max_attempts", "max_duration_s", "machine")
+    assert tuple(row[c] for c in columns) == (None, {}, [], 3, None, None)
 
 
 @pytest.mark.parametrize("started", ["QUEUED", "EXECUTING", "COMPLETED", "CANCELED", "retry"])
@@ -199,19 +244,19 @@ async def test_bad_debounce_options(dsn: str, debounce: Debounce, option: str) -
     assert refused.value.option == option
 
 
-async def test_fifty_concurrent_triggers_with_one_key_make_one_run(
+async def test_twenty_concurrent_triggers_with_one_key_make_one_run(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
     async def trigger(conn: psycopg.AsyncConnection[Any], n: int) -> int:
         debounce = Debounce("burst", "1m", mode="trailing")
         return await fairlane.trigger_async(conn, "sync", n, debounce=debounce)
 
-    got = await trigger_together(dsn, 50, trigger)
-    assert len(got) == 50
+    got = await trigger_together(dsn, 20, trigger)
+    assert len(got) == 20
     assert len(set(got)) == 1
     assert run_count(db) == 1
     # Trailing: the run carries the payload of whichever trigger committed last.
-    assert run_row(db, got[0])["payload"] in range(50)
+    assert run_row(db, got[0])["payload"] in range(20)
 
 
 async def test_stale_keys_are_pruned(dsn: str, db: psycopg.Connection[Any]) -> None:
@@ -231,3 +276,141 @@ async def test_debounce_delay_as_a_timedelta(dsn: str) -> None:
     async with Client(dsn) as client:
         run_id = await client.trigger("sync", debounce=Debounce("k", timedelta(seconds=3)))
         assert (await client.get_run(run_id)).status is RunStatus.DELAYED
+
+
+# --- Interleavings: each decision made from the key's row or its run ---------------------
+
+TRAILING = Debounce("k", "30s", mode="trailing")
+
+
+def key_run(db: psycopg.Connection[Any]) -> int | None:
+    row = db.execute("SELECT run_id FROM fairlane.debounce_keys WHERE key = 'k'").fetchone()
+    return None if row is None else row[0]
+
+
+@pytest.mark.parametrize("ends", ["commit", "rollback"])
+def test_a_trigger_of_a_new_key_waits_for_the_one_making_it(
+    dsn: str, db: psycopg.Connection[Any], ends: str
+) -> None:
+    """Both find no row for the key; b's insert of it waits for a's, then b locks the row a
+    committed and joins a's run, or inserts the row itself if a rolled back."""
+    settings_rows(db, "default", "default")
+    with sessions(dsn, 2) as (a, b):
+        a.begin()
+        b.begin()
+        (made,) = ids_of(start_many(a, [TriggerRequest("sync", "a", debounce=TRAILING)]).result())
+        pending = start_many(b, [TriggerRequest("sync", "b", debounce=TRAILING)])
+        b.blocked()
+        if ends == "commit":
+            a.commit()
+        else:
+            a.rollback()
+        (got,) = ids_of(pending.result())
+        b.commit()
+    assert (got == made) == (ends == "commit")
+    assert run_count(db) == 1
+    assert key_run(db) == got
+    assert run_row(db, got)["payload"] == "b"
+
+
+def test_a_trigger_of_a_held_key_sees_the_run_its_holder_made(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """The key's run has started, so a makes a new one and points the key at it; b waits for
+    the key's row and, reading the key in a later statement, joins a's new run instead of
+    making a third."""
+    with Client(dsn) as client:
+        started = client.trigger_sync("sync", "first", debounce=TRAILING)
+    db.execute("UPDATE fairlane.runs SET status = 'QUEUED' WHERE id = %s", (started,))
+    with sessions(dsn, 2) as (a, b):
+        a.begin()
+        b.begin()
+        (made,) = ids_of(start_many(a, [TriggerRequest("sync", "a", debounce=TRAILING)]).result())
+        pending = start_many(b, [TriggerRequest("sync", "b", debounce=TRAILING)])
+        b.blocked()
+        a.commit()
+        assert ids_of(pending.result()) == [made]
+        b.commit()
+    assert made != started
+    assert run_count(db) == 2
+    assert key_run(db) == made
+
+
+def test_a_cancel_holding_the_run_makes_the_trigger_wait_then_make_a_new_run(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """join_debounced_run reads the run under its row lock: it waits for the cancel, then
+    sees CANCELED and leaves it alone, instead of pushing (and overwriting) a canceled run."""
+    with Client(dsn) as client:
+        first = client.trigger_sync("sync", "first", debounce=TRAILING)
+    with sessions(dsn, 2) as (a, b):
+        a.begin()
+        b.begin()
+        a.run("SELECT canceled FROM fairlane.cancel_run(%s)", (first,))
+        pending = start_many(b, [TriggerRequest("sync", "b", debounce=TRAILING)])
+        b.blocked()
+        a.commit()
+        (got,) = ids_of(pending.result())
+        b.commit()
+    assert got != first
+    assert run_row(db, first)["status"] == "CANCELED"
+    assert run_row(db, first)["payload"] == "first"
+    assert key_run(db) == got
+
+
+def test_promotion_skips_a_run_a_trigger_is_pushing(dsn: str, db: psycopg.Connection[Any]) -> None:
+    """A run that is due is being pushed back by a trigger: the promotion skips it (SKIP
+    LOCKED) rather than start it under the trigger, and after the push it is not due."""
+    with Client(dsn) as client:
+        first = client.trigger_sync("sync", "first", debounce=TRAILING)
+    age(db, first, 31)  # due a second ago
+    with sessions(dsn, 2) as (a, b):
+        a.begin()
+        (joined,) = ids_of(start_many(a, [TriggerRequest("sync", "a", debounce=TRAILING)]).result())
+        promoting = b.start("SELECT fairlane.promote_delayed_runs()")
+        assert not b.blocked_or_done()
+        promoting.result()
+        a.commit()
+    assert joined == first
+    b_row = run_row(db, first)
+    assert (b_row["status"], b_row["payload"]) == ("DELAYED", "a")
+    db.execute("SELECT fairlane.promote_delayed_runs()")
+    assert run_row(db, first)["status"] == "DELAYED"
+
+
+def test_the_pruner_skips_a_key_a_trigger_holds(dsn: str, db: psycopg.Connection[Any]) -> None:
+    """The key's run started, so the key looks stale; a trigger holding it is pointing it at a
+    new run, so the pruner skips it (SKIP LOCKED) and, once the trigger commits, keeps it."""
+    with Client(dsn) as client:
+        started = client.trigger_sync("sync", "first", debounce=TRAILING)
+    db.execute("UPDATE fairlane.runs SET status = 'QUEUED' WHERE id = %s", (started,))
+    with sessions(dsn, 2) as (a, b):
+        a.begin()
+        (made,) = ids_of(start_many(a, [TriggerRequest("sync", "a", debounce=TRAILING)]).result())
+        pruning = b.start("SELECT fairlane.prune_debounce_keys()")
+        assert not b.blocked_or_done()
+        assert pruning.result() == [({"pruned": 0},)]
+        a.commit()
+        assert b.run("SELECT fairlane.prune_debounce_keys()") == [({"pruned": 0},)]
+    assert key_run(db) == made
+
+
+def test_a_trigger_waits_for_the_pruner_deleting_its_key(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """The pruner deleted the stale key and has not committed: the trigger's insert of the
+    key waits for it, then makes the key's row again, with a new run."""
+    with Client(dsn) as client:
+        started = client.trigger_sync("sync", "first", debounce=TRAILING)
+    db.execute("UPDATE fairlane.runs SET status = 'QUEUED' WHERE id = %s", (started,))
+    with sessions(dsn, 2) as (a, b):
+        a.begin()
+        b.begin()
+        assert a.run("SELECT fairlane.prune_debounce_keys()") == [({"pruned": 1},)]
+        pending = start_many(b, [TriggerRequest("sync", "b", debounce=TRAILING)])
+        b.blocked()
+        a.commit()
+        (made,) = ids_of(pending.result())
+        b.commit()
+    assert made != started
+    assert key_run(db) == made

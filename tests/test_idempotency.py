@@ -1,6 +1,7 @@
 """Idempotency keys (point 2): scoped per environment and task, with scope run, attempt or
-global and an expiry; failed runs free their key, canceled ones keep it; and 50 concurrent
-triggers with one key, on 50 real connections, make exactly one run."""
+global and an expiry; failed runs free their key, canceled ones keep it; 20 concurrent
+triggers with one key, on 20 real connections, make exactly one run; and each decision a
+trigger makes from another's key, stepped statement by statement against it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import fairlane
 from fairlane import Client, RunStatus, TriggerRequest
 from fairlane.idempotency import stored_key
 from tests.helpers import trigger_together
+from tests.interleave import sessions
+from tests.trigger_steps import ids_of, settings_rows, start_many
 
 pytestmark = pytest.mark.anyio
 
@@ -172,16 +175,76 @@ async def test_bulk_with_keys_returns_ids_in_order(dsn: str, db: psycopg.Connect
     assert [payloads[i] for i in ids] == ["a", "plain", None, "a"]
 
 
-async def test_fifty_concurrent_triggers_with_one_key_make_one_run(
+async def test_twenty_concurrent_triggers_with_one_key_make_one_run(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
-    """50 connections, released together, each in its own transaction held open a moment
+    """20 connections, released together, each in its own transaction held open a moment
     after triggering, so they really contend on the key."""
 
     async def trigger(conn: psycopg.AsyncConnection[Any], n: int) -> int:
         return await fairlane.trigger_async(conn, "charge", n, idempotency_key="once")
 
-    got = await trigger_together(dsn, 50, trigger)
-    assert len(got) == 50
+    got = await trigger_together(dsn, 20, trigger)
+    assert len(got) == 20
     assert len(set(got)) == 1
     assert run_ids(db) == [got[0]]
+
+
+@pytest.mark.parametrize("ends", ["commit", "rollback"])
+@pytest.mark.parametrize("keys", ["in-order", "out-of-order"])
+def test_a_trigger_waits_for_a_key_being_made_then_returns_that_run(
+    dsn: str, db: psycopg.Connection[Any], ends: str, keys: str
+) -> None:
+    """b's insert of the key (as its run is made, when the call's keys come in order; at the
+    end of the call, when they do not) waits for a, which made a run with it and has not
+    committed: once a commits b returns a's run; once a rolls back b makes its own."""
+    settings_rows(db, "default", "default")
+    mine = TriggerRequest("charge", "b", idempotency_key="k")
+    requests = (
+        [mine] if keys == "in-order" else [TriggerRequest("charge", "z", idempotency_key="z"), mine]
+    )
+    with sessions(dsn, 2) as (a, b):
+        a.begin()
+        b.begin()
+        (made,) = ids_of(
+            start_many(a, [TriggerRequest("charge", "a", idempotency_key="k")]).result()
+        )
+        pending = start_many(b, requests)
+        b.blocked()
+        if ends == "commit":
+            a.commit()
+        else:
+            a.rollback()
+        got = ids_of(pending.result())[-1]
+        b.commit()
+    holder = db.execute(
+        "SELECT id, payload FROM fairlane.runs WHERE idempotency_key = %s", (stored_key("k"),)
+    ).fetchall()
+    expected = (made, "a") if ends == "commit" else (got, "b")
+    assert holder == [expected]
+    assert (got == made) == (ends == "commit")
+
+
+def test_two_triggers_freeing_one_failed_key_make_one_run(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """a frees the key of a FAILED run and makes a new run with it; b, deciding from the same
+    FAILED holder, waits in its freeing UPDATE for a, finds the key already gone from that
+    row, looks again and returns a's run. The failed run keeps its key as its inactive one."""
+    with Client(dsn) as client:
+        failed = client.trigger_sync("charge", "first", idempotency_key="k")
+    db.execute("UPDATE fairlane.runs SET status = 'FAILED' WHERE id = %s", (failed,))
+    request = TriggerRequest("charge", "again", idempotency_key="k")
+    with sessions(dsn, 2) as (a, b):
+        a.begin()
+        b.begin()
+        (made,) = ids_of(start_many(a, [request]).result())
+        pending = start_many(b, [request])
+        b.blocked()
+        a.commit()
+        assert ids_of(pending.result()) == [made]
+        b.commit()
+    rows = db.execute(
+        "SELECT id, idempotency_key, inactive_idempotency_key FROM fairlane.runs ORDER BY id"
+    ).fetchall()
+    assert rows == [(failed, None, stored_key("k")), (made, stored_key("k"), None)]

@@ -16,6 +16,8 @@ from fairlane import Client, Debounce, QueueSizeLimitExceeded, TriggerRequest, l
 from fairlane.cli import build_parser
 from fairlane.limits_cli import cmd_limits
 from tests.helpers import statuses
+from tests.interleave import sessions
+from tests.trigger_steps import settings_rows, start_many
 
 pytestmark = pytest.mark.anyio
 
@@ -176,3 +178,35 @@ async def test_unlimited_by_default_and_in_the_limits_table(
     assert settings.size_limit == 600
     with pytest.raises(fairlane.TriggerOptionError):
         limits.set_queue(db, "default", "default", size_limit=-1)
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["plain", "keyed"])
+@pytest.mark.parametrize("scope", ["queue", "environment"])
+def test_a_trigger_waits_for_the_limit_and_counts_the_holders_run(
+    dsn: str, db: psycopg.Connection[Any], scope: str, keyed: bool
+) -> None:
+    """a takes the last place and holds its transaction open; b's trigger waits for a's
+    size-limit lock, then counts a's committed run and is refused. Counting without the lock
+    (or in the same statement as taking it) would let both in."""
+    if scope == "queue":
+        limits.set_queue(db, "acme", "mail", size_limit=1)
+    else:
+        limits.set_environment(db, "acme", size_limit=1)
+    settings_rows(db, "acme", "mail")
+
+    def request(n: int) -> TriggerRequest:
+        key = f"k{n}" if keyed else None
+        return TriggerRequest("send", n, environment="acme", queue="mail", idempotency_key=key)
+
+    with sessions(dsn, 2) as (a, b):
+        a.begin()
+        b.begin()
+        start_many(a, [request(1)]).result()
+        second = start_many(b, [request(2)])
+        b.blocked()
+        a.commit()
+        rows = second.result()
+        b.commit()
+    # One row: no run, the limit passed, and (keyed) the request that did not fit.
+    assert [row[:7] for row in rows] == [(None, None, "acme", "mail", 1, scope, 1)]
+    assert waiting(db) == 1

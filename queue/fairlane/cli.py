@@ -10,11 +10,12 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import anyio
 
 from fairlane.client import Client
-from fairlane.errors import FairlaneError, SchemaMismatchError
+from fairlane.errors import FairlaneError, PayloadError, SchemaMismatchError
 from fairlane.schema import migrate
 from fairlane.schema.check import connect_checked
 from fairlane.settings import schema_name
@@ -106,15 +107,28 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _json_argument(what: str, text: str | None) -> Any:
+    """A JSON command-line argument, or PayloadError saying why it is not one (the command
+    then prints one line and exits 2, like any refused trigger)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise PayloadError(f"{what} is not valid JSON: {error}") from None
+    except RecursionError:
+        raise PayloadError(f"{what} nests arrays and objects too deeply") from None
+
+
 def cmd_trigger(args: argparse.Namespace) -> int:
-    payload = json.loads(args.payload) if args.payload is not None else None
-    metadata = json.loads(args.metadata) if args.metadata is not None else {}
+    payload = _json_argument("payload", args.payload)
+    metadata = _json_argument("--metadata", args.metadata)
     with Client(args.dsn, schema=args.schema) as client:
         run_id = client.trigger_sync(
             args.task, payload, environment=args.environment, queue=args.queue,
             priority=args.priority, max_attempts=args.max_attempts, delay=args.delay,
-            ttl=args.ttl, max_duration=args.max_duration, tags=args.tag or (),
-            metadata=metadata, machine=args.machine, idempotency_key=args.idempotency_key,
+            ttl=args.ttl, max_duration=args.max_duration, tags=args.tag, metadata=metadata,
+            machine=args.machine, idempotency_key=args.idempotency_key,
         )  # fmt: skip
     print(run_id)
     return 0
@@ -172,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--environment", default="default")
     p.add_argument("--queue", default="default")
     p.add_argument("--priority", type=int, default=0)
-    p.add_argument("--max-attempts", type=int, default=3)
+    p.add_argument("--max-attempts", type=int, help="attempts before the run fails (default 3)")
     p.add_argument("--delay", help="seconds or a duration such as 90s, 5m, 2h30m")
     p.add_argument("--ttl", help="expire if still queued after this long")
     p.add_argument("--max-duration", help="time the handler out after this long")

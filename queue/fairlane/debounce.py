@@ -2,8 +2,9 @@
 
 The first trigger with a key makes a DELAYED run. Each later trigger with the same key (same
 environment and task) while that run has not started pushes its start to now + ``delay``
-(never earlier). ``mode="trailing"`` also replaces the run's payload, metadata, tags,
-max_attempts, max_duration and machine with the latest trigger's; ``"leading"`` keeps the
+(never earlier). ``mode="trailing"`` also replaces the run's payload with the latest
+trigger's, and its metadata, tags, max_attempts, max_duration and machine with those the
+latest trigger gives (an option it leaves out keeps the run's value); ``"leading"`` keeps the
 first's. Once the run has started, or when pushing it would start it later than its creation
 + ``max_delay`` (else the ``debounce_max_delay_s`` setting, default 10 minutes), the trigger
 makes a new run, which becomes the key's run. Everything is decided in the trigger's
@@ -17,6 +18,7 @@ from typing import Literal
 
 from fairlane.durations import Duration, seconds
 from fairlane.errors import TriggerOptionError
+from fairlane.trigger_checks import MAX_DEBOUNCE_KEY_LENGTH, check_text
 
 # The seeds' minimum: a shorter window debounces nothing useful and only churns the run row.
 MIN_DELAY_S = 1.0
@@ -45,6 +47,7 @@ def debounce_params(debounce: Debounce) -> DebounceParams:
     """Check a ``Debounce``; raises ``TriggerOptionError`` (or ``InvalidDurationError``)."""
     if not isinstance(debounce, Debounce):
         raise TriggerOptionError("debounce", debounce, "must be a fairlane.Debounce")
+    check_text("debounce.key", debounce.key, MAX_DEBOUNCE_KEY_LENGTH)
     delay_s = seconds("debounce.delay", debounce.delay)
     assert delay_s is not None
     if delay_s < MIN_DELAY_S:

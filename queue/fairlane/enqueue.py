@@ -39,6 +39,14 @@ def _statement(requests: Sequence[TriggerRequest], schema: str | None) -> str:
     return query("trigger_keyed_runs" if keyed else "insert_runs", schema_name(schema))
 
 
+def trigger_statement(
+    requests: Sequence[TriggerRequest], *, schema: str | None = None
+) -> tuple[str, dict[str, str]]:
+    """The statement ``trigger_many`` sends for ``requests`` and its parameters, checked as
+    ``trigger_many`` checks them (for callers that run it on a connection of their own)."""
+    return _statement(requests, schema), insert_params(requests)
+
+
 def _ids(requests: Sequence[TriggerRequest], rows: Sequence[Sequence[Any]]) -> list[int]:
     """Run ids in request order, or the typed error of a rejected trigger.
 
@@ -75,8 +83,7 @@ def trigger_many(
     """Create every run in ``requests`` with one statement; returns their ids in order."""
     if not requests:
         return []
-    params = insert_params(requests)
-    statement = _statement(requests, schema)
+    statement, params = trigger_statement(requests, schema=schema)
     if isinstance(conn, psycopg.Connection):
         return _ids(requests, conn.execute(statement, params).fetchall())
     if isinstance(conn, Session):
@@ -104,8 +111,7 @@ async def trigger_many_async(
     """The async twin of ``trigger_many``: same statement, same checks."""
     if not requests:
         return []
-    params = insert_params(requests)
-    statement = _statement(requests, schema)
+    statement, params = trigger_statement(requests, schema=schema)
     if isinstance(conn, psycopg.AsyncConnection):
         cursor = await conn.execute(statement, params)
         return _ids(requests, await cursor.fetchall())

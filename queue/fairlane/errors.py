@@ -23,11 +23,21 @@ class PayloadError(FairlaneError):
         super().__init__(f"{message}{where}")
 
 
+def _shown(value: object, most: int = 80) -> str:
+    """``repr(value)``, cut short when long: a refused 1 MB key must not make a 1 MB message."""
+    text = repr(value)
+    if len(text) <= most:
+        return text
+    size = f" ({len(value)} characters)" if isinstance(value, str) else ""
+    return f"{text[: most - 3]}...{size}"
+
+
 class TriggerOptionError(FairlaneError):
     """A trigger option is out of range or of the wrong type.
 
     ``index`` is the position of the offending request in a bulk trigger (0 for a single one),
-    or None when the option did not come from a trigger request.
+    or None when the option did not come from a trigger request. ``value`` is the value as
+    given; the message shows it cut short when it is long.
     """
 
     def __init__(
@@ -38,7 +48,7 @@ class TriggerOptionError(FairlaneError):
         self.reason = reason
         self.index = index
         where = f" (item {index})" if index is not None else ""
-        super().__init__(f"{option}={value!r}: {reason}{where}")
+        super().__init__(f"{option}={_shown(value)}: {reason}{where}")
 
     def at(self, index: int) -> TriggerOptionError:
         """The same error, naming the bulk item it came from."""
@@ -46,7 +56,7 @@ class TriggerOptionError(FairlaneError):
         located = type(self).__new__(type(self))
         located.__dict__.update(self.__dict__)
         located.index = index
-        located.args = (f"{self.option}={self.value!r}: {self.reason} (item {index})",)
+        located.args = (f"{self.option}={_shown(self.value)}: {self.reason} (item {index})",)
         return located
 
 

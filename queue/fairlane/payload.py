@@ -11,13 +11,24 @@ from fairlane.errors import PayloadError
 # An escaped NUL that is not itself an escaped backslash followed by "u0000".
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
+# Most levels of arrays and objects a payload or metadata value may nest (``{"a": [1]}`` is
+# two). Far more than documents need, and well inside what the encoder, PostgreSQL's JSON
+# parser and a worker's decoder handle in any stack; deeper input is refused as such instead of
+# failing somewhere along the way (RecursionError, "stack depth limit exceeded").
+MAX_JSON_DEPTH = 100
+
 
 def encode_json(value: Any, *, what: str = "payload", index: int | None = None) -> str:
     """Serialise ``value`` for a jsonb column, or raise ``PayloadError`` saying why not."""
+    too_deep = f"{what} nests arrays and objects deeper than {MAX_JSON_DEPTH} levels"
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except RecursionError:
+        raise PayloadError(too_deep, index=index) from None
     except (TypeError, ValueError) as error:
         raise PayloadError(f"{what} is not JSON-serialisable: {error}", index=index) from None
+    if _deeper_than(value, text, MAX_JSON_DEPTH):
+        raise PayloadError(too_deep, index=index)
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise PayloadError(
             f"{what} contains a NUL character (\\u0000), which jsonb cannot store", index=index
@@ -27,3 +38,21 @@ def encode_json(value: Any, *, what: str = "payload", index: int | None = None) 
     except UnicodeEncodeError as error:
         raise PayloadError(f"{what} is not valid Unicode: {error.reason}", index=index) from None
     return text
+
+
+def _deeper_than(value: Any, text: str, limit: int) -> bool:
+    """Whether ``value`` (encoded as ``text``) nests more than ``limit`` arrays and objects."""
+    # Each level opens one bracket, so text with few of them (most payloads) needs no walk;
+    # counting is C speed, the walk is not.
+    if not isinstance(value, dict | list | tuple) or text.count("[") + text.count("{") <= limit:
+        return False
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        node, depth = pending.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        pending.extend(
+            (child, depth + 1) for child in children if isinstance(child, dict | list | tuple)
+        )
+    return False

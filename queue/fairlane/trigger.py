@@ -5,15 +5,19 @@ rolls back never exists, and one that commits is claimable at once. Every value 
 checked before the statement is sent: a bad item raises a typed error and nothing is written.
 
 Requests without an idempotency key or debounce go through ``insert_runs``, one set-based
-statement; the others through ``trigger_keyed_runs``, which decides each of them under row
-locks (see ``sql/trigger.sql`` and ``docs/trigger-options.md``).
+statement; the others through ``trigger_keyed_runs``, which decides each of them under locks
+taken in one order for the whole call (see ``sql/trigger_keyed.sql`` and
+``docs/trigger-options.md``).
+
+An option left at None was not given: a new run takes its documented default, and a trailing
+debounce leaves the run's own value alone (``docs/trigger-options.md``, "Debounce").
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -22,11 +26,8 @@ from fairlane.durations import MAX_SECONDS, Duration, seconds
 from fairlane.errors import PayloadError, TriggerOptionError
 from fairlane.idempotency import IdempotencyScope, stored_key
 from fairlane.payload import encode_json
+from fairlane.trigger_checks import BATCH_QUEUE, MAX_ATTEMPTS_CEILING, check_request
 
-MAX_ATTEMPTS_CEILING = 250
-# The queue of batch carriers (fairlane.batches.processing): not open to triggers, since its
-# runs count toward no limit of their environment.
-BATCH_QUEUE = "__batches__"
 __all__ = ["BATCH_QUEUE", "MAX_ATTEMPTS_CEILING", "MAX_SECONDS", "TriggerRequest", "insert_params"]
 
 # The fields of one request in the trigger statements' JSON parameter, as the SQL function
@@ -46,7 +47,9 @@ class TriggerRequest:
 
     ``delay`` is seconds, a timedelta, a duration string ("5s", "2h30m") or an aware datetime
     to start at; None starts it at once. ``ttl``, ``max_duration`` and ``idempotency_ttl`` take
-    the same duration forms.
+    the same duration forms. ``max_attempts``, ``tags``, ``metadata``, ``machine`` and
+    ``max_duration`` left at None are not given: a new run gets 3 attempts, no tags, empty
+    metadata, no machine and no maximum duration, and a trailing debounce keeps the run's own.
     """
 
     task: str
@@ -54,10 +57,10 @@ class TriggerRequest:
     environment: str = "default"
     queue: str = "default"
     priority: int = 0
-    max_attempts: int = 3
+    max_attempts: int | None = None
     delay: Duration | datetime | None = None
-    tags: Sequence[str] = ()
-    metadata: Mapping[str, Any] = field(default_factory=dict)
+    tags: Sequence[str] | None = None
+    metadata: Mapping[str, Any] | None = None
     machine: str | None = None
     max_duration: Duration | None = None
     # Time to live while queued; the settings' max_ttl_s fills a missing one and caps it.
@@ -75,50 +78,6 @@ class TriggerRequest:
     def keyed(self) -> bool:
         """Whether the request needs the keyed (row-locking) trigger path."""
         return self.idempotency_key is not None or self.debounce is not None
-
-
-def _check_text(option: str, value: object) -> None:
-    """A text column value: PostgreSQL text holds no NUL, and psycopg sends only UTF-8."""
-    if not value or not isinstance(value, str):
-        raise TriggerOptionError(option, value, "must be a non-empty string")
-    if "\x00" in value:
-        raise TriggerOptionError(option, value, "must not contain a NUL character")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise TriggerOptionError(option, value, f"is not valid Unicode: {error.reason}") from None
-
-
-def _check_id(option: str, value: object) -> None:
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**63
-    ):
-        raise TriggerOptionError(option, value, "must be a positive integer")
-
-
-def _check(request: TriggerRequest) -> None:
-    for option in ("task", "environment", "queue"):
-        _check_text(option, getattr(request, option))
-    if request.queue == BATCH_QUEUE:
-        raise TriggerOptionError("queue", request.queue, "is reserved for batch processing")
-    for option in ("machine", "idempotency_key"):
-        if getattr(request, option) is not None:
-            _check_text(option, getattr(request, option))
-    if request.debounce is not None:
-        _check_text("debounce.key", getattr(request.debounce, "key", None))
-    if (
-        not isinstance(request.max_attempts, int)
-        or not 1 <= request.max_attempts <= MAX_ATTEMPTS_CEILING
-    ):
-        raise TriggerOptionError(
-            "max_attempts", request.max_attempts, f"must be between 1 and {MAX_ATTEMPTS_CEILING}"
-        )
-    if not isinstance(request.priority, int) or abs(request.priority) > 2**31 - 1:
-        raise TriggerOptionError("priority", request.priority, "must be a 32-bit integer")
-    if isinstance(request.tags, str) or not all(isinstance(t, str) for t in request.tags):
-        raise TriggerOptionError("tags", request.tags, "must be a sequence of strings")
-    _check_id("parent_run_id", request.parent_run_id)
-    _check_id("parent_attempt", request.parent_attempt)
 
 
 def _delay(value: Duration | datetime | None) -> tuple[float | None, datetime | None]:
@@ -141,8 +100,8 @@ def _idempotency(request: TriggerRequest) -> tuple[str | None, float | None]:
 
 
 def _row(request: TriggerRequest) -> str:
-    """One request as a JSON object: its fields (unset ones left out) and its JSON values."""
-    _check(request)
+    """One request as a JSON object: its fields and JSON values, options not given left out."""
+    check_request(request)
     delay, delay_until = _delay(request.delay)
     debounce = debounce_params(request.debounce) if request.debounce is not None else None
     if debounce is not None and delay is None and delay_until is None:
@@ -159,11 +118,12 @@ def _row(request: TriggerRequest) -> str:
     )  # fmt: skip
     fields = {name: value for name, value in zip(FIELDS, values, strict=True) if value is not None}
     scalars = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
-    return (
-        f'{scalars[:-1]},"payload":{encode_json(request.payload)}'
-        f',"tags":{encode_json(list(request.tags), what="tags")}'
-        f',"metadata":{encode_json(dict(request.metadata), what="metadata")}}}'
-    )
+    row = f'{scalars[:-1]},"payload":{encode_json(request.payload)}'
+    if request.tags is not None:
+        row += f',"tags":{encode_json(list(request.tags), what="tags")}'
+    if request.metadata is not None:
+        row += f',"metadata":{encode_json(dict(request.metadata), what="metadata")}'
+    return row + "}"
 
 
 def insert_params(requests: Iterable[TriggerRequest]) -> dict[str, str]:

@@ -1,0 +1,108 @@
+"""The checks every trigger request passes before anything is sent, and the limits they keep.
+
+A value the database would refuse, or fail on, is refused here with a typed error instead,
+so that a bad request never reaches the server (where it would abort the caller's
+transaction) and never crashes the encoder. The limits are the documented ones
+(docs/trigger-options.md, "Limits"):
+
+- names (task, environment, queue, machine): 1 to 128 characters, like graphile-worker's task
+  and queue names. Environment, queue and task are columns of btree indexes, whose rows hold
+  at most 2704 bytes: with these limits even four-byte characters fit every index, the debounce
+  key's (environment, task, key) included;
+- tags: at most 10 per run, each 1 to 128 characters, as in the seeds' engine;
+- a debounce key: 1 to 256 characters (stored as given, in that index);
+- an idempotency key: any non-empty string; only its SHA-256 is stored, so its length never
+  reaches an index;
+- payload and metadata: at most ``MAX_JSON_DEPTH`` levels of nesting (fairlane.payload).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING
+
+from fairlane.errors import TriggerOptionError
+
+if TYPE_CHECKING:
+    from fairlane.trigger import TriggerRequest
+
+MAX_NAME_LENGTH = 128
+MAX_TAGS = 10
+MAX_TAG_LENGTH = 128
+MAX_DEBOUNCE_KEY_LENGTH = 256
+MAX_ATTEMPTS_CEILING = 250
+NOT_TAGS = "must be a collection of strings (a list, tuple or set)"
+# Priorities are stored as PostgreSQL integers.
+MAX_PRIORITY = 2**31 - 1
+# The queue of batch carriers: not open to triggers, since its runs count toward no limit of
+# their environment.
+BATCH_QUEUE = "__batches__"
+
+
+def check_text(option: str, value: object, most: int | None = None) -> None:
+    """A text column value: a non-empty str of at most ``most`` characters, without NUL (which
+    PostgreSQL text cannot hold), that encodes to UTF-8 (all psycopg sends)."""
+    if not isinstance(value, str) or not value:
+        raise TriggerOptionError(option, value, "must be a non-empty string")
+    if most is not None and len(value) > most:
+        raise TriggerOptionError(
+            option, value, f"must be at most {most} characters, not {len(value)}"
+        )
+    if "\x00" in value:
+        raise TriggerOptionError(option, value, "must not contain a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise TriggerOptionError(option, value, f"is not valid Unicode: {error.reason}") from None
+
+
+def _check_integer(option: str, value: object, low: int, high: int, wanted: str) -> None:
+    # bool is an int to Python, never to the database.
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise TriggerOptionError(option, value, wanted)
+
+
+def _check_tags(tags: object) -> None:
+    """A collection of strings; NUL or bad Unicode inside a tag is left to the JSON encoder,
+    which refuses it as a ``PayloadError``."""
+    if tags is None:
+        return
+    if isinstance(tags, str | bytes | Mapping) or not isinstance(tags, Collection):
+        raise TriggerOptionError("tags", tags, NOT_TAGS)
+    if len(tags) > MAX_TAGS:
+        raise TriggerOptionError("tags", tags, f"must be at most {MAX_TAGS} tags, not {len(tags)}")
+    for tag in tags:
+        if not isinstance(tag, str):
+            raise TriggerOptionError("tags", tags, NOT_TAGS)
+        if not 1 <= len(tag) <= MAX_TAG_LENGTH:
+            raise TriggerOptionError(
+                "tags", tag, f"each tag must be 1 to {MAX_TAG_LENGTH} characters"
+            )
+
+
+def check_request(request: TriggerRequest) -> None:
+    """Raise ``TriggerOptionError`` naming the first option of ``request`` that is refused."""
+    for option in ("task", "environment", "queue"):
+        check_text(option, getattr(request, option), MAX_NAME_LENGTH)
+    if request.queue == BATCH_QUEUE:
+        # Its runs count toward no limit of their environment (fairlane.batches.processing).
+        raise TriggerOptionError("queue", request.queue, "is reserved for batch processing")
+    if request.machine is not None:
+        check_text("machine", request.machine, MAX_NAME_LENGTH)
+    if request.idempotency_key is not None:
+        check_text("idempotency_key", request.idempotency_key)
+    if request.max_attempts is not None:
+        _check_integer(
+            "max_attempts", request.max_attempts, 1, MAX_ATTEMPTS_CEILING,
+            f"must be an integer between 1 and {MAX_ATTEMPTS_CEILING}",
+        )  # fmt: skip
+    _check_integer(
+        "priority", request.priority, -MAX_PRIORITY, MAX_PRIORITY, "must be a 32-bit integer"
+    )
+    _check_tags(request.tags)
+    if request.metadata is not None and not isinstance(request.metadata, Mapping):
+        raise TriggerOptionError("metadata", request.metadata, "must be a mapping (a JSON object)")
+    for option in ("parent_run_id", "parent_attempt"):
+        value = getattr(request, option)
+        if value is not None:
+            _check_integer(option, value, 1, 2**63 - 1, "must be a positive integer")
