@@ -183,3 +183,21 @@ def test_two_migrations_at_once_take_turns(
             thread.join(timeout=60)
         assert errors == []
         assert differences(snapshot(holder), fresh) == []
+
+
+def test_an_object_an_older_release_made_is_dropped_when_it_leaves_sql(
+    db: psycopg.Connection[Any],
+) -> None:
+    """Releases before schema_objects recorded nothing: a function they made that sql/ no
+    longer defines is still known to be fairlane's (UNRECORDED_LEGACY) and dropped."""
+    db.execute("DELETE FROM fairlane.schema_objects WHERE name = 'slot_holders'")
+    without = tuple(obj for obj in manifest("fairlane") if obj.name != "slot_holders")
+    result = install_objects(db, "fairlane", without)
+    assert result.dropped == ["slot_holders"]
+    assert not result.created
+    assert not result.replaced
+    left = db.execute(
+        "SELECT count(*) FROM pg_proc WHERE proname = 'slot_holders'"
+        " AND pronamespace = 'fairlane'::regnamespace"
+    ).fetchone()
+    assert left == (0,)

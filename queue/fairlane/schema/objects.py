@@ -31,6 +31,24 @@ from fairlane.errors import SchemaObjectError
 from fairlane.sqlfiles import Entry, object_entries, render
 
 _REFERENCE = re.compile(r"\{schema\}\.(\w+)")
+# Every function and trigger that releases before the install step (revisions up to 0009)
+# made. They were never recorded in schema_objects, so when one of them leaves sql/, the
+# install step still knows it is fairlane's to drop (and so does a downgrade to base).
+UNRECORDED_LEGACY = frozenset(
+    {
+        "abort_unsealed_batches", "begin_waiting", "cancel_run", "charge_environment",
+        "check_queue_sizes", "claim_candidates", "claim_from_environment", "claim_runs",
+        "complete_due_waitpoints", "complete_run_waitpoint", "create_batch", "expire_ttl_runs",
+        "fail_batch_item", "find_idempotent_run", "finish_batch", "ingest_batch_items",
+        "join_debounced_run", "lock_debounce_key", "mark_environments_active",
+        "notify_runs_inserted", "numeric_setting", "promote_delayed_runs",
+        "prune_debounce_keys", "prune_finished_runs", "reclaim_expired_leases",
+        "record_batch_item", "reschedule_run", "resume_run", "retry_run",
+        "return_rate_tokens", "run_due_periodic_jobs", "runs_complete_waitpoints",
+        "runs_notify_inserted", "slot_holders", "sweep_concurrency", "take_rate_tokens",
+        "trigger_keyed_run", "trigger_keyed_runs", "trigger_requests", "wake_waiting_runs",
+    }
+)  # fmt: skip
 _TRIGGER_TABLE = re.compile(r"\bON\s+\{schema\}\.(\w+)", re.IGNORECASE)
 Conn = psycopg.Connection[Any]
 
@@ -152,6 +170,7 @@ class _Installer:
         for name in removed:
             if self.recorded[name][0] != "function":
                 self._drop_recorded(name)
+        self._drop_unrecorded_legacy("trigger")
         for obj in self.wanted:
             if self._up_to_date(obj):
                 self.result.unchanged += 1
@@ -161,7 +180,21 @@ class _Installer:
         for name in removed:
             if self.recorded[name][0] == "function":
                 self._drop_recorded(name)
+        self._drop_unrecorded_legacy("function")
         return self.result
+
+    def _drop_unrecorded_legacy(self, kind: str) -> None:
+        """Objects an older release made that sql/ no longer defines and that were never
+        recorded (they predate schema_objects)."""
+        for name, found_kind, identity in _catalog(self.conn, self.schema):
+            if (
+                found_kind == kind
+                and name in UNRECORDED_LEGACY
+                and name not in self.by_name
+                and name not in self.recorded
+            ):
+                self._drop(name, kind, identity)
+                self.result.dropped.append(name)
 
     def _up_to_date(self, obj: SqlObject) -> bool:
         recorded = self.recorded.get(obj.name)
@@ -355,17 +388,13 @@ def _present(conn: Conn, schema: str) -> dict[str, set[str]]:
 
 # -- dropping everything (``fairlane migrate --downgrade base``) -----------------------------
 
-# Functions that releases before the install step left in a schema and that sql/ no longer
-# defines; a downgrade to base drops them too.
-RETIRED_FUNCTIONS = ("notify_runs_inserted",)
-
 
 def drop_objects(conn: Conn, schema: str) -> list[str]:
     """Drop every trigger, view and function of fairlane's in the schema: the ones recorded,
-    the ones ``sql/`` defines and retired ones. Returns their identities. Run it inside a
+    the ones ``sql/`` defines and the ones older releases made. Returns their identities. Run it inside a
     transaction (its search_path setting is local to it)."""
     conn.execute("SET LOCAL search_path = pg_catalog")
-    names = {obj.name for obj in manifest(schema)} | set(RETIRED_FUNCTIONS)
+    names = {obj.name for obj in manifest(schema)} | UNRECORDED_LEGACY
     has_table = conn.execute(
         "SELECT to_regclass(%s) IS NOT NULL", (f'"{schema}".schema_objects',)
     ).fetchone()
