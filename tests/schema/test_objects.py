@@ -15,7 +15,8 @@ import psycopg
 import pytest
 
 from fairlane.schema import migrate
-from fairlane.schema.objects import SqlObject, build_objects, install_objects, manifest
+from fairlane.schema.install import install_objects
+from fairlane.schema.objects import SqlObject, build_objects, manifest
 from fairlane.sqlfiles import parse_entries
 from tests.schema.catalog import differences, snapshot
 

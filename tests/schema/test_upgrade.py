@@ -19,7 +19,8 @@ from fairlane import Client, RunStatus
 from fairlane.errors import SchemaMismatchError
 from fairlane.schema import migrate
 from fairlane.schema.check import SCHEMA_REVISION, check_schema
-from fairlane.schema.objects import SqlObject, checksum, install_objects, manifest
+from fairlane.schema.install import install_objects
+from fairlane.schema.objects import SqlObject, checksum, manifest
 from tests.schema.catalog import Snapshot, differences, load_dump, snapshot
 
 DUMP_0009 = Path(__file__).parent / "fixtures" / "fairlane_0009.sql"

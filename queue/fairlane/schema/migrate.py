@@ -19,7 +19,7 @@ from alembic.script import ScriptDirectory
 from psycopg import sql
 
 from fairlane.errors import ConfigurationError
-from fairlane.schema.objects import InstallResult, drop_objects, install_objects
+from fairlane.schema.install import InstallResult, drop_objects, install_objects, migration_lock
 from fairlane.schema.tables import VERSION_TABLE
 from fairlane.settings import database_url, psycopg_dsn, schema_name, sqlalchemy_url
 
@@ -69,21 +69,14 @@ class _MigrationLock:
         self.conn = psycopg.connect(psycopg_dsn(database_url(url)), autocommit=True)
 
     def __enter__(self) -> psycopg.Connection[Any]:
-        self.conn.execute(_lock_call("pg_advisory_lock", self.schema))
+        self.conn.execute(migration_lock(self.schema, "pg_advisory_lock"))
         return self.conn
 
     def __exit__(self, *exc: object) -> None:
         try:
-            self.conn.execute(_lock_call("pg_advisory_unlock", self.schema))
+            self.conn.execute(migration_lock(self.schema, "pg_advisory_unlock"))
         finally:
             self.conn.close()
-
-
-def _lock_call(function: str, schema: str) -> sql.Composed:
-    # The same key as fairlane.schema.objects.migration_lock (a transaction-level take of it).
-    return sql.SQL("SELECT {}(hashtext('fairlane.migrate'), hashtext({}))").format(
-        sql.Identifier(function), sql.Literal(schema)
-    )
 
 
 def upgrade(
