@@ -86,7 +86,9 @@ $$;
 
 -- function: finish_batch
 -- A sealed batch whose every item became a run (or a pre-failed run) completes, and its
--- waitpoint completes with the summary (run ids by index), waking the parent. Idempotent.
+-- waitpoint completes with the summary (run ids by index). The runs waiting on it then wait on
+-- the items' runs (attach_batch_runs), so they resume when every one of those is final, with
+-- its result. Idempotent.
 CREATE OR REPLACE FUNCTION {schema}.finish_batch(target bigint)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -99,7 +101,7 @@ BEGIN
         completed_at = now()
     WHERE b.id = target AND b.sealed AND b.status = 'PROCESSING'
       AND b.succeeded + b.failed >= b.run_count
-    RETURNING b.id, b.status, b.succeeded, b.failed, b.waitpoint_id INTO done;
+    RETURNING b.id, b.status, b.succeeded, b.failed, b.run_count, b.waitpoint_id INTO done;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -108,11 +110,14 @@ BEGIN
         SET status = 'COMPLETED', completed_at = now(), is_error = false,
             output = jsonb_build_object(
                 'batch_id', done.id, 'status', done.status, 'succeeded', done.succeeded,
-                'failed', done.failed,
+                'failed', done.failed, 'run_count', done.run_count,
                 'run_ids', (SELECT jsonb_agg(i.run_id ORDER BY i.index)
                             FROM {schema}.batch_items i WHERE i.batch_id = target))
         WHERE w.id = done.waitpoint_id AND w.status = 'PENDING';
         IF FOUND THEN
+            -- The runs waiting on the batch now wait on its items' runs too (a later statement
+            -- than the waitpoint's update: it sees the edges of every waiter that held it).
+            PERFORM {schema}.attach_batch_runs(target);
             PERFORM {schema}.wake_waiting_runs(ARRAY[done.waitpoint_id]);
         END IF;
     END IF;
@@ -212,7 +217,7 @@ $$;
 -- before (each inserts before it locks), so the last of concurrent ingests seals.
 CREATE OR REPLACE FUNCTION {schema}.ingest_batch_items(
     target bigint, indexes integer[], tasks text[], payloads text[], options text[],
-    oversized boolean[])
+    oversized boolean[], made bigint[] DEFAULT NULL, refusals text[] DEFAULT NULL)
 RETURNS TABLE (accepted integer, received integer, run_count integer, sealed boolean,
                status text)
 LANGUAGE plpgsql
@@ -222,6 +227,8 @@ DECLARE
     b record;
     new_indexes integer[];
     big_indexes integer[];
+    made_indexes integer[];
+    refused_indexes integer[];
     attempts integer;
     total integer;
 BEGIN
@@ -232,31 +239,50 @@ BEGIN
         RETURN;
     END IF;
     IF NOT b.sealed AND b.status = 'PENDING' THEN
-        WITH fresh AS (
-            INSERT INTO {schema}.batch_items
-                (batch_id, index, task, payload, options, oversized, state)
-            SELECT target, n.idx, n.task, n.payload::jsonb,
-                   coalesce(n.opts::jsonb, '{{}}'::jsonb), n.big, 'PENDING'
-            FROM unnest(indexes, tasks, payloads, options, oversized)
-                 WITH ORDINALITY AS n(idx, task, payload, opts, big, position)
+        -- `made[i]`: the item already became that run (a parent's batch_trigger_and_wait made
+        -- it in this transaction); `refusals[i]`: it can never become one, for that reason. A
+        -- NULL array stands for all NULL (unnest pads it).
+        WITH given AS (
+            SELECT n.*
+            FROM unnest(indexes, tasks, payloads, options, oversized, made, refusals)
+                 WITH ORDINALITY AS n(idx, task, payload, opts, big, run_id, refusal, position)
             WHERE n.idx >= 0 AND n.idx < b.run_count
-            ORDER BY n.idx, n.position  -- the first of an index sent twice wins
+        ), fresh AS (
+            INSERT INTO {schema}.batch_items
+                (batch_id, index, task, payload, options, oversized, state, run_id)
+            SELECT target, g.idx, g.task, g.payload::jsonb,
+                   coalesce(g.opts::jsonb, '{{}}'::jsonb), g.big,
+                   CASE WHEN g.run_id IS NOT NULL THEN 'TRIGGERED' ELSE 'PENDING' END, g.run_id
+            FROM given g
+            ORDER BY g.idx, g.position  -- the first of an index sent twice wins
             ON CONFLICT (batch_id, index) DO NOTHING
-            RETURNING index, oversized
+            RETURNING index, oversized, state
         )
-        SELECT array_agg(index ORDER BY index) FILTER (WHERE NOT oversized),
-               array_agg(index ORDER BY index) FILTER (WHERE oversized)
-        INTO new_indexes, big_indexes
-        FROM fresh;
+        SELECT array_agg(f.index ORDER BY f.index)
+                   FILTER (WHERE f.state = 'PENDING' AND NOT f.oversized
+                           AND f.index NOT IN (SELECT g.idx FROM given g
+                                               WHERE g.refusal IS NOT NULL)),
+               array_agg(f.index ORDER BY f.index) FILTER (WHERE f.oversized),
+               array_agg(f.index ORDER BY f.index) FILTER (WHERE f.state = 'TRIGGERED'),
+               array_agg(f.index ORDER BY f.index)
+                   FILTER (WHERE f.state = 'PENDING' AND NOT f.oversized
+                           AND f.index IN (SELECT g.idx FROM given g
+                                           WHERE g.refusal IS NOT NULL))
+        INTO new_indexes, big_indexes, made_indexes, refused_indexes
+        FROM fresh f;
         SELECT x.environment, x.run_count, x.sealed, x.status INTO b
         FROM {schema}.batches x WHERE x.id = target FOR UPDATE;
         IF b.sealed OR b.status <> 'PENDING' THEN
             -- Aborted since the first read: it takes nothing, so what was inserted goes.
             DELETE FROM {schema}.batch_items AS i
             WHERE i.batch_id = target
-              AND i.index = ANY(coalesce(new_indexes, '{{}}') || coalesce(big_indexes, '{{}}'));
+              AND i.index = ANY(coalesce(new_indexes, '{{}}') || coalesce(big_indexes, '{{}}')
+                                || coalesce(made_indexes, '{{}}')
+                                || coalesce(refused_indexes, '{{}}'));
             new_indexes := NULL;
             big_indexes := NULL;
+            made_indexes := NULL;
+            refused_indexes := NULL;
         END IF;
     END IF;
     IF new_indexes IS NOT NULL THEN
@@ -274,6 +300,20 @@ BEGIN
         FROM carriers c WHERE i.batch_id = target AND i.index = c.idx;
         PERFORM pg_notify({channel}, b.environment);
     END IF;
+    IF made_indexes IS NOT NULL THEN
+        -- Under the batch row's lock, like a carrier's record_batch_item.
+        UPDATE {schema}.runs AS r SET batch_id = target, batch_index = i.index
+        FROM {schema}.batch_items i
+        WHERE i.batch_id = target AND i.index = ANY(made_indexes)
+          AND r.id = i.run_id AND r.batch_id IS NULL;
+        UPDATE {schema}.batches AS x SET succeeded = x.succeeded + cardinality(made_indexes)
+        WHERE x.id = target;
+    END IF;
+    IF refused_indexes IS NOT NULL THEN
+        PERFORM {schema}.fail_batch_item(target, g.idx, 'BATCH_ITEM_COULD_NOT_TRIGGER', g.refusal)
+        FROM unnest(indexes, refusals) AS g(idx, refusal)
+        WHERE g.idx = ANY(refused_indexes) AND g.refusal IS NOT NULL;
+    END IF;
     IF big_indexes IS NOT NULL THEN
         PERFORM {schema}.fail_batch_item(
             target, big.idx, 'PAYLOAD_TOO_LARGE',
@@ -288,7 +328,9 @@ BEGIN
         PERFORM {schema}.finish_batch(target);
     END IF;
     RETURN QUERY
-    SELECT coalesce(cardinality(new_indexes), 0) + coalesce(cardinality(big_indexes), 0),
+    SELECT coalesce(cardinality(new_indexes), 0) + coalesce(cardinality(big_indexes), 0)
+               + coalesce(cardinality(made_indexes), 0)
+               + coalesce(cardinality(refused_indexes), 0),
            total, x.run_count, x.sealed, x.status
     FROM {schema}.batches x WHERE x.id = target;
 END;
@@ -358,9 +400,12 @@ BEGIN
             UPDATE {schema}.waitpoints AS w
             SET status = 'COMPLETED', completed_at = now(), is_error = true,
                 output = (SELECT b.error || jsonb_build_object('batch_id', b.id,
-                                                               'status', 'ABORTED')
+                                                               'status', 'ABORTED',
+                                                               'run_count', b.run_count)
                           FROM {schema}.batches b WHERE b.id = expired.id)
             WHERE w.id = expired.waitpoint_id AND w.status = 'PENDING';
+            -- The items that did become runs are waited for too; the others report the abort.
+            PERFORM {schema}.attach_batch_runs(expired.id);
             PERFORM {schema}.wake_waiting_runs(ARRAY[expired.waitpoint_id]);
         END IF;
         aborted := aborted + 1;
@@ -379,7 +424,11 @@ FROM {schema}.create_batch(%(environment)s, %(run_count)s, %(parent_run_id)s,
 SELECT accepted, received, run_count, sealed, status
 FROM {schema}.ingest_batch_items(
     %(batch_id)s, %(indexes)s::integer[], %(tasks)s::text[], %(payloads)s::text[],
-    %(options)s::text[], %(oversized)s::boolean[]);
+    %(options)s::text[], %(oversized)s::boolean[], %(made)s::bigint[], %(refusals)s::text[]);
+
+-- name: attach_batch_waiter
+-- A run that starts to wait on a batch that has already ended waits on its items' runs.
+SELECT {schema}.attach_batch_runs(%(batch_id)s, %(run_id)s);
 
 -- name: get_batch
 SELECT b.id, b.environment, b.run_count, b.status, b.sealed, b.succeeded, b.failed,

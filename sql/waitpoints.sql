@@ -130,6 +130,103 @@ WITH ready AS (
 SELECT count(pg_notify({resume_channel}, ready.id::text))::integer FROM ready;
 $$;
 
+-- function: ensure_run_waitpoints
+-- The waitpoints of runs somebody is about to wait on, made lazily, already complete for a run
+-- that is final. The caller holds the runs' row locks (lock_awaited_runs, or a batch's item
+-- runs locked by attach_batch_runs), so a run finishing meanwhile either finished first (its
+-- waitpoint is made complete here) or sees has_waiters once it gets the row, and completes it.
+-- The SELECT is a later statement than the INSERT, so it also returns a waitpoint another
+-- waiter made and committed before the runs were locked.
+CREATE OR REPLACE FUNCTION {schema}.ensure_run_waitpoints(run_ids bigint[])
+RETURNS TABLE (run_id bigint, waitpoint_id bigint)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+BEGIN
+    WITH awaited AS (
+        UPDATE {schema}.runs AS r
+        SET has_waiters = true
+        WHERE r.id = ANY(run_ids)
+        RETURNING r.id, r.status, r.result, r.error
+    )
+    INSERT INTO {schema}.waitpoints (kind, run_id, status, completed_at, is_error, output)
+    SELECT 'RUN', a.id,
+           CASE WHEN a.status IN ('COMPLETED', 'FAILED', 'CRASHED', 'TIMED_OUT', 'EXPIRED',
+                                  'CANCELED', 'SYSTEM_FAILURE') THEN 'COMPLETED' ELSE 'PENDING' END,
+           CASE WHEN a.status IN ('COMPLETED', 'FAILED', 'CRASHED', 'TIMED_OUT', 'EXPIRED',
+                                  'CANCELED', 'SYSTEM_FAILURE') THEN now() END,
+           a.status NOT IN ('COMPLETED', 'QUEUED', 'DELAYED', 'EXECUTING', 'WAITING'),
+           CASE WHEN a.status = 'COMPLETED' THEN a.result
+                WHEN a.status IN ('QUEUED', 'DELAYED', 'EXECUTING', 'WAITING') THEN NULL
+                ELSE jsonb_build_object('status', a.status, 'error', a.error) END
+    FROM awaited a
+    ON CONFLICT (run_id) WHERE kind = 'RUN' DO NOTHING;
+    RETURN QUERY
+    SELECT w.run_id, w.id FROM {schema}.waitpoints w
+    WHERE w.kind = 'RUN' AND w.run_id = ANY(run_ids);
+END;
+$$;
+
+-- function: attach_batch_runs
+-- A run waiting on a batch waits on the runs of its items too, so it resumes when every item's
+-- run is final, with one result per item (edges at the item's index; the batch's own edge is at
+-- item -1). Called once the batch's waitpoint is complete (finish_batch, the abort), for every
+-- run waiting on it, and by a run that starts to wait on a batch that has already ended
+-- (`waiter`: just that run). The batch's waitpoint row is the meeting point: the ones that
+-- complete it update it before they attach, a waiter locks it FOR SHARE before it decides, so
+-- either the waiter's edge is committed and seen here, or the waiter sees it complete.
+CREATE OR REPLACE FUNCTION {schema}.attach_batch_runs(target bigint, waiter bigint DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    batch_waitpoint bigint;
+    item_runs bigint[];
+    item_waitpoints bigint[];
+    attached integer;
+BEGIN
+    SELECT b.waitpoint_id INTO batch_waitpoint FROM {schema}.batches b WHERE b.id = target;
+    -- A waiter attaches itself only to a batch that has ended (it holds the waitpoint's row
+    -- FOR SHARE, so whoever completes it waits for its commit, and then attaches it).
+    IF waiter IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM {schema}.waitpoints w
+        WHERE w.id = batch_waitpoint AND w.status = 'COMPLETED') THEN
+        RETURN 0;
+    END IF;
+    IF batch_waitpoint IS NULL OR NOT EXISTS (
+        SELECT 1 FROM {schema}.run_waitpoints e
+        WHERE e.waitpoint_id = batch_waitpoint AND e.item = -1
+          AND (waiter IS NULL OR e.run_id = waiter)) THEN
+        RETURN 0;
+    END IF;
+    -- Locked like awaited runs (descending id), then their waitpoints found or made.
+    SELECT array_agg(locked.id) INTO item_runs
+    FROM (SELECT r.id FROM {schema}.runs r
+          WHERE r.id IN (SELECT i.run_id FROM {schema}.batch_items i
+                         WHERE i.batch_id = target AND i.run_id IS NOT NULL)
+          ORDER BY r.id DESC
+          FOR UPDATE) AS locked;
+    IF item_runs IS NULL THEN
+        RETURN 0;
+    END IF;
+    SELECT array_agg(made.run_id), array_agg(made.waitpoint_id)
+    INTO item_runs, item_waitpoints
+    FROM {schema}.ensure_run_waitpoints(item_runs) AS made;
+    INSERT INTO {schema}.run_waitpoints (run_id, position, item, waitpoint_id)
+    SELECT e.run_id, e.position, i.index, made.waitpoint_id
+    FROM {schema}.run_waitpoints e
+    CROSS JOIN {schema}.batch_items i
+    JOIN unnest(item_runs, item_waitpoints) AS made(run_id, waitpoint_id)
+      ON made.run_id = i.run_id
+    WHERE e.waitpoint_id = batch_waitpoint AND e.item = -1
+      AND (waiter IS NULL OR e.run_id = waiter)
+      AND i.batch_id = target
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS attached = ROW_COUNT;
+    RETURN attached;
+END;
+$$;
+
 -- function: begin_waiting
 -- The waiting run gives up its slot: EXECUTING -> WAITING, fenced by its lease token, unless
 -- everything it waits on is already complete. Returns WAITING, READY or LOST. The pending

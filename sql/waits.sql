@@ -12,32 +12,8 @@ ORDER BY edge.item;
 SELECT id FROM {schema}.runs WHERE id = ANY(%(run_ids)s::bigint[]) ORDER BY id DESC FOR UPDATE;
 
 -- name: ensure_run_waitpoints
--- Run waitpoints are made lazily, only when somebody waits, already complete for a final run.
-WITH awaited AS (
-    UPDATE {schema}.runs AS r
-    SET has_waiters = true
-    WHERE r.id = ANY(%(run_ids)s::bigint[])
-    RETURNING r.id, r.status, r.result, r.error
-), created AS (
-    INSERT INTO {schema}.waitpoints (kind, run_id, status, completed_at, is_error, output)
-    SELECT 'RUN', a.id,
-           CASE WHEN a.status IN ('COMPLETED', 'FAILED', 'CRASHED', 'TIMED_OUT', 'EXPIRED',
-                                  'CANCELED', 'SYSTEM_FAILURE') THEN 'COMPLETED' ELSE 'PENDING' END,
-           CASE WHEN a.status IN ('COMPLETED', 'FAILED', 'CRASHED', 'TIMED_OUT', 'EXPIRED',
-                                  'CANCELED', 'SYSTEM_FAILURE') THEN now() END,
-           a.status NOT IN ('COMPLETED', 'QUEUED', 'DELAYED', 'EXECUTING', 'WAITING'),
-           CASE WHEN a.status = 'COMPLETED' THEN a.result
-                WHEN a.status IN ('QUEUED', 'DELAYED', 'EXECUTING', 'WAITING') THEN NULL
-                ELSE jsonb_build_object('status', a.status, 'error', a.error) END
-    FROM awaited a
-    ON CONFLICT (run_id) WHERE kind = 'RUN' DO NOTHING
-    RETURNING id, run_id
-)
-SELECT run_id, id FROM created
-UNION ALL
-SELECT w.run_id, w.id FROM {schema}.waitpoints w
-WHERE w.kind = 'RUN' AND w.run_id = ANY(%(run_ids)s::bigint[])
-  AND w.run_id NOT IN (SELECT run_id FROM created);
+-- After lock_awaited_runs, in the same transaction.
+SELECT run_id, waitpoint_id FROM {schema}.ensure_run_waitpoints(%(run_ids)s::bigint[]);
 
 -- name: create_time_waitpoint
 INSERT INTO {schema}.waitpoints (kind, status, complete_after)

@@ -50,6 +50,7 @@ def ingest_params(
         "batch_id": batch_id, "indexes": list(indexes), "tasks": ["echo"] * len(indexes),
         "payloads": [None if i in oversized else json.dumps(i) for i in indexes],
         "options": ["{}"] * len(indexes), "oversized": [i in oversized for i in indexes],
+        "made": None, "refusals": None,
     }  # fmt: skip
 
 

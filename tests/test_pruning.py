@@ -149,18 +149,19 @@ async def test_wait_edges_waitpoints_tokens_and_batches_are_pruned_with_the_runs
         await batches.ingest(batch.id, item())
     async with Client(dsn) as client, running(Worker(tasks, dsn, poll_interval=0.05)):
         run_id = await client.trigger("parent", {"token": token})
-        await wait_until(lambda: count(db, "run_waitpoints") == 5, what="the parent to wait")
+        await wait_until(lambda: count(db, "run_waitpoints") == 6, what="the parent to wait")
         complete_token(db, token, "go")
         await wait_until(lambda: run_status(db, run_id) == "COMPLETED", what="the parent")
         await wait_until(lambda: statuses(db) == {"COMPLETED": 6}, what="every run")
-    assert count(db, "waitpoints") == 6  # 3 children, a time, 2 tokens, none for the batch
-    assert count(db, "batch_items") == 1
+    # 3 children, the parent's batch, a time, 2 tokens (none for the parentless batch).
+    assert count(db, "waitpoints") == 7
+    assert count(db, "batch_items") == 4
 
     age(db)
-    assert prune(db) == {"deleted": 6, "waitpoints": 6, "statements": 1}
+    assert prune(db) == {"deleted": 6, "waitpoints": 7, "statements": 1}
     row = db.execute("SELECT fairlane.prune_finished_batches()").fetchone()
     assert row is not None
-    assert row[0] == {"batches": 1, "items": 1}
+    assert row[0] == {"batches": 2, "items": 4}
     for table in ("runs", "run_waitpoints", "waitpoints", "batches", "batch_items"):
         assert count(db, table) == 0, table
 

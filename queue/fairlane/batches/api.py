@@ -206,6 +206,7 @@ class _Slice:
         return {
             "batch_id": batch_id, "indexes": self.indexes, "tasks": self.tasks,
             "payloads": self.payloads, "options": self.options, "oversized": self.oversized,
+            "made": None, "refusals": None,
         }  # fmt: skip
 
 

@@ -21,20 +21,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from contextvars import ContextVar
-from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import psycopg
 from psycopg import sql
 
-from fairlane.debounce import Debounce
+from fairlane.batches.items import item_request
 from fairlane.enqueue import trigger_many_async
 from fairlane.errors import FairlaneError
 from fairlane.retry import Backoff
 from fairlane.run_control import BATCH_ITEM_COULD_NOT_TRIGGER
 from fairlane.sqlfiles import query
-from fairlane.trigger import BATCH_QUEUE, TriggerRequest, insert_params
+from fairlane.trigger import BATCH_QUEUE
 
 if TYPE_CHECKING:
     from fairlane.worker.context import RunContext
@@ -46,9 +45,6 @@ BATCH_ITEM_TASK = "fairlane.batch_item"
 BATCH_ITEM_BACKOFF = Backoff(min_s=0.1, max_s=30.0, factor=2.0)
 # record_batch_item refuses a carrier's run for a batch aborted since the carrier read it.
 BATCH_ABORTED_SQLSTATE = "FLB01"
-# Options of an item that it may not set: the batch decides them.
-_FIXED = {"task", "payload", "environment"}
-_OPTIONS = {f.name for f in fields(TriggerRequest)} - _FIXED
 
 AsyncConn = psycopg.AsyncConnection[Any]
 
@@ -61,27 +57,6 @@ def with_batch_queue(queues: Iterable[str]) -> list[str]:
 
 class BatchItemNotTriggered(FairlaneError):
     """The item could not become a run on this attempt; the carrier retries it."""
-
-
-def item_request(
-    task: str, payload: Any, options: dict[str, Any], environment: str, parent: int | None
-) -> TriggerRequest:
-    """The trigger request of an item; raises TypeError/ValueError/FairlaneError on options
-    that can never be valid."""
-    unknown = set(options) - _OPTIONS
-    if unknown:
-        raise TypeError(f"unknown trigger options {sorted(unknown)}")
-    given = dict(options)
-    debounce = given.get("debounce")
-    if isinstance(debounce, dict):
-        given["debounce"] = Debounce(**debounce)
-    if isinstance(given.get("tags"), list):
-        given["tags"] = tuple(given["tags"])
-    if parent is not None:
-        given.setdefault("parent_run_id", parent)
-    request = TriggerRequest(task, payload, environment=environment, **given)
-    insert_params([request])  # the same checks the trigger makes, before anything is sent
-    return request
 
 
 class BatchItemProcessor:

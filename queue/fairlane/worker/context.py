@@ -113,24 +113,32 @@ class RunContext:
         return self._waits, self._active, position
 
     async def trigger_and_wait(self, task: str, payload: Any = None, **options: Any) -> WaitResult:
-        """Trigger a child run and wait for it without holding a slot; returns how it ended."""
-        (result,) = await self.batch_trigger_and_wait([TriggerRequest(task, payload, **options)])
-        return result
+        """Trigger a child run and wait for it without holding a slot; returns how it ended.
+        The child is triggered as ``trigger`` would (a full queue raises
+        ``QueueSizeLimitExceeded`` here)."""
+        waits, active, position = self._next_wait()
+        request = TriggerRequest(task, payload, **options)
+        return await waits.trigger_and_wait(active, position, request)
 
     async def batch_trigger_and_wait(self, requests: Sequence[TriggerRequest]) -> list[WaitResult]:
-        """Trigger child runs and wait for all; results come back in the order of requests."""
+        """Trigger child runs as a batch and wait, without holding a slot, until every one is
+        final; one result per request, in order. As for a streamed batch: the requests share
+        one environment, the batch is charged to its token bucket and item cap
+        (``BatchRateLimitedError``, ``BatchTooLargeError``), and a request that cannot become a
+        run becomes a pre-failed one (its result is an error) while the others go on."""
         waits, active, position = self._next_wait()
-        return await waits.trigger_and_wait(active, position, list(requests))
+        return await waits.batch_trigger_and_wait(active, position, list(requests))
 
     async def wait_for_runs(self, run_ids: Sequence[int]) -> list[WaitResult]:
         """Wait for runs triggered elsewhere (several parents may wait on one run)."""
         waits, active, position = self._next_wait()
         return await waits.wait_for_runs(active, position, run_ids)
 
-    async def wait_for_batch(self, batch_id: int) -> WaitResult:
-        """Wait, without a slot, until a batch created with ``parent_run_id=ctx.run_id``
-        completes. ``output`` summarises it (status, succeeded, failed, ``run_ids`` by index;
-        wait on those for their results); an aborted batch comes back as an error."""
+    async def wait_for_batch(self, batch_id: int) -> list[WaitResult]:
+        """Wait, without a slot, until every item of a batch created with
+        ``parent_run_id=ctx.run_id`` has a run and every one of those runs is final; one result
+        per item, in index order. Items of an aborted batch that never became runs carry the
+        batch's error (code ``BATCH_SEAL_TIMEOUT``)."""
         waits, active, position = self._next_wait()
         return await waits.wait_for_batch(active, position, batch_id)
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import psycopg
 
+from fairlane.batches.parent import BATCH_EDGE, batch_results, make_parent_batch
 from fairlane.durations import seconds
 from fairlane.enqueue import trigger_many_async
 from fairlane.errors import (
@@ -63,22 +64,39 @@ class WaitService:
     # -- the waits ---------------------------------------------------------------------
 
     async def trigger_and_wait(
-        self, active: ActiveRun, position: int, requests: Sequence[TriggerRequest]
-    ) -> list[WaitResult]:
-        # Children know their parent: cancelling the parent reaches them, and idempotency
-        # scopes "run" and "attempt" key on it.
-        linked = [
-            request if request.parent_run_id is not None
-            else replace(request, parent_run_id=active.run.id, parent_attempt=active.run.attempt)
-            for request in requests
-        ]  # fmt: skip
+        self, active: ActiveRun, position: int, request: TriggerRequest
+    ) -> WaitResult:
+        """One child, triggered in the wait's transaction (a full queue raises, as a trigger
+        does)."""
+        (child,) = _linked(active, [request])
 
         async def make(conn: psycopg.AsyncConnection[Any]) -> Edges:
-            children = await trigger_many_async(conn, linked, schema=self._schema)
-            waitpoints = await self._run_waitpoints(conn, children)
-            return [(item, waitpoints[child]) for item, child in enumerate(children)]
+            (run_id,) = await trigger_many_async(conn, [child], schema=self._schema)
+            waitpoints = await self._run_waitpoints(conn, [run_id])
+            return [(0, waitpoints[run_id])]
 
-        return await self._wait(active, position, make)
+        ((_, result),) = await self._wait(active, position, make)
+        return result
+
+    async def batch_trigger_and_wait(
+        self, active: ActiveRun, position: int, requests: Sequence[TriggerRequest]
+    ) -> list[WaitResult]:
+        """A batch of the parent's, with the item semantics of a streamed batch
+        (fairlane.batches.parent)."""
+        children = _linked(active, requests)
+        made: list[int] = []
+
+        async def make(conn: psycopg.AsyncConnection[Any]) -> Edges:
+            batch_id, waitpoint = await make_parent_batch(
+                conn, self._schema, children, active.run.id
+            )
+            made.append(batch_id)
+            return [(BATCH_EDGE, waitpoint)]
+
+        async def attach(conn: psycopg.AsyncConnection[Any]) -> None:
+            await self._attach_to_batch(conn, made[0], active.run.id)
+
+        return batch_results(await self._wait(active, position, make, attach))
 
     async def wait_for_runs(
         self, active: ActiveRun, position: int, run_ids: Sequence[int]
@@ -87,7 +105,7 @@ class WaitService:
             waitpoints = await self._run_waitpoints(conn, list(run_ids))
             return [(item, waitpoints[run_id]) for item, run_id in enumerate(run_ids)]
 
-        return await self._wait(active, position, make)
+        return [result for _, result in await self._wait(active, position, make)]
 
     async def wait_until(
         self, active: ActiveRun, position: int, when: datetime | float | timedelta
@@ -114,10 +132,12 @@ class WaitService:
                 await conn.execute(query("token_timeout_at_most", self._schema), params)
             return [(0, token_id)]
 
-        (result,) = await self._wait(active, position, make)
+        ((_, result),) = await self._wait(active, position, make)
         return result
 
-    async def wait_for_batch(self, active: ActiveRun, position: int, batch_id: int) -> WaitResult:
+    async def wait_for_batch(
+        self, active: ActiveRun, position: int, batch_id: int
+    ) -> list[WaitResult]:
         async def make(conn: psycopg.AsyncConnection[Any]) -> Edges:
             cursor = await conn.execute(
                 query("batch_waitpoint", self._schema), {"batch_id": batch_id}
@@ -127,10 +147,20 @@ class WaitService:
                 raise FairlaneError(
                     f"batch {batch_id} has no waitpoint: create it with parent_run_id"
                 )
-            return [(0, int(row[0]))]
+            return [(BATCH_EDGE, int(row[0]))]
 
-        (result,) = await self._wait(active, position, make)
-        return result
+        async def attach(conn: psycopg.AsyncConnection[Any]) -> None:
+            await self._attach_to_batch(conn, batch_id, active.run.id)
+
+        return batch_results(await self._wait(active, position, make, attach))
+
+    async def _attach_to_batch(
+        self, conn: psycopg.AsyncConnection[Any], batch_id: int, run_id: int
+    ) -> None:
+        """After the edge to the batch: a batch that has already ended attaches its items'
+        runs to this wait now (one still going does when it ends)."""
+        params = {"batch_id": batch_id, "run_id": run_id}
+        await conn.execute(query("attach_batch_waiter", self._schema), params)
 
     # -- the machinery -----------------------------------------------------------------
 
@@ -139,12 +169,13 @@ class WaitService:
         active: ActiveRun,
         position: int,
         make: Callable[[psycopg.AsyncConnection[Any]], Awaitable[Edges]],
-    ) -> list[WaitResult]:
+        after_edges: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None = None,
+    ) -> list[tuple[int, WaitResult]]:
         # max_duration counts executing time only: the wait, and the statements around it,
         # are not the handler's.
         active.pause_deadline()
         try:
-            return await self._wait_paused(active, position, make)
+            return await self._wait_paused(active, position, make, after_edges)
         finally:
             active.resume_deadline()
 
@@ -153,7 +184,8 @@ class WaitService:
         active: ActiveRun,
         position: int,
         make: Callable[[psycopg.AsyncConnection[Any]], Awaitable[Edges]],
-    ) -> list[WaitResult]:
+        after_edges: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None,
+    ) -> list[tuple[int, WaitResult]]:
         run_id, token = active.run.id, active.lease.token
         key = {"run_id": run_id, "position": position}
         # Registered before the wait commits, so a wake-up right after it is not missed.
@@ -172,6 +204,8 @@ class WaitService:
                     }
                     await self._lock_waitpoints(conn, waitpoint_ids)
                     await conn.execute(query("insert_wait_edges", self._schema), params)
+                    if after_edges is not None:
+                        await after_edges(conn)
                 state = await self._scalar(
                     conn, "begin_waiting", {"run_id": run_id, "token": token}
                 )
@@ -233,12 +267,16 @@ class WaitService:
             with anyio.CancelScope(shield=True):
                 await self._reacquire_slot()
 
-    async def _results(self, key: dict[str, int]) -> list[WaitResult]:
+    async def _results(self, key: dict[str, int]) -> list[tuple[int, WaitResult]]:
+        """The results at this call position, by item."""
         async with self._lock:
             conn = await self._connection.get()
             cursor = await conn.execute(query("wait_results", self._schema), key)
             rows = await cursor.fetchall()
-        return [WaitResult.from_row(is_error, output, run) for _, _, is_error, output, run in rows]
+        return [
+            (int(item), WaitResult.from_row(is_error, output, run))
+            for item, _, is_error, output, run in rows
+        ]
 
     async def _scalar(
         self, conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any]
@@ -270,3 +308,13 @@ class WaitService:
     async def close(self) -> None:
         await self._connection.close()
         await self._listen_connection.close()
+
+
+def _linked(active: ActiveRun, requests: Sequence[TriggerRequest]) -> list[TriggerRequest]:
+    """Children know their parent: cancelling the parent reaches them, and idempotency scopes
+    "run" and "attempt" key on it."""
+    return [
+        request if request.parent_run_id is not None
+        else replace(request, parent_run_id=active.run.id, parent_attempt=active.run.attempt)
+        for request in requests
+    ]  # fmt: skip
