@@ -92,7 +92,8 @@ def test_installed_wheel_reads_its_own_sql_and_migrations(
         assert sql_dir == package / "_sql", sql_dir
         assert migrations == package / "_migrations", migrations
         assert (migrations / "env.py").is_file()
-        packaged = fairlane.sqlfiles.parse_named_statements((sql_dir / "claims.sql").read_text())
+        claim_file = sql_dir / "scheduling" / "claim.sql"
+        packaged = fairlane.sqlfiles.parse_named_statements(claim_file.read_text())
         claim = fairlane.sqlfiles.query("claim_runs", "fairlane")
         assert fairlane.sqlfiles._raw_statements()["claim_runs"] == packaged["claim_runs"]
         assert '"fairlane"' in claim and "{schema}" not in claim, claim

@@ -8,12 +8,12 @@ from typing import Any
 
 import psycopg
 
-from fairlane import trigger
+from fairlane import maintenance, trigger
 from fairlane.sqlfiles import query
 from tests.helpers import run_status, statuses
 from tests.interleave import sessions
 
-RUN_DUE = "SELECT fairlane.run_due_periodic_jobs()"
+NEXT_JOB = "SELECT fairlane.run_next_due_job(%s::text[])"
 RECLAIM = "SELECT fairlane.reclaim_expired_leases()"
 EXPIRE = "SELECT fairlane.expire_ttl_runs()"
 CLAIM_PARAMS = {
@@ -22,19 +22,26 @@ CLAIM_PARAMS = {
 }  # fmt: skip
 
 
-def test_a_tick_one_session_runs_is_not_run_again_by_another(
+def test_a_job_one_session_runs_is_skipped_by_another_and_not_run_twice(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
-    db.execute("UPDATE fairlane.periodic_jobs SET next_due_at = now()")
+    """Each job runs in a transaction of its own (run_next_due_job), its row locked: another
+    runner skips it and takes the next due job instead of waiting, and once the first commits
+    the job is due again only at its next tick."""
+    db.execute("UPDATE fairlane.periodic_jobs SET enabled = (name IN ('promote_delayed_runs',"
+               " 'expire_ttl_runs')), next_due_at = now() - interval '1 s'")  # fmt: skip
     with sessions(dsn, 2) as (a, b):
         a.begin()
-        ((ran,),) = a.run(RUN_DUE)
-        assert "promote_delayed_runs" in ran
-        pending = b.start(RUN_DUE)
-        assert not b.blocked_or_done(), "the second runner waited for the first one's jobs"
-        assert pending.result(timeout=30) == [({},)]
+        b.begin()
+        ((first,),) = a.run(NEXT_JOB, ([],))
+        pending = b.start(NEXT_JOB, ([],))
+        assert not b.blocked_or_done(), "the second runner waited for the first one's job"
+        ((second,),) = pending.result(timeout=30)
+        assert set(first) | set(second) == {"promote_delayed_runs", "expire_ttl_runs"}
+        assert b.run(NEXT_JOB, ([],)) == [(None,)]
         a.commit()
-        assert b.run(RUN_DUE) == [({},)], "the jobs are due again only at their next tick"
+        b.commit()
+        assert b.run(NEXT_JOB, ([],)) == [(None,)], "due again only at their next tick"
 
 
 def test_two_reclaims_share_the_lapsed_leases(dsn: str, db: psycopg.Connection[Any]) -> None:
@@ -42,9 +49,11 @@ def test_two_reclaims_share_the_lapsed_leases(dsn: str, db: psycopg.Connection[A
         trigger(db, "t", n)
     db.execute(query("claim_runs", "fairlane"), CLAIM_PARAMS)
     db.execute("UPDATE fairlane.runs SET lease_until = now() - interval '1 ms'")
+    maintenance.set_setting(db, "reclaim_batch_size", 2)
+    maintenance.set_setting(db, "reclaim_max_batches", 1)
     with sessions(dsn, 2) as (a, b):
         a.begin()
-        assert a.run("SELECT fairlane.reclaim_expired_leases(2)")[0][0]["requeued"] == 2
+        assert a.run("SELECT fairlane.reclaim_expired_leases()")[0][0]["requeued"] == 2
         pending = b.start(RECLAIM)
         assert not b.blocked_or_done()
         assert pending.result(timeout=30)[0][0]["requeued"] == 1

@@ -73,7 +73,7 @@ async def test_a_crashed_job_runs_again(dsn: str, db: psycopg.Connection[Any]) -
     async def run_in_victim() -> None:
         # Its backend is terminated below: that is the crash being simulated.
         with suppress(psycopg.OperationalError):
-            await victim.execute("SELECT fairlane.run_due_periodic_jobs()")
+            await victim.execute("CALL fairlane.run_due_periodic_jobs(NULL)")
 
     async with anyio.create_task_group() as group:
         group.start_soon(run_in_victim)

@@ -91,18 +91,28 @@ def _without_comment_lines(body: str) -> str:
     return "\n".join(kept)
 
 
+def _sql_files(folder: Traversable, prefix: str = "") -> list[tuple[str, Traversable]]:
+    """Every ``.sql`` file under ``folder`` with its path relative to it, in path order."""
+    found: list[tuple[str, Traversable]] = []
+    for entry in folder.iterdir():
+        relative = f"{prefix}{entry.name}"
+        if entry.is_dir():
+            found.extend(_sql_files(entry, f"{relative}/"))
+        elif entry.name.endswith(".sql"):
+            found.append((relative, entry))
+    return sorted(found, key=lambda item: item[0])
+
+
 @cache
 def _entries() -> tuple[Entry, ...]:
     entries: list[Entry] = []
     seen: dict[tuple[bool, str], str] = {}
-    for path in sorted(sql_dir().iterdir(), key=lambda e: e.name):
-        if not path.name.endswith(".sql"):
-            continue
-        for entry in parse_entries(path.read_text("utf-8"), path.name):
+    for relative, path in _sql_files(sql_dir()):
+        for entry in parse_entries(path.read_text("utf-8"), relative):
             key = (entry.kind == "name", entry.name)
             if key in seen:
                 raise ValueError(f"SQL {entry.kind} {entry.name!r} is defined in {seen[key]} too")
-            seen[key] = path.name
+            seen[key] = relative
             entries.append(entry)
     return tuple(entries)
 

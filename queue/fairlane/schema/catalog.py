@@ -17,8 +17,9 @@ Conn = psycopg.Connection[Any]
 
 
 def drop_statement(kind: str, identity: str) -> sql.Composed:
-    # Identities come from the catalog (regprocedure, regclass), already quoted as needed.
-    keyword = {"function": "FUNCTION", "trigger": "TRIGGER", "view": "VIEW"}[kind]
+    # Identities come from the catalog (regprocedure, regclass), already quoted as needed. A
+    # "function" of sql/ may be a procedure: ROUTINE drops either.
+    keyword = {"function": "ROUTINE", "trigger": "TRIGGER", "view": "VIEW"}[kind]
     return sql.SQL("DROP {} IF EXISTS {}").format(sql.SQL(keyword), sql.SQL(identity))
 
 

@@ -155,8 +155,9 @@ class _Installer:
         try:
             with self.conn.transaction():
                 self.conn.execute(obj.statement)
-        except psycopg.errors.InvalidFunctionDefinition:
-            # Its return type or parameter names changed: CREATE OR REPLACE refuses.
+        except (psycopg.errors.InvalidFunctionDefinition, psycopg.errors.WrongObjectType):
+            # Its return type or parameter names changed, or it became a procedure (or back):
+            # CREATE OR REPLACE refuses.
             self._drop_dependents(obj.name)
             for identity in before:
                 self._drop(obj.name, "function", identity)

@@ -1,3 +1,5 @@
+-- The channels a worker listens on: new claimable runs, cancels, resumable runs.
+
 -- name: listen_channel
 LISTEN {channel_identifier};
 

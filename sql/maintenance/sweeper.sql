@@ -64,7 +64,6 @@ BEGIN
 END;
 $$;
 
-
 -- function: repair_waiting_runs
 -- Defence in depth: a WAITING run with nothing pending that is not marked ready was missed by
 -- the completions that should have woken it (the waitpoint functions take locks so that this

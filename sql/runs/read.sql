@@ -1,3 +1,5 @@
+-- Reading runs: one, a page of them, counts by status.
+
 -- name: get_run
 SELECT id, environment, queue, task, payload, status, priority, attempts, max_attempts,
        available_at, created_at, started_at, finished_at, lease_token, lease_until, worker_id,

@@ -65,4 +65,3 @@ SELECT q.environment, q.name AS queue, e.concurrency_limit AS env_limit, e.burst
 FROM {schema}.queues q
 JOIN {schema}.environments e ON e.name = q.environment
 ORDER BY q.environment, q.name;
-

@@ -52,7 +52,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    IF failed_run.status NOT IN ('FAILED', 'CRASHED', 'TIMED_OUT', 'EXPIRED', 'SYSTEM_FAILURE') THEN
+    IF NOT failed_run.status = ANY({schema}.failed_statuses()) THEN
         RETURN QUERY SELECT failed_run.status, false, NULL::text, NULL::text, NULL::integer,
                             NULL::text, NULL::integer;
         RETURN;

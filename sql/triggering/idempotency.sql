@@ -24,7 +24,7 @@ BEGIN
         IF NOT FOUND THEN
             RETURN NULL;
         END IF;
-        IF holder.status NOT IN ('FAILED', 'CRASHED', 'TIMED_OUT', 'EXPIRED', 'SYSTEM_FAILURE')
+        IF NOT holder.status = ANY({schema}.failed_statuses())
            AND (holder.expires_at IS NULL OR holder.expires_at > now()) THEN
             RETURN holder.id;
         END IF;
@@ -33,7 +33,7 @@ BEGIN
             idempotency_key = NULL
         WHERE r.id = holder.id
           AND r.idempotency_key = key
-          AND (r.status IN ('FAILED', 'CRASHED', 'TIMED_OUT', 'EXPIRED', 'SYSTEM_FAILURE')
+          AND (r.status = ANY({schema}.failed_statuses())
                OR r.idempotency_key_expires_at <= now());
     END LOOP;
 END;

@@ -1,3 +1,32 @@
+-- Trigger requests: the JSON parameter of the trigger statements, read as rows, and the
+-- statements themselves (plain requests here, keyed ones in keyed.sql).
+
+-- function: trigger_requests
+-- The trigger statements' parameter as rows in request order: one JSON object per request,
+-- with the fields fairlane.trigger.FIELDS names and payload, tags and metadata as JSON; an
+-- option the request did not give is left out (NULL here). The one place that gives those
+-- fields their SQL types. A plain STABLE sql function, so the planner inlines it into the
+-- statements that read it.
+CREATE OR REPLACE FUNCTION {schema}.trigger_requests(requests jsonb)
+RETURNS TABLE (environment text, queue text, task text, payload jsonb, priority integer,
+               max_attempts integer, delay_s float8, delay_until timestamptz, tags jsonb,
+               metadata jsonb, machine text, max_duration_s float8, ttl_s float8,
+               parent_run_id bigint, idempotency_key text, idempotency_ttl_s float8,
+               debounce_key text, debounce_delay_s float8, debounce_trailing boolean,
+               debounce_max_delay_s float8, ord bigint)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT *
+    FROM ROWS FROM (jsonb_to_recordset(requests) AS (
+            environment text, queue text, task text, payload jsonb, priority integer,
+            max_attempts integer, delay_s float8, delay_until timestamptz, tags jsonb,
+            metadata jsonb, machine text, max_duration_s float8, ttl_s float8,
+            parent_run_id bigint, idempotency_key text, idempotency_ttl_s float8,
+            debounce_key text, debounce_delay_s float8, debounce_trailing boolean,
+            debounce_max_delay_s float8)) WITH ORDINALITY
+$$;
+
 -- name: insert_runs
 -- Any number of runs in one statement: the parameter is a JSON array with one object per run
 -- (fairlane.trigger), read as a recordset, so a bulk trigger is one round trip and one value.
@@ -91,29 +120,3 @@ SELECT NULL, NULL, environment, queue, size_limit, scope, size, NULL FROM reject
 -- the first request that did not fit, and nothing was written.
 SELECT id, outcome, environment, queue, size_limit, scope, size, item
 FROM {schema}.trigger_keyed_runs(%(runs)s::jsonb);
-
--- function: trigger_requests
--- The trigger statements' parameter as rows in request order: one JSON object per request,
--- with the fields fairlane.trigger.FIELDS names and payload, tags and metadata as JSON; an
--- option the request did not give is left out (NULL here). The one place that gives those
--- fields their SQL types. A plain STABLE sql function, so the planner inlines it into the
--- statements that read it.
-CREATE OR REPLACE FUNCTION {schema}.trigger_requests(requests jsonb)
-RETURNS TABLE (environment text, queue text, task text, payload jsonb, priority integer,
-               max_attempts integer, delay_s float8, delay_until timestamptz, tags jsonb,
-               metadata jsonb, machine text, max_duration_s float8, ttl_s float8,
-               parent_run_id bigint, idempotency_key text, idempotency_ttl_s float8,
-               debounce_key text, debounce_delay_s float8, debounce_trailing boolean,
-               debounce_max_delay_s float8, ord bigint)
-LANGUAGE sql
-STABLE
-AS $$
-    SELECT *
-    FROM ROWS FROM (jsonb_to_recordset(requests) AS (
-            environment text, queue text, task text, payload jsonb, priority integer,
-            max_attempts integer, delay_s float8, delay_until timestamptz, tags jsonb,
-            metadata jsonb, machine text, max_duration_s float8, ttl_s float8,
-            parent_run_id bigint, idempotency_key text, idempotency_ttl_s float8,
-            debounce_key text, debounce_delay_s float8, debounce_trailing boolean,
-            debounce_max_delay_s float8)) WITH ORDINALITY
-$$;

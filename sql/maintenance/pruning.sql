@@ -6,53 +6,72 @@
 -- edge points to it.
 
 -- function: prune_finished_runs
--- Finished runs, their wait edges, and the waitpoints that only they needed.
+-- Finished runs, their wait edges and the waitpoints only they needed (prune_runs_batch, by
+-- repeat_in_batches), then completed tokens that are due. Settings: prune_retention_s,
+-- prune_batch_size runs per statement, prune_max_batches statements per tick.
 CREATE OR REPLACE FUNCTION {schema}.prune_finished_runs()
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    cutoff timestamptz := now() - make_interval(
-        secs => {schema}.numeric_setting('prune_retention_s', 604800));
     batch_size integer := {schema}.numeric_setting('prune_batch_size', 1000);
-    max_batches integer := {schema}.numeric_setting('prune_max_batches', 10);
-    pruned bigint[];
-    deleted integer;
-    total integer := 0;
-    waitpoints integer := 0;
-    statements integer := 0;
+    outcome jsonb;
 BEGIN
-    LOOP
-        -- The expression is the one of runs_prunable_idx, so the scan reads only what is due.
-        WITH old AS (
-            SELECT r.id
-            FROM {schema}.runs r
-            WHERE greatest(r.finished_at,
-                           CASE WHEN r.idempotency_key IS NOT NULL
-                                     AND r.status IN ('COMPLETED', 'CANCELED')
-                                THEN r.idempotency_key_expires_at END) < cutoff
-              AND r.finished_at IS NOT NULL
-            ORDER BY greatest(r.finished_at,
-                              CASE WHEN r.idempotency_key IS NOT NULL
-                                        AND r.status IN ('COMPLETED', 'CANCELED')
-                                   THEN r.idempotency_key_expires_at END)
-            LIMIT batch_size
-            FOR UPDATE SKIP LOCKED
-        ), gone AS (
-            DELETE FROM {schema}.runs AS r USING old WHERE r.id = old.id RETURNING r.id
-        )
-        SELECT array_agg(gone.id) INTO pruned FROM gone;
-        deleted := coalesce(cardinality(pruned), 0);
-        IF deleted > 0 THEN
-            waitpoints := waitpoints + {schema}.prune_wait_edges(pruned, cutoff);
-        END IF;
-        total := total + deleted;
-        statements := statements + 1;
-        EXIT WHEN deleted < batch_size OR statements >= max_batches;
-    END LOOP;
-    waitpoints := waitpoints + {schema}.prune_tokens(cutoff, batch_size);
-    RETURN jsonb_build_object('deleted', total, 'waitpoints', waitpoints,
-                              'statements', statements);
+    outcome := {schema}.repeat_in_batches(
+        'prune_runs_batch', batch_size,
+        {schema}.numeric_setting('prune_max_batches', 10)::integer);
+    RETURN outcome || jsonb_build_object(
+        'waitpoints', (outcome ->> 'waitpoints')::integer
+                      + {schema}.prune_tokens({schema}.prune_cutoff(), batch_size));
+END;
+$$;
+
+-- function: prune_cutoff
+-- What finished before this (the tick's start, less the retention) is due.
+CREATE OR REPLACE FUNCTION {schema}.prune_cutoff()
+RETURNS timestamptz
+LANGUAGE sql
+STABLE
+AS $$
+SELECT now() - make_interval(secs => {schema}.numeric_setting('prune_retention_s', 604800));
+$$;
+
+-- function: prune_runs_batch
+-- One batch of finished runs that are due, with their edges and the waitpoints only they
+-- needed. The expression is the one of runs_prunable_idx, so the scan reads only what is due.
+CREATE OR REPLACE FUNCTION {schema}.prune_runs_batch(batch_size integer)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    cutoff timestamptz := {schema}.prune_cutoff();
+    pruned bigint[];
+    waitpoints integer := 0;
+BEGIN
+    WITH old AS (
+        SELECT r.id
+        FROM {schema}.runs r
+        WHERE greatest(r.finished_at,
+                       CASE WHEN r.idempotency_key IS NOT NULL
+                                 AND r.status IN ('COMPLETED', 'CANCELED')
+                            THEN r.idempotency_key_expires_at END) < cutoff
+          AND r.finished_at IS NOT NULL
+        ORDER BY greatest(r.finished_at,
+                          CASE WHEN r.idempotency_key IS NOT NULL
+                                    AND r.status IN ('COMPLETED', 'CANCELED')
+                               THEN r.idempotency_key_expires_at END)
+        LIMIT batch_size
+        FOR UPDATE SKIP LOCKED
+    ), gone AS (
+        DELETE FROM {schema}.runs AS r USING old WHERE r.id = old.id RETURNING r.id
+    )
+    SELECT array_agg(gone.id) INTO pruned FROM gone;
+    IF pruned IS NOT NULL THEN
+        waitpoints := {schema}.prune_wait_edges(pruned, cutoff);
+    END IF;
+    RETURN jsonb_build_object('rows', coalesce(cardinality(pruned), 0),
+                              'deleted', coalesce(cardinality(pruned), 0),
+                              'waitpoints', waitpoints);
 END;
 $$;
 
@@ -145,8 +164,7 @@ RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    cutoff timestamptz := now() - make_interval(
-        secs => {schema}.numeric_setting('prune_retention_s', 604800));
+    cutoff timestamptz := {schema}.prune_cutoff();
     batch_size integer := {schema}.numeric_setting('prune_batch_size', 1000);
     old bigint[];
     waitpoints bigint[];

@@ -19,48 +19,6 @@
 -- marked), and the claim that leaves it empty marks it drained. A claim reads this short list
 -- instead of scanning for work across every environment each time.
 
--- function: take_rate_tokens
--- Token bucket in the scheduler row, refilled by elapsed time up to `rate_burst`. Takes up to
--- `requested` tokens and returns how many it granted. `at` is the time the bucket is asked at,
--- so tests can drive it deterministically.
-CREATE OR REPLACE FUNCTION {schema}.take_rate_tokens(requested integer, at timestamptz)
-RETURNS integer
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    bucket record;
-    tokens double precision;
-    granted integer;
-BEGIN
-    SELECT rate_limit_per_s, coalesce(rate_burst, rate_limit_per_s) AS burst,
-           rate_tokens, rate_refilled_at
-    INTO bucket
-    FROM {schema}.scheduler WHERE id = 1 FOR UPDATE;
-    IF bucket.rate_limit_per_s IS NULL THEN
-        RETURN requested;
-    END IF;
-    tokens := least(bucket.burst, bucket.rate_tokens + bucket.rate_limit_per_s
-                    * greatest(0, extract(epoch FROM at - bucket.rate_refilled_at)));
-    granted := least(requested, floor(tokens))::integer;
-    UPDATE {schema}.scheduler
-    SET rate_tokens = tokens - granted,
-        rate_refilled_at = greatest(rate_refilled_at, at)
-    WHERE id = 1;
-    RETURN granted;
-END;
-$$;
-
--- function: return_rate_tokens
--- Hand back tokens a claim was granted but found no runs for.
-CREATE OR REPLACE FUNCTION {schema}.return_rate_tokens(unused integer)
-RETURNS void
-LANGUAGE sql
-AS $$
-UPDATE {schema}.scheduler
-SET rate_tokens = least(coalesce(rate_burst, rate_limit_per_s), rate_tokens + unused)
-WHERE id = 1 AND rate_limit_per_s IS NOT NULL AND unused > 0;
-$$;
-
 -- function: slot_holders
 -- The runs holding (or owed) a slot in an environment: EXECUTING ones, and WAITING ones whose
 -- waitpoints completed, so that they resume ahead of fresh work.
@@ -413,3 +371,13 @@ BEGIN
     WHERE e.name = env_name;
 END;
 $$;
+
+-- name: claim_runs
+-- Claim up to %(limit)s runs in one statement: fairly across environments, within every cap,
+-- each with a fresh lease token that all later writes must present (sql/scheduling.sql). The
+-- attempt is counted here, so a redelivery after a lapsed lease counts as one too.
+-- %(full_scan)s: look for environments that gained work before serving the known ones.
+SELECT id, lease_token, task, payload, attempts, max_attempts, environment, queue, metadata,
+       machine, max_duration_s
+FROM {schema}.claim_runs(%(limit)s, %(lease_s)s, %(worker_id)s,
+                         %(environments)s::text[], %(queues)s::text[], %(full_scan)s);

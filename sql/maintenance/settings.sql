@@ -19,7 +19,6 @@ SELECT coalesce((SELECT (s.value #>> '{{}}')::numeric FROM {schema}.settings s
                  WHERE s.name = setting_name), fallback);
 $$;
 
-
 -- function: boolean_setting
 -- A setting as a boolean, or the default when it is missing or null.
 CREATE OR REPLACE FUNCTION {schema}.boolean_setting(setting_name text, fallback boolean)

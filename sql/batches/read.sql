@@ -1,0 +1,12 @@
+-- Reading batches.
+
+-- name: get_batch
+SELECT b.id, b.environment, b.run_count, b.status, b.sealed, b.succeeded, b.failed,
+       b.parent_run_id, b.waitpoint_id, b.idempotency_key, b.created_at, b.sealed_at,
+       b.completed_at, b.error,
+       (SELECT count(*)::integer FROM {schema}.batch_items i WHERE i.batch_id = b.id) AS received
+FROM {schema}.batches b WHERE b.id = %(id)s;
+
+-- name: batch_run_ids
+SELECT i.index, i.state, i.run_id, i.error
+FROM {schema}.batch_items i WHERE i.batch_id = %(id)s ORDER BY i.index;

@@ -1,0 +1,57 @@
+-- Periodic job: lease reclaim.
+
+-- function: reclaim_expired_leases
+-- A run whose lease lapsed goes back to QUEUED; the claim already counted its attempt, so on
+-- the last attempt it ends CRASHED instead. A WAITING run whose worker died goes back too and
+-- is re-executed from the start (its waits find the same waitpoints). The stale owner stays
+-- fenced: its token is cleared. Settings: reclaim_batch_size runs per statement,
+-- reclaim_max_batches statements per tick (many workers dying at once are one tick's work).
+CREATE OR REPLACE FUNCTION {schema}.reclaim_expired_leases()
+RETURNS jsonb
+LANGUAGE sql
+AS $$
+SELECT {schema}.repeat_in_batches(
+    'reclaim_batch',
+    {schema}.numeric_setting('reclaim_batch_size', 1000)::integer,
+    {schema}.numeric_setting('reclaim_max_batches', 10)::integer);
+$$;
+
+-- function: reclaim_batch
+CREATE OR REPLACE FUNCTION {schema}.reclaim_batch(batch_size integer)
+RETURNS jsonb
+LANGUAGE sql
+AS $$
+WITH expired AS (
+    SELECT id
+    FROM {schema}.runs
+    WHERE status IN ('EXECUTING', 'WAITING') AND lease_until < now()
+    ORDER BY lease_until
+    LIMIT batch_size
+    FOR UPDATE SKIP LOCKED
+), reclaimed AS (
+    UPDATE {schema}.runs AS r
+    SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'CRASHED' ELSE 'QUEUED' END,
+        finished_at = CASE WHEN r.attempts >= r.max_attempts THEN now() END,
+        error = jsonb_build_object(
+            'type', 'LeaseExpired',
+            'code', 'LEASE_EXPIRED',
+            'message', 'lease of worker ' || coalesce(r.worker_id, '?')
+                       || ' lapsed during attempt ' || r.attempts),
+        lease_token = NULL,
+        lease_until = NULL,
+        worker_id = NULL,
+        resume_ready = false
+    FROM expired
+    WHERE r.id = expired.id
+    RETURNING r.status, r.environment
+), woken AS (
+    SELECT pg_notify({channel}, environment)
+    FROM (SELECT DISTINCT environment FROM reclaimed WHERE status = 'QUEUED') AS envs
+)
+SELECT jsonb_build_object(
+    'rows', count(*),
+    'requeued', count(*) FILTER (WHERE status = 'QUEUED'),
+    'crashed', count(*) FILTER (WHERE status = 'CRASHED'),
+    'woken', (SELECT count(*) FROM woken))
+FROM reclaimed;
+$$;

@@ -1,0 +1,92 @@
+-- The periodic-job runner. Every worker calls it; so can pg_cron (CALL it). Each job is a SQL
+-- function of this schema returning jsonb, and runs in a transaction of its own: a slow one
+-- (pruning) holds back none of the others (lease reclaim, promotion), and locks one job took
+-- are let go before the next starts.
+
+-- function: run_due_periodic_jobs
+-- Runs each due job once, committing after each (so CALL it outside a transaction block; it is
+-- a procedure). Returns what each job returned, by name.
+CREATE OR REPLACE PROCEDURE {schema}.run_due_periodic_jobs(INOUT ran jsonb DEFAULT NULL)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    one jsonb;
+    done text[] := '{{}}';
+BEGIN
+    ran := '{{}}'::jsonb;
+    LOOP
+        one := {schema}.run_next_due_job(done);
+        EXIT WHEN one IS NULL;
+        ran := ran || one;
+        done := done || ARRAY(SELECT jsonb_object_keys(one));
+        COMMIT;
+    END LOOP;
+END;
+$$;
+
+-- function: run_next_due_job
+-- Runs the job that is due longest, not in `done`, and returns {name: outcome}, or NULL when
+-- none is due. The row lock taken with SKIP LOCKED is the claim: another session skips the
+-- row, and once this transaction commits the row is no longer due. A crash rolls the
+-- transaction back, so the job is simply due again. The job runs in a subtransaction, so its
+-- failure is recorded (last_error) and its tick still moves on.
+CREATE OR REPLACE FUNCTION {schema}.run_next_due_job(done text[])
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    job record;
+    outcome jsonb;
+BEGIN
+    SELECT j.name, j.function, j.interval_s, j.next_due_at INTO job
+    FROM {schema}.periodic_jobs j
+    WHERE j.enabled AND j.next_due_at <= now() AND j.name <> ALL(done)
+    ORDER BY j.next_due_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    BEGIN
+        EXECUTE 'SELECT ' || quote_ident({schema_name}) || '.' || quote_ident(job.function) || '()'
+            INTO outcome;
+        UPDATE {schema}.periodic_jobs
+        SET last_result = outcome, last_error = NULL
+        WHERE name = job.name;
+    EXCEPTION WHEN OTHERS THEN
+        outcome := jsonb_build_object('error', SQLERRM);
+        UPDATE {schema}.periodic_jobs
+        SET last_result = NULL, last_error = SQLERRM
+        WHERE name = job.name;
+    END;
+    -- The next tick after now, so a job that fell behind runs once, not once per missed tick.
+    UPDATE {schema}.periodic_jobs
+    SET last_started_at = now(),
+        last_finished_at = clock_timestamp(),
+        run_count = run_count + 1,
+        next_due_at = job.next_due_at + make_interval(secs => job.interval_s * (
+            floor(extract(epoch FROM now() - job.next_due_at) / job.interval_s) + 1))
+    WHERE name = job.name;
+    RETURN jsonb_build_object(job.name, outcome);
+END;
+$$;
+
+-- name: run_due_periodic_jobs
+-- On an autocommit connection: the procedure commits after each job.
+CALL {schema}.run_due_periodic_jobs(NULL);
+
+-- name: list_periodic_jobs
+SELECT name, function, interval_s, enabled, next_due_at, last_started_at, last_finished_at,
+       last_result, last_error, run_count
+FROM {schema}.periodic_jobs
+ORDER BY name;
+
+-- name: make_periodic_job_due
+UPDATE {schema}.periodic_jobs SET next_due_at = now() WHERE name = %(name)s;
+
+-- name: configure_periodic_job
+UPDATE {schema}.periodic_jobs
+SET interval_s = coalesce(%(interval_s)s, interval_s),
+    enabled = coalesce(%(enabled)s, enabled)
+WHERE name = %(name)s
+RETURNING name;

@@ -1,0 +1,129 @@
+-- Waitpoints: what a run can wait on (another run, a time, a token completed by hand, a batch).
+-- A waiting run is WAITING: it holds no concurrency slot (slots are derived from EXECUTING rows)
+-- but keeps its lease while its worker lives. Edges (run_waitpoints) are keyed by the waiting
+-- run and the call position inside its handler, so a run re-executed after a crash finds the
+-- same waitpoints, and through them the same children.
+
+-- Who wakes a waiting run, and why none is left behind (docs/concurrency.md, Waitpoints): a
+-- waitpoint's completion and a run's decision to wait on it meet on the waitpoint's row (the
+-- completer updates it, the waiter locks it FOR SHARE before it checks); the decision that a
+-- waiting run has nothing left pending is taken under the waiting run's row lock, in a later
+-- statement than the lock, so it sees every completion committed before. Locks are taken in
+-- the global order: runs being finished, then their waitpoints, then the waiting runs (runs by
+-- descending id, waitpoints by id).
+
+-- function: complete_run_waitpoint
+-- Fires when a run that somebody waits on reaches a final status, in the transaction that
+-- finishes it, whatever finished it (worker, expiry, cancel, crash, sweeper). It completes the
+-- run's waitpoint now and leaves the waiting runs to the end of the statement
+-- (wake_after_statement): one statement may finish children of many parents, in any order,
+-- and the parents must be locked in id order, once.
+CREATE OR REPLACE FUNCTION {schema}.complete_run_waitpoint()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    completed bigint;
+    queue_name text := 'fairlane_wake.' || {schema_name};
+BEGIN
+    UPDATE {schema}.waitpoints AS w
+    SET status = 'COMPLETED',
+        completed_at = now(),
+        is_error = NEW.status <> 'COMPLETED',
+        output = CASE WHEN NEW.status = 'COMPLETED' THEN NEW.result
+                      ELSE jsonb_build_object('status', NEW.status, 'error', NEW.error) END
+    WHERE w.kind = 'RUN' AND w.run_id = NEW.id AND w.status = 'PENDING'
+    RETURNING w.id INTO completed;
+    IF completed IS NOT NULL THEN
+        -- A transaction-local list of completed waitpoints, read by the statement trigger.
+        PERFORM set_config(queue_name, concat_ws(',', nullif(current_setting(queue_name, true), ''),
+                                                 completed), true);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+-- trigger: runs_complete_waitpoints
+CREATE OR REPLACE TRIGGER runs_complete_waitpoints
+AFTER UPDATE OF status ON {schema}.runs
+FOR EACH ROW
+WHEN (NEW.has_waiters
+      AND NEW.status = ANY({schema}.final_statuses())
+      AND NOT OLD.status = ANY({schema}.final_statuses()))
+EXECUTE FUNCTION {schema}.complete_run_waitpoint();
+
+-- function: wake_after_statement
+-- After a statement that changed run statuses: wake the runs waiting on the waitpoints its
+-- rows completed (complete_run_waitpoint). Costs one setting read for statements that
+-- completed none.
+CREATE OR REPLACE FUNCTION {schema}.wake_after_statement()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    queue_name text := 'fairlane_wake.' || {schema_name};
+    pending text := current_setting(queue_name, true);
+BEGIN
+    IF pending IS NULL OR pending = '' THEN
+        RETURN NULL;
+    END IF;
+    PERFORM set_config(queue_name, '', true);
+    PERFORM {schema}.wake_waiting_runs(string_to_array(pending, ',')::bigint[]);
+    RETURN NULL;
+END;
+$$;
+
+-- trigger: runs_wake_waiters
+CREATE OR REPLACE TRIGGER runs_wake_waiters
+AFTER UPDATE OF status ON {schema}.runs
+FOR EACH STATEMENT
+EXECUTE FUNCTION {schema}.wake_after_statement();
+
+-- function: wake_waiting_runs
+-- Runs waiting on these (just completed, by this transaction) waitpoints that have nothing
+-- else pending become ready to resume; their workers are told on the resume channel. The
+-- waiting runs are locked first, in descending id order; the check is the next statement, so
+-- it sees whatever another completer committed before it let go of a run.
+CREATE OR REPLACE FUNCTION {schema}.wake_waiting_runs(completed bigint[])
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    waiting bigint[];
+BEGIN
+    SELECT array_agg(locked.id) INTO waiting
+    FROM (SELECT r.id FROM {schema}.runs r
+          WHERE r.id IN (SELECT edge.run_id FROM {schema}.run_waitpoints AS edge
+                         WHERE edge.waitpoint_id = ANY(completed))
+            AND r.status = 'WAITING' AND NOT r.resume_ready
+          ORDER BY r.id DESC
+          FOR UPDATE) AS locked;
+    IF waiting IS NULL THEN
+        RETURN 0;
+    END IF;
+    RETURN {schema}.mark_runs_ready(waiting);
+END;
+$$;
+
+-- function: mark_runs_ready
+-- Of these waiting runs, which the caller has locked, the ones with nothing pending are marked
+-- ready to resume and their workers told on the resume channel. Returns how many.
+CREATE OR REPLACE FUNCTION {schema}.mark_runs_ready(locked bigint[])
+RETURNS integer
+LANGUAGE sql
+AS $$
+WITH ready AS (
+    UPDATE {schema}.runs AS r
+    SET resume_ready = true
+    WHERE r.id = ANY(locked)
+      AND r.status = 'WAITING'
+      AND NOT r.resume_ready
+      AND NOT EXISTS (
+          SELECT 1
+          FROM {schema}.run_waitpoints AS edge
+          JOIN {schema}.waitpoints AS w ON w.id = edge.waitpoint_id
+          WHERE edge.run_id = r.id AND w.status = 'PENDING')
+    RETURNING r.id
+)
+SELECT count(pg_notify({resume_channel}, ready.id::text))::integer FROM ready;
+$$;
