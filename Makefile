@@ -58,7 +58,7 @@ bench: install ## fairlane bench enqueue, drain and latency, with BENCH_ARGS
 
 clean: ## stop the embedded server if it runs; remove .venv, .pgdata and caches
 	@if [ -f .pgdata/postmaster.pid ] && [ -x $(BIN)/python ]; then \
-		$(BIN)/python -m fairlane.embedded stop --data-dir .pgdata; fi
+		$(BIN)/python -m fairlane.tools.embedded stop --data-dir .pgdata; fi
 	rm -rf $(VENV) .pgdata .mypy_cache .ruff_cache .pytest_cache build dist
 	find . -path ./.git -prune -o \( -name __pycache__ -o -name '*.egg-info' \) -type d -prune \
 		-exec rm -rf {} +

@@ -6,9 +6,9 @@ from alembic import context
 from psycopg import sql
 from sqlalchemy import create_engine, pool
 
+from fairlane.config import database_url, schema_name, sqlalchemy_url
 from fairlane.schema import VERSION_TABLE, build_metadata
 from fairlane.schema.migrate import SCHEMA_ATTRIBUTE, URL_ATTRIBUTE
-from fairlane.settings import database_url, schema_name, sqlalchemy_url
 
 config = context.config
 schema = schema_name(config.attributes.get(SCHEMA_ATTRIBUTE))

@@ -14,8 +14,8 @@ from typing import Any
 
 import psycopg
 
-from fairlane.enqueue import trigger
-from fairlane.sqlfiles import query
+from fairlane.engine.sqlfiles import query
+from fairlane.triggering.api import trigger
 from tests.interleave import STEP_TIMEOUT, Rows, Session
 
 SCHEMA = "fairlane"

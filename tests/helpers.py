@@ -14,8 +14,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from fairlane import RunStatus, Worker, trigger
+from fairlane.engine.sqlfiles import query
 from fairlane.models import ClaimedRun
-from fairlane.sqlfiles import query
 from fairlane.worker.leases import Completion, Lease, LeaseStore
 from tests.interleave import Session
 

@@ -20,7 +20,7 @@ from fairlane import (
     trigger,
 )
 from fairlane.batches.api import BatchClient
-from fairlane.sqlfiles import query
+from fairlane.engine.sqlfiles import query
 from fairlane.waitpoints import complete_token, create_token
 from tests.helpers import executing_run, run_row, run_status, running, wait_until
 from tests.interleave import sessions

@@ -9,10 +9,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairlane.bench.common import percentile
-from fairlane.bench.fairness import jain
-from fairlane.bench.rate import max_in_window
 from fairlane.cli import main
+from fairlane.tools.bench.common import percentile
+from fairlane.tools.bench.fairness import jain
+from fairlane.tools.bench.rate import max_in_window
 
 
 def bench(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from fairlane import TriggerRequest, limits, trigger_many
-from fairlane.sqlfiles import query
+from fairlane.engine.sqlfiles import query
 from tests.interleave import Rows, Session, sessions
 
 CLAIM = query("claim_runs", "fairlane")

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from fairlane import trigger
-from fairlane.sqlfiles import query
+from fairlane.engine.sqlfiles import query
 from tests.helpers import run_row
 from tests.interleave import sessions
 

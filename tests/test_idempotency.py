@@ -12,7 +12,7 @@ import pytest
 
 import fairlane
 from fairlane import Client, RunStatus, TriggerRequest
-from fairlane.idempotency import stored_key
+from fairlane.triggering.idempotency import stored_key
 from tests.helpers import trigger_together
 from tests.interleave import sessions
 from tests.trigger_steps import ids_of, settings_rows, start_many

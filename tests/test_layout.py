@@ -82,20 +82,20 @@ def test_installed_wheel_reads_its_own_sql_and_migrations(
         """
         import sys, sysconfig
         from pathlib import Path
-        import fairlane, fairlane.schema.migrate, fairlane.sqlfiles
+        import fairlane, fairlane.schema.migrate, fairlane.engine.sqlfiles
 
         site = Path(sysconfig.get_paths()["purelib"]).resolve()
         package = Path(fairlane.__file__).resolve().parent
-        sql_dir = Path(str(fairlane.sqlfiles.sql_dir())).resolve()
+        sql_dir = Path(str(fairlane.engine.sqlfiles.sql_dir())).resolve()
         migrations = fairlane.schema.migrate.migrations_dir().resolve()
         assert package == site / "fairlane", package
         assert sql_dir == package / "_sql", sql_dir
         assert migrations == package / "_migrations", migrations
         assert (migrations / "env.py").is_file()
         claim_file = sql_dir / "scheduling" / "claim.sql"
-        packaged = fairlane.sqlfiles.parse_named_statements(claim_file.read_text())
-        claim = fairlane.sqlfiles.query("claim_runs", "fairlane")
-        assert fairlane.sqlfiles._raw_statements()["claim_runs"] == packaged["claim_runs"]
+        packaged = fairlane.engine.sqlfiles.parse_named_statements(claim_file.read_text())
+        claim = fairlane.engine.sqlfiles.query("claim_runs", "fairlane")
+        assert fairlane.engine.sqlfiles._raw_statements()["claim_runs"] == packaged["claim_runs"]
         assert '"fairlane"' in claim and "{schema}" not in claim, claim
         # The packaged migrations run: a schema of its own in the test database.
         fairlane.schema.migrate.upgrade(sys.argv[1], schema="from_wheel")
@@ -109,7 +109,7 @@ def test_installed_wheel_reads_its_own_sql_and_migrations(
 
 
 def test_statements_are_sent_without_their_comment_lines() -> None:
-    from fairlane.sqlfiles import parse_named_statements, query
+    from fairlane.engine.sqlfiles import parse_named_statements, query
 
     source = textwrap.dedent(
         """\

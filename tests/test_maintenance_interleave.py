@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 
 from fairlane import maintenance, trigger
-from fairlane.sqlfiles import query
+from fairlane.engine.sqlfiles import query
 from tests.helpers import run_status, statuses
 from tests.interleave import sessions
 

@@ -17,7 +17,7 @@ from fairlane import (
     trigger_many,
 )
 from fairlane.batches.api import BatchClient
-from fairlane.sqlfiles import query
+from fairlane.engine.sqlfiles import query
 from fairlane.waitpoints import complete_token, create_token
 from tests.helpers import executing_run, insert_edges, run_status, running, statuses, wait_until
 from tests.interleave import sessions

@@ -14,7 +14,7 @@ from psycopg.pq import TransactionStatus
 import fairlane
 from fairlane import Client, Debounce, QueueSizeLimitExceeded, TriggerRequest, limits
 from fairlane.cli import build_parser
-from fairlane.limits_cli import cmd_limits
+from fairlane.cli.limits import cmd_limits
 from tests.helpers import statuses
 from tests.interleave import sessions
 from tests.trigger_steps import settings_rows, start_many

@@ -21,7 +21,7 @@ from fairlane import (
     limits,
 )
 from fairlane.cli import main
-from fairlane.run_control import PAYLOAD_TOO_LARGE
+from fairlane.control import PAYLOAD_TOO_LARGE
 from tests.helpers import run_status, running, wait_until
 
 pytestmark = pytest.mark.anyio

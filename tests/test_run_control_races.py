@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 
 from fairlane import trigger
-from fairlane.sqlfiles import query
+from fairlane.engine.sqlfiles import query
 from tests.helpers import run_status
 from tests.interleave import sessions
 

@@ -28,7 +28,7 @@ from fairlane import (
     TriggerRequest,
     Worker,
 )
-from fairlane.settings import sqlalchemy_url
+from fairlane.config import sqlalchemy_url
 from fairlane.worker.leases import LeaseStore
 from tests.helpers import run_status, running, statuses, wait_until
 

@@ -18,7 +18,7 @@ import fairlane
 from fairlane import Client, Debounce, PayloadError, TriggerOptionError, TriggerRequest
 from fairlane.cli import main
 from fairlane.payload import MAX_JSON_DEPTH
-from fairlane.trigger_checks import (
+from fairlane.triggering.checks import (
     MAX_DEBOUNCE_KEY_LENGTH,
     MAX_NAME_LENGTH,
     MAX_TAG_LENGTH,

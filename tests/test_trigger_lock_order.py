@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from fairlane import Debounce, TriggerRequest, limits
-from fairlane.enqueue import trigger_statement
+from fairlane.triggering.api import trigger_statement
 from tests.interleave import sessions
 from tests.trigger_steps import ids_of, settings_rows, start_many
 

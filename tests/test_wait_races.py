@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from fairlane import limits, trigger
-from fairlane.sqlfiles import query
+from fairlane.engine.sqlfiles import query
 from tests.helpers import claim, executing_run, insert_edges, run_status, wait_on_runs
 from tests.interleave import Session, sessions
 

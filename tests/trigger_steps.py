@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from fairlane import TriggerRequest
-from fairlane.enqueue import trigger_statement
+from fairlane.triggering.api import trigger_statement
 from tests.interleave import Rows, Session
 
 

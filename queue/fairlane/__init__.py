@@ -1,8 +1,8 @@
 """fairlane: a fair, fenced job queue and run engine on PostgreSQL alone."""
 
+from fairlane import maintenance, waitpoints
 from fairlane.client import Client
-from fairlane.debounce import Debounce
-from fairlane.enqueue import trigger, trigger_async, trigger_many, trigger_many_async
+from fairlane.control import CancelResult, RunFilter
 from fairlane.errors import (
     ConfigurationError,
     FairlaneError,
@@ -18,11 +18,13 @@ from fairlane.errors import (
     UnknownTaskError,
     WaitpointNotFoundError,
 )
-from fairlane.idempotency import IdempotencyScope
 from fairlane.models import FINAL_STATUSES, ClaimedRun, Run, RunStatus
 from fairlane.retry import Backoff
-from fairlane.run_control import CancelResult, RunFilter
-from fairlane.trigger import TriggerRequest
+from fairlane.scheduling import limits
+from fairlane.triggering.api import trigger, trigger_async, trigger_many, trigger_many_async
+from fairlane.triggering.debounce import Debounce
+from fairlane.triggering.idempotency import IdempotencyScope
+from fairlane.triggering.request import TriggerRequest
 from fairlane.worker import RunContext, TaskRegistry, Worker, WorkerStats
 
 __all__ = [

@@ -3,9 +3,8 @@
 A ``Client`` owns at most one async and one sync connection, opened on first use and used
 one statement at a time, each committed on return. A new connection is checked first: a
 database whose schema is not this fairlane's raises ``SchemaMismatchError``. To trigger inside
-your own transaction,
-use ``fairlane.trigger`` with your connection or session instead. Every async method has a
-``_sync`` twin.
+your own transaction, use ``fairlane.trigger`` with your connection or session instead. Every
+async method has a ``_sync`` twin.
 """
 
 from __future__ import annotations
@@ -19,17 +18,17 @@ from typing import Any, Self
 import anyio
 import psycopg
 
-from fairlane import enqueue
-from fairlane import run_control as control
+from fairlane import control
+from fairlane.config import database_url, psycopg_dsn, schema_name
+from fairlane.control import CancelResult, RunFilter
 from fairlane.durations import Duration
+from fairlane.engine.rows import run_from_row
+from fairlane.engine.sqlfiles import query
 from fairlane.errors import RunNotFoundError
 from fairlane.models import Run
-from fairlane.rows import run_from_row
-from fairlane.run_control import CancelResult, RunFilter
 from fairlane.schema.check import check_schema, check_schema_async
-from fairlane.settings import database_url, psycopg_dsn, schema_name
-from fairlane.sqlfiles import query
-from fairlane.trigger import TriggerRequest
+from fairlane.triggering import api as enqueue
+from fairlane.triggering.request import TriggerRequest
 
 Row = tuple[Any, ...]
 

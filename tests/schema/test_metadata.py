@@ -17,10 +17,10 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, pool
 
 from fairlane import Client, RunStatus
+from fairlane.config import sqlalchemy_url
 from fairlane.errors import ConfigurationError
 from fairlane.schema import VERSION_TABLE, build_metadata, migrate
 from fairlane.schema.objects import manifest
-from fairlane.settings import sqlalchemy_url
 
 # What every schema holds at head: the metadata's tables plus the version table, and every
 # function that sql/ defines.

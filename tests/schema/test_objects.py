@@ -14,10 +14,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from fairlane.engine.sqlfiles import parse_entries
 from fairlane.schema import migrate
 from fairlane.schema.install import install_objects
 from fairlane.schema.objects import SqlObject, build_objects, manifest
-from fairlane.sqlfiles import parse_entries
 from tests.schema.catalog import differences, snapshot
 
 PROBE = "probe"

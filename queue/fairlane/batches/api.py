@@ -30,6 +30,8 @@ from fairlane.batches.ndjson import (
     ParsedLine,
     check_first_index,
 )
+from fairlane.config import database_url, psycopg_dsn, schema_name
+from fairlane.engine.sqlfiles import query
 from fairlane.errors import (
     BatchAbortedError,
     BatchIndexError,
@@ -41,8 +43,6 @@ from fairlane.errors import (
 )
 from fairlane.payload import encode_json
 from fairlane.schema.check import check_schema_async
-from fairlane.settings import database_url, psycopg_dsn, schema_name
-from fairlane.sqlfiles import query
 
 AsyncConn = psycopg.AsyncConnection[Any]
 # Parsed items sent per statement.

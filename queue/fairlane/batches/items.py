@@ -13,8 +13,8 @@ from dataclasses import fields
 from datetime import datetime, timedelta
 from typing import Any
 
-from fairlane.debounce import Debounce
-from fairlane.trigger import TriggerRequest, insert_params
+from fairlane.triggering.debounce import Debounce
+from fairlane.triggering.request import TriggerRequest, insert_params
 
 # Options of an item that it may not set: the batch decides them.
 _FIXED = {"task", "payload", "environment"}

@@ -20,11 +20,11 @@ import psycopg
 
 from fairlane.batches.api import create_batch
 from fairlane.batches.items import item_options
-from fairlane.enqueue import trigger_many_async
+from fairlane.engine.sqlfiles import query
 from fairlane.errors import FairlaneError, PayloadError, QueueSizeLimitExceeded, TriggerOptionError
 from fairlane.payload import encode_json
-from fairlane.sqlfiles import query
-from fairlane.trigger import TriggerRequest, insert_params
+from fairlane.triggering.api import trigger_many_async
+from fairlane.triggering.request import TriggerRequest, insert_params
 from fairlane.waitpoints import WaitResult
 
 AsyncConn = psycopg.AsyncConnection[Any]

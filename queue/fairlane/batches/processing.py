@@ -28,12 +28,12 @@ import psycopg
 from psycopg import sql
 
 from fairlane.batches.items import item_request
-from fairlane.enqueue import trigger_many_async
+from fairlane.control import BATCH_ITEM_COULD_NOT_TRIGGER
+from fairlane.engine.sqlfiles import query
 from fairlane.errors import FairlaneError
 from fairlane.retry import Backoff
-from fairlane.run_control import BATCH_ITEM_COULD_NOT_TRIGGER
-from fairlane.sqlfiles import query
-from fairlane.trigger import BATCH_QUEUE
+from fairlane.triggering.api import trigger_many_async
+from fairlane.triggering.request import BATCH_QUEUE
 
 if TYPE_CHECKING:
     from fairlane.worker.context import RunContext

@@ -17,12 +17,12 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from fairlane.config import database_url, psycopg_dsn, schema_name
+from fairlane.engine.sqlfiles import query
 from fairlane.errors import SchemaMismatchError
 from fairlane.schema.migrate import migrations_dir
 from fairlane.schema.objects import expected_checksums
 from fairlane.schema.tables import VERSION_TABLE
-from fairlane.settings import database_url, psycopg_dsn, schema_name
-from fairlane.sqlfiles import query
 
 # The revision this package needs: the head of migrations/versions (a test holds them equal).
 SCHEMA_REVISION = "0013"

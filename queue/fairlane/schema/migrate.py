@@ -18,10 +18,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from psycopg import sql
 
+from fairlane.config import database_url, psycopg_dsn, schema_name, sqlalchemy_url
 from fairlane.errors import ConfigurationError
 from fairlane.schema.install import InstallResult, drop_objects, install_objects, migration_lock
 from fairlane.schema.tables import VERSION_TABLE
-from fairlane.settings import database_url, psycopg_dsn, schema_name, sqlalchemy_url
 
 SCHEMA_ATTRIBUTE = "fairlane_schema"
 URL_ATTRIBUTE = "fairlane_url"

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
+from fairlane.engine.sqlfiles import Entry, object_entries, render
 from fairlane.errors import SchemaObjectError
-from fairlane.sqlfiles import Entry, object_entries, render
 
 _REFERENCE = re.compile(r"\{schema\}\.(\w+)")
 # Every function and trigger that releases before the install step (revisions up to 0009)

@@ -21,8 +21,8 @@ def schema() -> str:
     """The schema the running migration targets."""
     from alembic import context
 
+    from fairlane.config import schema_name
     from fairlane.schema.migrate import SCHEMA_ATTRIBUTE
-    from fairlane.settings import schema_name
 
     return schema_name(context.config.attributes.get(SCHEMA_ATTRIBUTE))
 

@@ -79,8 +79,8 @@ def _runs(metadata: MetaData) -> Table:
         # The run that triggered this one: cancel reaches down through it (no foreign key, so
         # pruning a finished parent never touches its children).
         Column("parent_run_id", BigInteger),
-        # SHA-256 of the caller's key and scope (fairlane.idempotency). Unique per environment
-        # and task while set; freeing a key moves it to inactive_idempotency_key.
+        # SHA-256 of the caller's key and scope (fairlane.triggering.idempotency). Unique per
+        # environment and task while set; freeing a key moves it to inactive_idempotency_key.
         Column("idempotency_key", Text),
         Column("idempotency_key_expires_at", DateTime(timezone=True)),
         Column("inactive_idempotency_key", Text),

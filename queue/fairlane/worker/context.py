@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from fairlane.errors import FairlaneError
 from fairlane.models import ClaimedRun
-from fairlane.trigger import TriggerRequest
+from fairlane.triggering.request import TriggerRequest
 from fairlane.waitpoints import WaitResult
 
 if TYPE_CHECKING:

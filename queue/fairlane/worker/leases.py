@@ -17,9 +17,9 @@ from uuid import UUID
 import psycopg
 from psycopg.types.json import set_json_loads
 
+from fairlane.engine.rows import claimed_from_row
+from fairlane.engine.sqlfiles import query
 from fairlane.models import ClaimedRun
-from fairlane.rows import claimed_from_row
-from fairlane.sqlfiles import query
 
 AsyncConn = psycopg.AsyncConnection[Any]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import anyio
 import psycopg
 
-from fairlane.sqlfiles import query
+from fairlane.engine.sqlfiles import query
 from fairlane.worker.connections import LoopConnection
 
 log = logging.getLogger("fairlane.worker")

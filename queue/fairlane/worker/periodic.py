@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import psycopg
 
-from fairlane.sqlfiles import query
+from fairlane.engine.sqlfiles import query
 from fairlane.worker.connections import LoopConnection
 from fairlane.worker.stats import WorkerStats
 

@@ -22,15 +22,15 @@ import psycopg
 
 from fairlane.batches.parent import BATCH_EDGE, batch_results, make_parent_batch
 from fairlane.durations import seconds
-from fairlane.enqueue import trigger_many_async
+from fairlane.engine.sqlfiles import query
 from fairlane.errors import (
     FairlaneError,
     LeaseLostError,
     RunNotFoundError,
     WaitpointNotFoundError,
 )
-from fairlane.sqlfiles import query
-from fairlane.trigger import TriggerRequest
+from fairlane.triggering.api import trigger_many_async
+from fairlane.triggering.request import TriggerRequest
 from fairlane.waitpoints import WaitResult
 from fairlane.worker.connections import LoopConnection
 

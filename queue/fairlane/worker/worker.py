@@ -27,10 +27,10 @@ import psycopg
 from anyio.abc import TaskGroup, TaskStatus
 
 from fairlane.batches import processing as batch_processing
+from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.errors import SchemaMismatchError
 from fairlane.models import ClaimedRun
 from fairlane.schema.check import check_schema_async
-from fairlane.settings import database_url, psycopg_dsn, schema_name
 from fairlane.worker import cancels, heartbeat, notifier, periodic
 from fairlane.worker.connections import LoopConnection
 from fairlane.worker.context import RunContext

@@ -18,7 +18,7 @@ from typing import Literal
 
 from fairlane.durations import Duration, seconds
 from fairlane.errors import TriggerOptionError
-from fairlane.trigger_checks import MAX_DEBOUNCE_KEY_LENGTH, check_text
+from fairlane.triggering.checks import MAX_DEBOUNCE_KEY_LENGTH, check_text
 
 # The seeds' minimum: a shorter window debounces nothing useful and only churns the run row.
 MIN_DELAY_S = 1.0

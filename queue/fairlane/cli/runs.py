@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from fairlane.client import Client
+from fairlane.control import RunFilter
 from fairlane.models import Run, RunStatus
-from fairlane.run_control import RunFilter
 
 
 def _client(args: argparse.Namespace) -> Client:

@@ -23,7 +23,9 @@ from typing import Any
 import anyio
 import psycopg
 
-from fairlane.bench.common import (
+from fairlane.client import Client
+from fairlane.scheduling.limits import set_environment, set_queue
+from fairlane.tools.bench.common import (
     SCHEMA,
     count_statuses,
     emit,
@@ -31,13 +33,11 @@ from fairlane.bench.common import (
     run_async,
     server_url,
 )
-from fairlane.bench.enqueue import BATCH, TASK, open_client, trigger_bulk
-from fairlane.client import Client
-from fairlane.limits import set_environment, set_queue
-from fairlane.trigger import TriggerRequest
+from fairlane.tools.bench.enqueue import BATCH, TASK, open_client, trigger_bulk
+from fairlane.triggering.request import TriggerRequest
 from fairlane.worker import RunContext, TaskRegistry, Worker
 
-log = logging.getLogger("fairlane.bench")
+log = logging.getLogger("fairlane.tools.bench")
 
 # Once every handler has run, how often the database is asked whether all runs are done.
 POLL_S = 0.005

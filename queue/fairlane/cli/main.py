@@ -15,11 +15,11 @@ from typing import Any
 import anyio
 
 from fairlane.client import Client
+from fairlane.config import schema_name
+from fairlane.engine.sqlfiles import query
 from fairlane.errors import FairlaneError, PayloadError, SchemaMismatchError
 from fairlane.schema import migrate
 from fairlane.schema.check import connect_checked
-from fairlane.settings import schema_name
-from fairlane.sqlfiles import query
 from fairlane.worker import TaskRegistry, Worker
 
 Command = Callable[[argparse.Namespace], int]
@@ -201,12 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_status)
 
     for module in (
-        "fairlane.runs_cli",
-        "fairlane.limits_cli",
-        "fairlane.maintenance_cli",
-        "fairlane.batches.cli",
-        "fairlane.bench.cli",
-        "fairlane.demo",
+        "fairlane.cli.runs",
+        "fairlane.cli.limits",
+        "fairlane.cli.maintenance",
+        "fairlane.cli.batches",
+        "fairlane.cli.bench",
+        "fairlane.tools.demo",
     ):
         try:
             importlib.import_module(module).add_parser(commands)

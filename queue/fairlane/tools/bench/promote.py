@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import psycopg
 
-from fairlane.bench.common import (
+from fairlane.tools.bench.common import (
     SCHEMA,
     count_statuses,
     emit,
@@ -28,8 +28,8 @@ from fairlane.bench.common import (
     run_async,
     server_url,
 )
-from fairlane.bench.enqueue import BATCH, TASK, open_client
-from fairlane.trigger import TriggerRequest
+from fairlane.tools.bench.enqueue import BATCH, TASK, open_client
+from fairlane.triggering.request import TriggerRequest
 from fairlane.worker.periodic import run_due_jobs
 
 POLL_S = 0.005

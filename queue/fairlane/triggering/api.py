@@ -19,10 +19,10 @@ import psycopg
 from sqlalchemy.engine import Connection as SAConnection
 from sqlalchemy.orm import Session
 
+from fairlane.config import schema_name
+from fairlane.engine.sqlfiles import query
 from fairlane.errors import QueueSizeLimitExceeded, UnsupportedConnectionError
-from fairlane.settings import schema_name
-from fairlane.sqlfiles import query
-from fairlane.trigger import TriggerRequest, insert_params
+from fairlane.triggering.request import TriggerRequest, insert_params
 
 if TYPE_CHECKING:
     # SQLAlchemy's asyncio extension needs greenlet; only callers who use it must have it.

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from fairlane.errors import TriggerOptionError
 
 if TYPE_CHECKING:
-    from fairlane.trigger import TriggerRequest
+    from fairlane.triggering.request import TriggerRequest
 
 MAX_NAME_LENGTH = 128
 MAX_TAGS = 10

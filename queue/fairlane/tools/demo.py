@@ -1,8 +1,8 @@
 """``fairlane demo``: a small multi-tenant workload run end to end, with live progress.
 
 It picks a database (``--dsn`` or ``DATABASE_URL``; else the local server at the default
-address if one answers; else an embedded PostgreSQL in ``.pgdata/``, see ``fairlane.embedded``),
-migrates it, starts a worker and triggers a few hundred runs in each of three environments,
+address if one answers; else an embedded PostgreSQL in ``.pgdata/``, see
+``fairlane.tools.embedded``), migrates it, starts a worker and triggers a few hundred runs in each of three environments,
 in waves, through the same statement an application uses. Two tasks: ``thumbnail`` (async)
 and ``send_email`` (sync, so it runs in a worker thread). About one run in ten fails on its
 first attempt and is retried after a short backoff; a few ``send_email`` runs always fail and
@@ -12,8 +12,8 @@ expected.
 
 The demo keeps to its own schema (``fairlane_demo`` unless ``--schema`` or ``FAIRLANE_SCHEMA``
 says otherwise) and its worker claims only from the demo's environments, so a demo on a shared
-database neither sees nor disturbs other runs. The registry is ``fairlane.demo:tasks``:
-``FAIRLANE_SCHEMA=fairlane_demo fairlane worker fairlane.demo:tasks`` runs the same handlers.
+database neither sees nor disturbs other runs. The registry is ``fairlane.tools.demo:tasks``:
+``FAIRLANE_SCHEMA=fairlane_demo fairlane worker fairlane.tools.demo:tasks`` runs the same handlers.
 """
 
 from __future__ import annotations
@@ -39,13 +39,13 @@ from psycopg import sql
 from sqlalchemy.exc import DBAPIError
 
 from fairlane.client import Client
-from fairlane.embedded import choose_database
+from fairlane.config import psycopg_dsn, schema_name
 from fairlane.errors import FairlaneError
 from fairlane.models import FINAL_STATUSES, RunStatus
 from fairlane.retry import Backoff
 from fairlane.schema import migrate
-from fairlane.settings import psycopg_dsn, schema_name
-from fairlane.trigger import TriggerRequest
+from fairlane.tools.embedded import choose_database
+from fairlane.triggering.request import TriggerRequest
 from fairlane.worker import RunContext, TaskRegistry, Worker
 
 ENVIRONMENTS = ("demo-acme", "demo-globex", "demo-initech")

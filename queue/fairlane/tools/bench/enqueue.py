@@ -10,7 +10,9 @@ from typing import Any
 import anyio
 import psycopg
 
-from fairlane.bench.common import (
+from fairlane.client import Client
+from fairlane.errors import RunNotFoundError
+from fairlane.tools.bench.common import (
     SCHEMA,
     count_statuses,
     emit,
@@ -18,9 +20,7 @@ from fairlane.bench.common import (
     run_async,
     server_url,
 )
-from fairlane.client import Client
-from fairlane.errors import RunNotFoundError
-from fairlane.trigger import TriggerRequest
+from fairlane.triggering.request import TriggerRequest
 
 TASK = "noop"
 BATCH = 1000

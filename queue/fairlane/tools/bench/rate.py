@@ -17,7 +17,8 @@ from typing import Any
 import anyio
 import psycopg
 
-from fairlane.bench.common import (
+from fairlane.scheduling.limits import set_scheduler
+from fairlane.tools.bench.common import (
     SCHEMA,
     count_statuses,
     emit,
@@ -25,9 +26,8 @@ from fairlane.bench.common import (
     run_async,
     server_url,
 )
-from fairlane.bench.drain import TIMEOUT_S, wait_all_done
-from fairlane.bench.enqueue import BATCH, TASK, open_client, trigger_bulk
-from fairlane.limits import set_scheduler
+from fairlane.tools.bench.drain import TIMEOUT_S, wait_all_done
+from fairlane.tools.bench.enqueue import BATCH, TASK, open_client, trigger_bulk
 from fairlane.worker import RunContext, TaskRegistry, Worker
 
 

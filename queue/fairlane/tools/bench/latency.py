@@ -15,7 +15,8 @@ from typing import Any
 import anyio
 import psycopg
 
-from fairlane.bench.common import (
+from fairlane.client import Client
+from fairlane.tools.bench.common import (
     SCHEMA,
     count_statuses,
     emit,
@@ -24,8 +25,7 @@ from fairlane.bench.common import (
     run_async,
     server_url,
 )
-from fairlane.bench.enqueue import open_client
-from fairlane.client import Client
+from fairlane.tools.bench.enqueue import open_client
 from fairlane.worker import RunContext, TaskRegistry, Worker
 
 TASK = "latency"

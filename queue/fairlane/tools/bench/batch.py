@@ -21,10 +21,10 @@ import anyio
 import psycopg
 
 from fairlane.batches.api import BatchClient
-from fairlane.bench.common import SCHEMA, emit, fresh_database, run_async, server_url
+from fairlane.tools.bench.common import SCHEMA, emit, fresh_database, run_async, server_url
 from fairlane.worker import RunContext, TaskRegistry, Worker
 
-log = logging.getLogger("fairlane.bench")
+log = logging.getLogger("fairlane.tools.bench")
 
 TASK = "bench.noop"
 ENVIRONMENT = "bench"

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from fairlane import limits
+from fairlane.scheduling import limits
 from fairlane.schema.check import connect_checked
 
 

@@ -46,7 +46,7 @@ def sql_dir() -> Traversable:
     packaged = resources.files("fairlane") / "_sql"
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parents[2] / "sql"
+    return Path(__file__).resolve().parents[3] / "sql"
 
 
 def parse_entries(source: str, filename: str = "<string>") -> list[Entry]:

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from fairlane.debounce import Debounce, debounce_params
 from fairlane.durations import MAX_SECONDS, Duration, seconds
 from fairlane.errors import PayloadError, TriggerOptionError
-from fairlane.idempotency import IdempotencyScope, stored_key
 from fairlane.payload import encode_json
-from fairlane.trigger_checks import BATCH_QUEUE, MAX_ATTEMPTS_CEILING, check_request
+from fairlane.triggering.checks import BATCH_QUEUE, MAX_ATTEMPTS_CEILING, check_request
+from fairlane.triggering.debounce import Debounce, debounce_params
+from fairlane.triggering.idempotency import IdempotencyScope, stored_key
 
 __all__ = ["BATCH_QUEUE", "MAX_ATTEMPTS_CEILING", "MAX_SECONDS", "TriggerRequest", "insert_params"]
 

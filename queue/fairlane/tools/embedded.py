@@ -16,8 +16,8 @@ else the local server at the default address when something answers there; else 
 embedded server. ``FAIRLANE_EMBEDDED=1`` (or ``fairlane demo --embedded``) forces the embedded
 server even when another one answers; ``FAIRLANE_EMBEDDED=0`` forbids it.
 
-``python -m fairlane.embedded start`` starts a server that outlives the command and prints its
-URL; ``python -m fairlane.embedded stop`` stops it.
+``python -m fairlane.tools.embedded start`` starts a server that outlives the command and prints its
+URL; ``python -m fairlane.tools.embedded stop`` stops it.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 from urllib.parse import quote
 
+from fairlane.config import DEFAULT_DATABASE_URL, psycopg_dsn
 from fairlane.errors import ConfigurationError
-from fairlane.settings import DEFAULT_DATABASE_URL, psycopg_dsn
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -50,12 +50,12 @@ EMBEDDED_ENV = "FAIRLANE_EMBEDDED"
 DATA_DIR_ENV = "FAIRLANE_PGDATA"
 DATABASE = "fairlane"
 
-log = logging.getLogger("fairlane.embedded")
+log = logging.getLogger("fairlane.tools.embedded")
 
 
 def source_root() -> Path | None:
     """The top of the source tree when fairlane runs from one (an editable install)."""
-    top = Path(__file__).resolve().parents[2]
+    top = Path(__file__).resolve().parents[4]
     return top if (top / "pyproject.toml").is_file() and (top / "queue").is_dir() else None
 
 
@@ -248,7 +248,7 @@ def _pid_alive(pid: int) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m fairlane.embedded",
+        prog="python -m fairlane.tools.embedded",
         description="Start (and print the URL of) or stop the embedded PostgreSQL server.",
     )
     parser.add_argument("action", choices=["start", "stop"])

@@ -17,10 +17,10 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from fairlane.config import psycopg_dsn
 from fairlane.schema import migrate
-from fairlane.settings import psycopg_dsn
 
-log = logging.getLogger("fairlane.bench")
+log = logging.getLogger("fairlane.tools.bench")
 
 DEFAULT_SERVER_URL = "postgresql://127.0.0.1:5432/postgres"
 SCHEMA = "fairlane"

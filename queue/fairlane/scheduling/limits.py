@@ -14,9 +14,9 @@ from typing import Any
 
 import psycopg
 
+from fairlane.config import schema_name
+from fairlane.engine.sqlfiles import query
 from fairlane.errors import TriggerOptionError
-from fairlane.settings import schema_name
-from fairlane.sqlfiles import query
 
 UNCHANGED: Any = object()
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fairlane.bench import batch, drain, enqueue, fairness, latency, promote, rate
-from fairlane.bench.common import LOOPS
+from fairlane.tools.bench import batch, drain, enqueue, fairness, latency, promote, rate
+from fairlane.tools.bench.common import LOOPS
 
 
 def add_parser(commands: Any) -> None:

@@ -1,45 +1,21 @@
-"""Waitpoint results and manual tokens.
+"""Tokens: waitpoints that code completes by hand.
 
-A handler waits through its ``RunContext`` (``trigger_and_wait``, ``batch_trigger_and_wait``,
-``wait_until``, ``wait_for_token``). Tokens are created and completed by any code holding a
-connection, inside or outside a worker.
+A handler waits on one with ``ctx.wait_for_token``; tokens are created and completed by any code
+holding a connection, inside or outside a worker.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
+from fairlane.config import schema_name
 from fairlane.durations import Duration, seconds
+from fairlane.engine.sqlfiles import query
 from fairlane.payload import encode_json
-from fairlane.settings import schema_name
-from fairlane.sqlfiles import query
 
 DEFAULT_TOKEN_KEY_TTL_S = 30 * 24 * 3600.0
-
-
-@dataclass(frozen=True, slots=True)
-class WaitResult:
-    """How a waitpoint completed: ``ok`` with ``output``, or an ``error`` the waiter inspects.
-
-    For a run, ``output`` is its result; ``error`` holds its final ``status`` (FAILED, CRASHED,
-    TIMED_OUT, EXPIRED, CANCELED, SYSTEM_FAILURE) and the stored error. For a token that timed
-    out, ``error["code"]`` is ``WAITPOINT_TIMEOUT``.
-    """
-
-    ok: bool
-    output: Any = None
-    error: dict[str, Any] | None = None
-    run_id: int | None = None
-
-    @classmethod
-    def from_row(cls, is_error: bool, output: Any, run_id: int | None) -> WaitResult:
-        if is_error:
-            error = output if isinstance(output, dict) else {"message": str(output)}
-            return cls(ok=False, error=error, run_id=run_id)
-        return cls(ok=True, output=output, run_id=run_id)
 
 
 def _token_params(

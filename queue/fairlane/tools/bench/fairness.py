@@ -25,7 +25,8 @@ from typing import Any
 import anyio
 import psycopg
 
-from fairlane.bench.common import (
+from fairlane.client import Client
+from fairlane.tools.bench.common import (
     SCHEMA,
     count_statuses,
     emit,
@@ -33,10 +34,9 @@ from fairlane.bench.common import (
     run_async,
     server_url,
 )
-from fairlane.bench.drain import TIMEOUT_S, wait_all_done
-from fairlane.bench.enqueue import BATCH, open_client
-from fairlane.client import Client
-from fairlane.trigger import TriggerRequest
+from fairlane.tools.bench.drain import TIMEOUT_S, wait_all_done
+from fairlane.tools.bench.enqueue import BATCH, open_client
+from fairlane.triggering.request import TriggerRequest
 from fairlane.worker import RunContext, TaskRegistry, Worker
 
 TASK = "fair"

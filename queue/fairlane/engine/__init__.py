@@ -1,0 +1,1 @@
+"""The one layer over fairlane's SQL."""

@@ -1,0 +1,1 @@
+"""Scheduling settings: caps, pauses, size limits, the fair scheduler's knobs, the rate limit."""

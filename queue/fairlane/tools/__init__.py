@@ -1,0 +1,1 @@
+"""Tooling around the library: the demo, the embedded PostgreSQL server, the benchmarks."""
