@@ -23,7 +23,7 @@ from pytest_postgresql import factories
 from pytest_postgresql.janitor import DatabaseJanitor
 
 from fairlane.schema import migrate
-from fairlane.worker.leases import LeaseStore
+from fairlane.worker.lease_store import LeaseStore
 
 SESSION_DB = f"fairlane_test_{os.getpid()}"
 

@@ -16,7 +16,7 @@ from psycopg.rows import dict_row
 from fairlane import RunStatus, Worker, trigger
 from fairlane.engine.sqlfiles import query
 from fairlane.models import ClaimedRun
-from fairlane.worker.leases import Completion, Lease, LeaseStore
+from fairlane.worker.lease_store import Completion, Lease, LeaseStore
 from tests.interleave import Session
 
 

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from fairlane import RunContext, TaskRegistry, TriggerRequest, Worker, trigger_many
-from fairlane.worker.leases import LeaseStore
+from fairlane.worker.lease_store import LeaseStore
 from tests.helpers import claim_and_complete, running, wait_until
 
 pytestmark = pytest.mark.anyio

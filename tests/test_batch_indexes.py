@@ -9,10 +9,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairlane.batches.api import BatchClient
-from fairlane.batches.ndjson import BatchLineError
+from fairlane import AsyncBatchClient
 from fairlane.cli import main as cli_main
-from fairlane.errors import BatchOffsetError
+from fairlane.errors import BatchLineError, BatchOffsetError
 from tests.helpers import running, wait_until
 from tests.test_batches import batch_done, batch_row, batch_runs, chunked, ndjson, set_setting
 from tests.test_batches import worker as batch_worker
@@ -29,7 +28,7 @@ async def test_an_index_nested_in_an_oversized_payload_takes_no_other_items_plac
         {"task": "echo", "payload": 1, "index": 1},
         {"task": "echo", "payload": 2, "index": 2},
     ]
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         batch = await batches.create("env", 3)
         result = await batches.ingest(batch.id, chunked(ndjson(items), 64))
         assert (result.accepted, result.received, result.sealed, result.oversized) == (
@@ -50,7 +49,7 @@ async def test_a_stream_without_indexes_resumes_from_first_index(
 ) -> None:
     lines = ndjson([{"task": "echo", "payload": i} for i in range(6)]).splitlines(keepends=True)
     broken = b"".join(lines[:2]) + b'{"task": "echo", "payload": \n' + b"".join(lines[3:])
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         batch = await batches.create("env", 6)
         with pytest.raises(BatchLineError) as bad:
             await batches.ingest(batch.id, chunked(broken, 10))
@@ -67,7 +66,7 @@ async def test_a_stream_without_indexes_resumes_from_first_index(
 async def test_a_bad_first_index_is_refused_before_anything_is_sent(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         batch = await batches.create("env", 2)
         with pytest.raises(BatchOffsetError):
             await batches.ingest(batch.id, chunked(ndjson([{"task": "echo"}]), 10), first_index=-1)

@@ -16,10 +16,9 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import RunContext, TaskRegistry, Worker, limits, trigger
-from fairlane.batches.api import BatchClient
+from fairlane import AsyncBatchClient, RunContext, TaskRegistry, Worker, limits, trigger
 from fairlane.errors import QueueSizeLimitExceeded, TriggerOptionError
-from fairlane.worker.leases import LeaseStore
+from fairlane.worker.lease_store import LeaseStore
 from tests.helpers import running, wait_until
 from tests.test_batches import batch_row, chunked, ndjson
 
@@ -39,7 +38,7 @@ def tasks() -> TaskRegistry:
 async def batch_of(dsn: str, environment: str, count: int, **options: Any) -> int:
     """A sealed batch of ``count`` echo items with trigger ``options``."""
     items = [{"task": "echo", "payload": i, "options": options} for i in range(count)]
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         batch = await batches.create(environment, count)
         result = await batches.ingest(batch.id, chunked(ndjson(items), 4096))
     assert result.sealed
@@ -108,7 +107,7 @@ async def test_carriers_and_user_runs_do_not_share_the_environments_cap(
         claimed = await store.claim(conn, 10)
         assert [run.queue for run in claimed] == ["__batches__"] * 2
     # The batch concurrency still caps the carriers themselves.
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         await batches.set_limits("env", concurrency=2)
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await batch_of(dsn, "env", 4)

@@ -11,8 +11,7 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import RunContext, TaskRegistry, Worker
-from fairlane.batches.api import BatchClient
+from fairlane import AsyncBatchClient, RunContext, TaskRegistry, Worker
 from tests.helpers import running, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -46,7 +45,7 @@ async def resend_until_recorded(dsn: str, batch_id: int, lines: list[bytes], see
     one was in already)."""
     shuffle = random.Random(seed).shuffle
     accepted = 0
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         for _ in range(MAX_ROUNDS):
             if (await batches.get(batch_id)).succeeded >= len(lines):
                 break
@@ -85,7 +84,7 @@ async def test_resends_while_a_worker_processes_items_never_deadlock(
         json.dumps({"index": i, "task": "echo", "payload": i}).encode() + b"\n"
         for i in range(ITEMS)
     ]
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         batch = await batches.create("env", ITEMS)
         await batches.set_limits("env", concurrency=16)
         first = await batches.ingest(batch.id, stream(lines[:FIRST]))

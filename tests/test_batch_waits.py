@@ -10,7 +10,8 @@ import psycopg
 import pytest
 
 from fairlane import (
-    Client,
+    AsyncBatchClient,
+    AsyncClient,
     RunContext,
     TaskRegistry,
     TriggerRequest,
@@ -19,7 +20,6 @@ from fairlane import (
     maintenance,
     trigger,
 )
-from fairlane.batches.api import BatchClient
 from fairlane.engine.sqlfiles import query
 from fairlane.waitpoints import complete_token, create_token
 from tests.helpers import executing_run, run_row, run_status, running, wait_until
@@ -62,7 +62,7 @@ async def test_the_parent_resumes_when_every_child_is_final_not_when_they_exist(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
     gate = create_token(db)
-    async with Client(dsn) as client, running(worker(dsn, registry(gate))):
+    async with AsyncClient(dsn) as client, running(worker(dsn, registry(gate))):
         parent = await client.trigger("parent", {})
         waiting_children = (
             "SELECT count(*) FROM fairlane.runs WHERE task = 'child' AND status = 'WAITING'"
@@ -88,7 +88,7 @@ async def test_an_item_that_cannot_become_a_run_is_pre_failed_and_the_others_go_
         {"task": "child", "payload": "y" * 100},  # past the item size limit
         {"task": "child", "payload": 5},
     ]
-    async with Client(dsn) as client, running(worker(dsn, registry())):
+    async with AsyncClient(dsn) as client, running(worker(dsn, registry())):
         parent = await client.trigger("parent", {"extra": extra})
         await wait_until(lambda: run_status(db, parent) == "COMPLETED", what="the parent")
     assert run_row(db, parent)["result"] == [
@@ -101,9 +101,9 @@ async def test_the_item_cap_and_the_batch_rate_limit_apply(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
     maintenance.set_setting(db, "batch_max_items", 3)
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         await batches.set_limits("slow", refill_amount=0, bucket_max=2)
-    async with Client(dsn) as client, running(worker(dsn, registry())):
+    async with AsyncClient(dsn) as client, running(worker(dsn, registry())):
         too_many = await client.trigger("parent", {}, max_attempts=1)
         await wait_until(lambda: run_status(db, too_many) == "FAILED", what="the cap")
         maintenance.set_setting(db, "batch_max_items", 1000)
@@ -120,7 +120,7 @@ async def test_children_a_full_queue_refuses_go_through_carriers_and_complete(
     """The inline trigger is refused (queue q holds 2), so the items go to carriers, which
     retry with backoff while the queue drains: every child still runs, in one call."""
     limits.set_queue(db, "default", "q", size_limit=2)
-    async with Client(dsn) as client, running(worker(dsn, registry())):
+    async with AsyncClient(dsn) as client, running(worker(dsn, registry())):
         parent = await client.trigger("parent", {"options": {"queue": "q"}})
         await wait_until(
             lambda: run_status(db, parent) == "COMPLETED", what="the parent", within=60
@@ -137,7 +137,7 @@ def batch_with_parent(db: psycopg.Connection[Any], dsn: str) -> tuple[int, int, 
     parent, token = executing_run(db, "parent")
 
     async def make() -> tuple[int, int]:
-        async with BatchClient(dsn) as batches:
+        async with AsyncBatchClient(dsn) as batches:
             batch = await batches.create("default", 1, parent_run_id=parent)
 
             async def item() -> Any:

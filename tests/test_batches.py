@@ -12,15 +12,21 @@ import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 
-from fairlane import RunContext, TaskRegistry, Worker
-from fairlane.batches.api import BatchClient, IngestResult, ingest_items
-from fairlane.batches.ndjson import BatchLineError
+from fairlane import (
+    AsyncBatchClient,
+    AsyncClient,
+    IngestResult,
+    RunContext,
+    TaskRegistry,
+    Worker,
+    ingest_items,
+)
 from fairlane.batches.processing import BATCH_ITEM_TASK, BatchItemProcessor
 from fairlane.cli import main as cli_main
-from fairlane.client import Client
 from fairlane.errors import (
     BatchAbortedError,
     BatchIndexError,
+    BatchLineError,
     BatchRateLimitedError,
     BatchTooLargeError,
     BatchTransactionError,
@@ -106,7 +112,7 @@ async def batch_done(db: psycopg.Connection[Any], batch_id: int) -> bool:
 async def test_create_charges_the_bucket_and_refuses_with_time_to_retry(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         await batches.set_limits("tight", refill_amount=10, refill_interval_s=10, bucket_max=20)
         first = await batches.create("tight", 15)
         assert (first.status, first.sealed, first.run_count) == ("PENDING", False, 15)
@@ -142,7 +148,7 @@ async def test_items_stream_in_chunks_oversized_lines_are_pre_failed(
     lines = ndjson(items[:2]) + b"\n  \n"
     big = {"task": "echo", "index": 2, "payload": "x" * 1000}
     lines += json.dumps(big).encode() + b"\n" + ndjson(items[3:])
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         batch = await batches.create("env", 6)
         result = await batches.ingest(batch.id, chunked(lines, chunk))
         assert (result.accepted, result.received, result.sealed, result.oversized) == (
@@ -174,7 +180,7 @@ async def test_a_bad_line_keeps_what_came_before_and_a_resend_completes(
     good = ndjson(items)
     broken = ndjson(items[:2]) + b'{"task": "echo", "payload": \n' + ndjson(items[3:])
     progress: list[IngestResult] = []
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         batch = await batches.create("env", 5)
         with pytest.raises(BatchLineError) as bad:
             await batches.ingest(batch.id, chunked(broken, 5), progress=progress.append)
@@ -213,7 +219,7 @@ async def test_an_item_that_cannot_trigger_is_retried_then_pre_failed(
         {"task": "echo", "payload": 2, "options": {"no_such_option": 1}},
         {"task": "echo", "payload": 3, "options": {"priority": 5, "tags": ["a"]}},
     ]
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         batch = await batches.create("env", 4)
         await batches.ingest(batch.id, chunked(ndjson(items), 1000))
         async with running(worker(dsn)):
@@ -241,7 +247,7 @@ async def test_one_run_per_item_with_several_workers_and_redelivery(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
     items = [{"task": "echo", "payload": i} for i in range(300)]
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         batch = await batches.create("env", 300)
         await batches.set_limits("env", concurrency=20)
         await batches.ingest(batch.id, chunked(ndjson(items), 4096))
@@ -268,7 +274,7 @@ async def test_one_run_per_item_with_several_workers_and_redelivery(
 async def test_a_huge_batch_does_not_hold_back_another_environments_small_one(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         big = await batches.create("big", 1000)
         await batches.ingest(big.id, chunked(ndjson([{"task": "echo"}] * 1000), 65536))
         small = await batches.create("small", 5)
@@ -294,7 +300,7 @@ def parent_tasks(dsn: str, size: int, *, seal: bool = True) -> TaskRegistry:
 
     @registry.task("parent")
     async def parent(ctx: RunContext, payload: Any) -> Any:
-        async with BatchClient(dsn) as batches:
+        async with AsyncBatchClient(dsn) as batches:
             batch = await batches.create(
                 "env", size, parent_run_id=ctx.run_id, idempotency_key=f"parent-{ctx.run_id}"
             )
@@ -313,7 +319,7 @@ def parent_tasks(dsn: str, size: int, *, seal: bool = True) -> TaskRegistry:
 async def test_a_waiting_parent_resumes_when_its_batch_completes(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
-    async with running(worker(dsn, parent_tasks(dsn, 12))), Client(dsn) as client:
+    async with running(worker(dsn, parent_tasks(dsn, 12))), AsyncClient(dsn) as client:
         parent = await client.trigger("parent", None, environment="env")
         await wait_until(
             lambda: status_is(db, parent, "COMPLETED"),
@@ -329,7 +335,7 @@ async def test_an_unsealed_batch_is_aborted_and_its_parent_resumes_with_the_erro
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
     registry = parent_tasks(dsn, 4, seal=False)
-    async with running(worker(dsn, registry, run_periodic_jobs=False)), Client(dsn) as client:
+    async with running(worker(dsn, registry, run_periodic_jobs=False)), AsyncClient(dsn) as client:
         parent = await client.trigger("parent", None, environment="env")
         await wait_until(
             lambda: status_is(db, parent, "WAITING"),
@@ -347,7 +353,7 @@ async def test_an_unsealed_batch_is_aborted_and_its_parent_resumes_with_the_erro
     assert run.result["errors"][3]["code"] == "BATCH_SEAL_TIMEOUT"
     (batch_id,) = db.execute("SELECT id FROM fairlane.batches").fetchone() or (0,)
     assert batch_row(db, batch_id)["status"] == "ABORTED"
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         with pytest.raises(BatchAbortedError):
             await batches.ingest(batch_id, chunked(b'{"task": "echo", "index": 3}\n', 10))
 
@@ -378,7 +384,7 @@ async def test_ingest_commits_each_slice_and_refuses_a_connection_in_a_transacti
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
     items = ndjson([{"task": "echo", "payload": i} for i in range(5)])
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         batch = await batches.create("env", 5)
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         await conn.execute("SELECT 1")  # a transaction is open

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from fairlane import (
+    AsyncClient,
     CancelResult,
     Client,
     RunContext,
@@ -21,7 +22,7 @@ from fairlane import (
     TaskRegistry,
     Worker,
 )
-from fairlane.worker.leases import Completion, Lease, LeaseStore
+from fairlane.worker.lease_store import Completion, Lease, LeaseStore
 from tests.helpers import run_row, run_status, running, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -36,7 +37,7 @@ def fast_worker(tasks: TaskRegistry, dsn: str, **options: Any) -> Worker:
 async def test_queued_and_delayed_runs_end_canceled_at_once(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         queued = await client.trigger("t")
         delayed = await client.trigger("t", delay="1h")
         for run_id, was in ((queued, RunStatus.QUEUED), (delayed, RunStatus.DELAYED)):
@@ -62,14 +63,14 @@ async def test_cancelling_a_final_run_is_a_no_op_that_says_so(
     dsn: str, db: psycopg.Connection[Any], final: str
 ) -> None:
     with Client(dsn) as client:
-        run_id = client.trigger_sync("t")
+        run_id = client.trigger("t")
         db.execute(
             "UPDATE fairlane.runs SET status = %s, finished_at = now(), error = '{\"x\": 1}'"
             " WHERE id = %s",
             (final, run_id),
         )
         before = run_row(db, run_id)
-        result = client.cancel_sync(run_id)
+        result = client.cancel(run_id)
     assert not result.canceled
     assert result.already_final
     assert result.status is RunStatus(final)
@@ -77,13 +78,13 @@ async def test_cancelling_a_final_run_is_a_no_op_that_says_so(
 
 
 async def test_cancel_of_a_missing_run(dsn: str) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         with pytest.raises(RunNotFoundError):
             await client.cancel(424242)
 
 
 async def test_cancel_reaches_descendants(dsn: str, db: psycopg.Connection[Any]) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         root = await client.trigger("root")
         child = await client.trigger("child", parent_run_id=root)
         done_child = await client.trigger("child", parent_run_id=root)
@@ -131,7 +132,7 @@ async def test_executing_handler_is_cancelled_through_its_worker(
         return payload
 
     worker = fast_worker(tasks, dsn, lease_seconds=30.0)
-    async with Client(dsn) as client, running(worker):
+    async with AsyncClient(dsn) as client, running(worker):
         run_id = await client.trigger("long", max_attempts=3)
         with anyio.fail_after(10):
             await started.wait()
@@ -166,7 +167,7 @@ async def test_sync_handler_sees_stop_requested(dsn: str, db: psycopg.Connection
             stopped.set()
             assert ctx.stop_reason == "canceled"
 
-    async with Client(dsn) as client, running(fast_worker(tasks, dsn)):
+    async with AsyncClient(dsn) as client, running(fast_worker(tasks, dsn)):
         run_id = await client.trigger("loop")
         await wait_until(started.is_set, what="the handler to start")
         await client.cancel(run_id)
@@ -191,7 +192,7 @@ async def test_without_listen_the_heartbeat_stops_the_handler(
             raise
 
     worker = fast_worker(tasks, dsn, listen=False, lease_seconds=1.5)  # beats every 0.5 s
-    async with Client(dsn) as client, running(worker):
+    async with AsyncClient(dsn) as client, running(worker):
         run_id = await client.trigger("long")
         with anyio.fail_after(10):
             await started.wait()
@@ -206,7 +207,7 @@ async def test_the_fence_refuses_the_cancelled_attempts_writes(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
     store = LeaseStore("fairlane", lease_seconds=30, worker_id="w")
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         run_id = await client.trigger("t")
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             (claimed,) = await store.claim(conn, 1)

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from fairlane import RunContext, TaskRegistry, TriggerRequest, Worker, limits, trigger_many
-from fairlane.worker.leases import Completion, Failure, Lease, LeaseStore
+from fairlane.worker.lease_store import Completion, Failure, Lease, LeaseStore
 from tests.helpers import running, statuses
 
 pytestmark = pytest.mark.anyio

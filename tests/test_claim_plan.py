@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairlane.worker.leases import LeaseStore
+from fairlane.worker.lease_store import LeaseStore
 
 pytestmark = pytest.mark.anyio
 

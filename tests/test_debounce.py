@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 import fairlane
-from fairlane import Client, Debounce, RunStatus, TriggerOptionError, TriggerRequest
+from fairlane import AsyncClient, Client, Debounce, RunStatus, TriggerOptionError, TriggerRequest
 from tests.helpers import run_row, trigger_together
 from tests.interleave import sessions
 from tests.trigger_steps import ids_of, settings_rows, start_many
@@ -46,7 +46,7 @@ def run_count(db: psycopg.Connection[Any]) -> int:
 
 
 async def test_later_triggers_push_the_delayed_run(dsn: str, db: psycopg.Connection[Any]) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         first = await client.trigger("sync", 1, debounce=Debounce("user-1", "30s"))
         assert (await client.get_run(first)).status is RunStatus.DELAYED
         assert 25 < starts_in(db, first) <= 30
@@ -68,7 +68,7 @@ async def test_later_triggers_push_the_delayed_run(dsn: str, db: psycopg.Connect
 
 
 async def test_explicit_delay_sets_the_first_start(dsn: str, db: psycopg.Connection[Any]) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         run_id = await client.trigger("sync", delay="2m", debounce=Debounce("k", "10s"))
     assert 115 < starts_in(db, run_id) <= 120
 
@@ -85,7 +85,7 @@ async def test_trailing_replaces_the_runs_data_leading_keeps_it(
         "machine": "large-2x", "priority": 9,
     }  # fmt: skip
     columns = ("payload", "metadata", "tags", "max_attempts", "max_duration_s", "machine")
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         trailing = Debounce("t", "30s", mode="trailing")
         run_id = await client.trigger("sync", "first", debounce=trailing, **first_options)
         await client.trigger("sync", "middle", debounce=trailing, tags=["b"])
@@ -117,7 +117,7 @@ async def test_trailing_replaces_only_the_options_the_later_trigger_gives(
         "sync", "emptied", debounce=trailing, metadata={}, tags=[], max_attempts=1
     )
     columns = ("payload", "metadata", "tags", "max_attempts", "max_duration_s", "machine")
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         if bulk:
             ids = await client.trigger_many([first, bare])
         else:
@@ -135,7 +135,7 @@ async def test_options_not_given_take_their_defaults_on_a_new_run(
     dsn: str, db: psycopg.Connection[Any], keyed: bool
 ) -> None:
     debounce = Debounce("new", "10s", mode="trailing") if keyed else None
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         run_id = await client.trigger("sync", debounce=debounce)
     row = run_row(db, run_id)
     columns = ("payload", "metadata", "tags", "max_attempts", "max_duration_s", "machine")
@@ -146,7 +146,7 @@ async def test_options_not_given_take_their_defaults_on_a_new_run(
 async def test_once_the_run_has_started_the_next_trigger_makes_a_new_run(
     dsn: str, db: psycopg.Connection[Any], started: str
 ) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         first = await client.trigger("sync", debounce=Debounce("k", "10s"))
         if started == "QUEUED":
             # Due and promoted, as the periodic job does.
@@ -168,7 +168,7 @@ async def test_once_the_run_has_started_the_next_trigger_makes_a_new_run(
 
 async def test_max_delay_per_trigger_makes_a_new_run(dsn: str, db: psycopg.Connection[Any]) -> None:
     window = Debounce("k", "10s", max_delay="1m")
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         first = await client.trigger("sync", debounce=window)
         age(db, first, 45)  # 45 s + 10 s = 55 s < 60 s: still within the window
         assert await client.trigger("sync", debounce=window) == first
@@ -185,7 +185,7 @@ async def test_max_delay_per_trigger_makes_a_new_run(dsn: str, db: psycopg.Conne
 async def test_server_maximum_applies_without_max_delay(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         first = await client.trigger("sync", debounce=Debounce("k", "10s"))
         age(db, first, 585)  # default maximum: 10 minutes
         assert await client.trigger("sync", debounce=Debounce("k", "10s")) == first
@@ -202,7 +202,7 @@ async def test_server_maximum_applies_without_max_delay(
 async def test_idempotency_is_checked_before_debounce(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         first = await client.trigger(
             "sync", 1, idempotency_key="i", debounce=Debounce("k", "30s", mode="trailing")
         )
@@ -238,7 +238,7 @@ async def test_idempotency_is_checked_before_debounce(
     ],
 )
 async def test_bad_debounce_options(dsn: str, debounce: Debounce, option: str) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         with pytest.raises(TriggerOptionError) as refused:
             await client.trigger("sync", debounce=debounce)
     assert refused.value.option == option
@@ -260,7 +260,7 @@ async def test_twenty_concurrent_triggers_with_one_key_make_one_run(
 
 
 async def test_stale_keys_are_pruned(dsn: str, db: psycopg.Connection[Any]) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         live = await client.trigger("sync", debounce=Debounce("live", "1m"))
         started = await client.trigger("sync", debounce=Debounce("started", "1m"))
     db.execute("UPDATE fairlane.runs SET status = 'QUEUED' WHERE id = %s", (started,))
@@ -273,7 +273,7 @@ async def test_stale_keys_are_pruned(dsn: str, db: psycopg.Connection[Any]) -> N
 
 
 async def test_debounce_delay_as_a_timedelta(dsn: str) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         run_id = await client.trigger("sync", debounce=Debounce("k", timedelta(seconds=3)))
         assert (await client.get_run(run_id)).status is RunStatus.DELAYED
 
@@ -320,7 +320,7 @@ def test_a_trigger_of_a_held_key_sees_the_run_its_holder_made(
     the key's row and, reading the key in a later statement, joins a's new run instead of
     making a third."""
     with Client(dsn) as client:
-        started = client.trigger_sync("sync", "first", debounce=TRAILING)
+        started = client.trigger("sync", "first", debounce=TRAILING)
     db.execute("UPDATE fairlane.runs SET status = 'QUEUED' WHERE id = %s", (started,))
     with sessions(dsn, 2) as (a, b):
         a.begin()
@@ -342,7 +342,7 @@ def test_a_cancel_holding_the_run_makes_the_trigger_wait_then_make_a_new_run(
     """join_debounced_run reads the run under its row lock: it waits for the cancel, then
     sees CANCELED and leaves it alone, instead of pushing (and overwriting) a canceled run."""
     with Client(dsn) as client:
-        first = client.trigger_sync("sync", "first", debounce=TRAILING)
+        first = client.trigger("sync", "first", debounce=TRAILING)
     with sessions(dsn, 2) as (a, b):
         a.begin()
         b.begin()
@@ -362,7 +362,7 @@ def test_promotion_skips_a_run_a_trigger_is_pushing(dsn: str, db: psycopg.Connec
     """A run that is due is being pushed back by a trigger: the promotion skips it (SKIP
     LOCKED) rather than start it under the trigger, and after the push it is not due."""
     with Client(dsn) as client:
-        first = client.trigger_sync("sync", "first", debounce=TRAILING)
+        first = client.trigger("sync", "first", debounce=TRAILING)
     age(db, first, 31)  # due a second ago
     with sessions(dsn, 2) as (a, b):
         a.begin()
@@ -382,7 +382,7 @@ def test_the_pruner_skips_a_key_a_trigger_holds(dsn: str, db: psycopg.Connection
     """The key's run started, so the key looks stale; a trigger holding it is pointing it at a
     new run, so the pruner skips it (SKIP LOCKED) and, once the trigger commits, keeps it."""
     with Client(dsn) as client:
-        started = client.trigger_sync("sync", "first", debounce=TRAILING)
+        started = client.trigger("sync", "first", debounce=TRAILING)
     db.execute("UPDATE fairlane.runs SET status = 'QUEUED' WHERE id = %s", (started,))
     with sessions(dsn, 2) as (a, b):
         a.begin()
@@ -401,7 +401,7 @@ def test_a_trigger_waits_for_the_pruner_deleting_its_key(
     """The pruner deleted the stale key and has not committed: the trigger's insert of the
     key waits for it, then makes the key's row again, with a new run."""
     with Client(dsn) as client:
-        started = client.trigger_sync("sync", "first", debounce=TRAILING)
+        started = client.trigger("sync", "first", debounce=TRAILING)
     db.execute("UPDATE fairlane.runs SET status = 'QUEUED' WHERE id = %s", (started,))
     with sessions(dsn, 2) as (a, b):
         a.begin()

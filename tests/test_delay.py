@@ -11,6 +11,7 @@ import pytest
 
 import fairlane
 from fairlane import (
+    AsyncClient,
     Client,
     InvalidDurationError,
     RunNotDelayedError,
@@ -80,7 +81,7 @@ def test_every_duration_option_refuses_malformed_strings_before_sending(
 )
 def test_delay_forms(dsn: str, db: psycopg.Connection[Any], delay: Any, expected: float) -> None:
     with Client(dsn) as client:
-        run = client.get_run_sync(client.trigger_sync("send", None, delay=delay))
+        run = client.get_run(client.trigger("send", None, delay=delay))
     assert run.status is RunStatus.DELAYED
     assert timedelta(seconds=expected - 5) < starts_in(db, run.id) <= timedelta(seconds=expected)
 
@@ -90,10 +91,8 @@ def test_delay_until_an_absolute_time(dsn: str, db: psycopg.Connection[Any]) -> 
     assert now is not None
     at = now[0] + timedelta(hours=2)
     with Client(dsn) as client:
-        later = client.get_run_sync(client.trigger_sync("send", None, delay=at))
-        past = client.get_run_sync(
-            client.trigger_sync("send", None, delay=now[0] - timedelta(minutes=1))
-        )
+        later = client.get_run(client.trigger("send", None, delay=at))
+        past = client.get_run(client.trigger("send", None, delay=now[0] - timedelta(minutes=1)))
     assert (later.status, later.available_at) == (RunStatus.DELAYED, at)
     # A time already past starts the run at once.
     assert (past.status, past.available_at) == (RunStatus.QUEUED, None)
@@ -101,13 +100,13 @@ def test_delay_until_an_absolute_time(dsn: str, db: psycopg.Connection[Any]) -> 
 
 def test_naive_datetime_is_refused(dsn: str) -> None:
     with Client(dsn) as client, pytest.raises(TriggerOptionError) as refused:
-        client.trigger_sync("send", None, delay=datetime(2030, 1, 1))
+        client.trigger("send", None, delay=datetime(2030, 1, 1))
     assert refused.value.option == "delay"
 
 
 @pytest.mark.anyio
 async def test_reschedule_while_delayed(dsn: str, db: psycopg.Connection[Any]) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         run_id = await client.trigger("send", None, delay="1h")
         later = await client.reschedule(run_id, "3h")
         assert later.status is RunStatus.DELAYED
@@ -126,7 +125,7 @@ async def test_reschedule_while_delayed(dsn: str, db: psycopg.Connection[Any]) -
 def test_reschedule_to_an_absolute_time_sync(dsn: str) -> None:
     at = datetime.now(UTC) + timedelta(days=2)
     with Client(dsn) as client:
-        run_id = client.trigger_sync("send", None, delay="1m")
-        assert client.reschedule_sync(run_id, at).available_at == at
+        run_id = client.trigger("send", None, delay="1m")
+        assert client.reschedule(run_id, at).available_at == at
         with pytest.raises(InvalidDurationError):
-            client.reschedule_sync(run_id, "soon")
+            client.reschedule(run_id, "soon")

@@ -13,8 +13,8 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import Client, RunContext, RunStatus, TaskRegistry, Worker
-from fairlane.worker.leases import Completion, Failure, Lease, LeaseStore
+from fairlane import AsyncClient, RunContext, RunStatus, TaskRegistry, Worker
+from fairlane.worker.lease_store import Completion, Failure, Lease, LeaseStore
 from fairlane.worker.outcomes import OutcomeWriter
 from fairlane.worker.stats import WorkerStats
 from tests.helpers import (
@@ -38,7 +38,7 @@ async def conn(dsn: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
 
 
 async def trigger(dsn: str, task: str, payload: Any = None, **options: Any) -> int:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         return await client.trigger(task, payload, **options)
 
 

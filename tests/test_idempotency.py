@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 import fairlane
-from fairlane import Client, RunStatus, TriggerRequest
+from fairlane import AsyncClient, Client, RunStatus, TriggerRequest
 from fairlane.triggering.idempotency import stored_key
 from tests.helpers import trigger_together
 from tests.interleave import sessions
@@ -27,7 +27,7 @@ def run_ids(db: psycopg.Connection[Any]) -> list[int]:
 async def test_second_trigger_with_the_key_returns_the_existing_run(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         first = await client.trigger("charge", {"cents": 100}, idempotency_key="order-17")
         again = await client.trigger("charge", {"cents": 999}, idempotency_key="order-17")
         run = await client.get_run(first)
@@ -38,7 +38,7 @@ async def test_second_trigger_with_the_key_returns_the_existing_run(
 
 
 async def test_keys_are_scoped_per_environment_and_task(dsn: str) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         runs = {
             await client.trigger("charge", idempotency_key="k"),
             await client.trigger("refund", idempotency_key="k"),
@@ -50,7 +50,7 @@ async def test_keys_are_scoped_per_environment_and_task(dsn: str) -> None:
 
 
 async def test_scopes(dsn: str) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         parent_a = await client.trigger("parent")
         parent_b = await client.trigger("parent")
 
@@ -83,7 +83,7 @@ async def test_scopes(dsn: str) -> None:
 
 
 async def test_bad_scope_and_missing_attempt_are_refused(dsn: str) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         with pytest.raises(fairlane.TriggerOptionError) as bad_scope:
             await client.trigger("t", idempotency_key="k", idempotency_scope="forever")
         assert bad_scope.value.option == "idempotency_scope"
@@ -95,7 +95,7 @@ async def test_bad_scope_and_missing_attempt_are_refused(dsn: str) -> None:
 
 
 async def test_expiry_default_and_explicit(dsn: str, db: psycopg.Connection[Any]) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         default = await client.get_run(await client.trigger("t", idempotency_key="a"))
         short = await client.get_run(
             await client.trigger("t", idempotency_key="b", idempotency_ttl="1h")
@@ -127,7 +127,7 @@ async def test_expiry_default_and_explicit(dsn: str, db: psycopg.Connection[Any]
 async def test_a_failed_run_frees_its_key(
     dsn: str, db: psycopg.Connection[Any], status: str
 ) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         first = await client.trigger("t", 1, idempotency_key="k")
         db.execute(
             "UPDATE fairlane.runs SET status = %s, finished_at = now() WHERE id = %s",
@@ -144,21 +144,21 @@ async def test_a_failed_run_frees_its_key(
 async def test_other_statuses_keep_the_key(
     dsn: str, db: psycopg.Connection[Any], status: str
 ) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         first = await client.trigger("t", idempotency_key="k")
         db.execute("UPDATE fairlane.runs SET status = %s WHERE id = %s", (status, first))
         assert await client.trigger("t", idempotency_key="k") == first
 
 
 async def test_cancel_keeps_the_key(dsn: str) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         first = await client.trigger("t", idempotency_key="k")
         assert (await client.cancel(first)).canceled
         assert await client.trigger("t", idempotency_key="k") == first
 
 
 async def test_bulk_with_keys_returns_ids_in_order(dsn: str, db: psycopg.Connection[Any]) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         existing = await client.trigger("t", idempotency_key="b")
         ids = await client.trigger_many(
             [
@@ -232,7 +232,7 @@ def test_two_triggers_freeing_one_failed_key_make_one_run(
     FAILED holder, waits in its freeing UPDATE for a, finds the key already gone from that
     row, looks again and returns a's run. The failed run keeps its key as its inactive one."""
     with Client(dsn) as client:
-        failed = client.trigger_sync("charge", "first", idempotency_key="k")
+        failed = client.trigger("charge", "first", idempotency_key="k")
     db.execute("UPDATE fairlane.runs SET status = 'FAILED' WHERE id = %s", (failed,))
     request = TriggerRequest("charge", "again", idempotency_key="k")
     with sessions(dsn, 2) as (a, b):

@@ -10,7 +10,7 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import Client, RunContext, RunStatus, TaskRegistry, Worker
+from fairlane import AsyncClient, RunContext, RunStatus, TaskRegistry, Worker
 from tests.helpers import run_row, run_status, running, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -34,7 +34,7 @@ async def test_async_handler_past_max_duration_times_out_without_retry(
         return "never"
 
     worker = Worker(tasks, dsn, poll_interval=0.1, periodic_interval=0.05)
-    async with Client(dsn) as client, running(worker):
+    async with AsyncClient(dsn) as client, running(worker):
         run_id = await client.trigger("slow", max_duration="500ms", max_attempts=3)
         await wait_until(
             lambda: run_status(db, run_id) is RunStatus.TIMED_OUT, within=10, what="time-out"
@@ -62,7 +62,7 @@ async def test_sync_handler_past_max_duration_times_out(
         if ctx.stop_requested.wait(10):
             told_to_stop.set()
 
-    async with Client(dsn) as client, running(Worker(tasks, dsn, poll_interval=0.1)):
+    async with AsyncClient(dsn) as client, running(Worker(tasks, dsn, poll_interval=0.1)):
         run_id = await client.trigger("blocking", max_duration=0.3, max_attempts=2)
         await wait_until(
             lambda: run_status(db, run_id) is RunStatus.TIMED_OUT, within=10, what="time-out"
@@ -80,7 +80,7 @@ async def test_a_handler_within_max_duration_completes(
     async def quick(ctx: RunContext, payload: None) -> str:
         return "done"
 
-    async with Client(dsn) as client, running(Worker(tasks, dsn, poll_interval=0.1)):
+    async with AsyncClient(dsn) as client, running(Worker(tasks, dsn, poll_interval=0.1)):
         run_id = await client.trigger("quick", max_duration="1m")
         assert (await client.get_run(run_id)).max_duration_s == 60.0
         await wait_until(lambda: run_status(db, run_id) is RunStatus.COMPLETED, what="done")
@@ -102,7 +102,7 @@ async def test_time_spent_waiting_does_not_count_toward_max_duration(
         return "done"
 
     worker = Worker(tasks, dsn, poll_interval=0.05, periodic_interval=0.05, lease_seconds=5)
-    async with Client(dsn) as client, running(worker):
+    async with AsyncClient(dsn) as client, running(worker):
         within = await client.trigger("patient", 0.15, max_duration=1, max_attempts=3)
         beyond = await client.trigger("patient", 0.6, max_duration=1, max_attempts=3)
         await wait_until(

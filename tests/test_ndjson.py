@@ -10,12 +10,11 @@ import pytest
 
 from fairlane.batches.ndjson import (
     BatchItem,
-    BatchLineError,
     NdjsonItemParser,
     OversizedItem,
     parse_chunks,
 )
-from fairlane.errors import BatchOffsetError
+from fairlane.errors import BatchLineError, BatchOffsetError
 
 LIMIT = 100
 

@@ -15,7 +15,7 @@ import pytest
 
 from fairlane import Client, TriggerRequest, trigger, trigger_many
 from fairlane.schema import migrate
-from fairlane.worker.leases import Failure, Lease, LeaseStore
+from fairlane.worker.lease_store import Failure, Lease, LeaseStore
 from tests.helpers import claim_and_complete, run_row
 
 pytestmark = pytest.mark.anyio
@@ -92,7 +92,7 @@ async def test_priority_is_a_head_start_in_seconds_then_id(
     assert order_key(db, early_urgent) == now - timedelta(seconds=2)
     assert order_key(db, negative) == now + timedelta(seconds=1)
     with Client(dsn) as client:
-        shown = client.get_run_sync(early_urgent)
+        shown = client.get_run(early_urgent)
     assert (shown.queued_at, shown.queue_order) == (
         now + timedelta(seconds=3),
         now - timedelta(seconds=2),
@@ -165,7 +165,7 @@ async def test_a_manual_retry_queues_the_run_as_of_the_retry(
         await store.fail(conn, [Failure(Lease(run.id, run.lease_token), "{}", "FAILED", None)])
     waiting = trigger(db, "t", None)
     with Client(dsn) as client:
-        client.retry_sync(failed)
+        client.retry(failed)
     assert await claim_one_by_one(dsn, store, 2) == [waiting, failed]
 
 

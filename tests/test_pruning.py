@@ -8,6 +8,8 @@ import psycopg
 import pytest
 
 from fairlane import (
+    AsyncBatchClient,
+    AsyncClient,
     Client,
     RunContext,
     TaskRegistry,
@@ -16,7 +18,6 @@ from fairlane import (
     maintenance,
     trigger_many,
 )
-from fairlane.batches.api import BatchClient
 from fairlane.engine.sqlfiles import query
 from fairlane.waitpoints import complete_token, create_token
 from tests.helpers import executing_run, insert_edges, run_status, running, statuses, wait_until
@@ -98,15 +99,15 @@ def test_an_idempotency_key_outlives_run_retention(dsn: str, db: psycopg.Connect
     a trigger with the key after pruning still returns it; once the key expired, the retention
     counts from the expiry."""
     with Client(dsn) as client:
-        keyed = client.trigger_sync("t", idempotency_key="order-7")
-        plain = client.trigger_sync("t")
+        keyed = client.trigger("t", idempotency_key="order-7")
+        plain = client.trigger("t")
         db.execute(
             "UPDATE fairlane.runs SET status = 'COMPLETED', finished_at = now() WHERE id = ANY(%s)",
             ([keyed, plain],),
         )
         age(db)
         assert prune(db)["deleted"] == 1
-        assert client.trigger_sync("t", idempotency_key="order-7") == keyed
+        assert client.trigger("t", idempotency_key="order-7") == keyed
         db.execute(
             "UPDATE fairlane.runs SET idempotency_key_expires_at = now() - interval '1 day'"
             " WHERE id = %s",
@@ -119,7 +120,7 @@ def test_an_idempotency_key_outlives_run_retention(dsn: str, db: psycopg.Connect
             (keyed,),
         )
         assert prune(db)["deleted"] == 1
-        assert client.trigger_sync("t", idempotency_key="order-7") != keyed
+        assert client.trigger("t", idempotency_key="order-7") != keyed
 
 
 async def test_wait_edges_waitpoints_tokens_and_batches_are_pruned_with_the_runs(
@@ -140,14 +141,14 @@ async def test_wait_edges_waitpoints_tokens_and_batches_are_pruned_with_the_runs
     token = create_token(db)
     lonely = create_token(db)
     complete_token(db, lonely, "nobody waited")
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         batch = await batches.create("default", 1)
 
         async def item() -> Any:
             yield b'{"task": "child", "payload": 9}\n'
 
         await batches.ingest(batch.id, item())
-    async with Client(dsn) as client, running(Worker(tasks, dsn, poll_interval=0.05)):
+    async with AsyncClient(dsn) as client, running(Worker(tasks, dsn, poll_interval=0.05)):
         run_id = await client.trigger("parent", {"token": token})
         await wait_until(lambda: count(db, "run_waitpoints") == 6, what="the parent to wait")
         complete_token(db, token, "go")

@@ -12,7 +12,7 @@ import pytest
 from psycopg.pq import TransactionStatus
 
 import fairlane
-from fairlane import Client, Debounce, QueueSizeLimitExceeded, TriggerRequest, limits
+from fairlane import AsyncClient, Debounce, QueueSizeLimitExceeded, TriggerRequest, limits
 from fairlane.cli import build_parser
 from fairlane.cli.limits import cmd_limits
 from tests.helpers import statuses
@@ -40,7 +40,7 @@ async def test_twenty_connections_cannot_overshoot_a_limit_of_100(
     made: list[int] = []
     go = anyio.Event()
 
-    async def client_triggers_ten(client: Client) -> None:
+    async def client_triggers_ten(client: AsyncClient) -> None:
         await go.wait()
         for n in range(10):
             try:
@@ -48,7 +48,7 @@ async def test_twenty_connections_cannot_overshoot_a_limit_of_100(
             except QueueSizeLimitExceeded as error:
                 refused.append(error)
 
-    clients = [Client(dsn) for _ in range(20)]
+    clients = [AsyncClient(dsn) for _ in range(20)]
     try:
         for client in clients:  # connect first, so the triggers start together
             await client.list_runs(limit=1)
@@ -58,7 +58,7 @@ async def test_twenty_connections_cannot_overshoot_a_limit_of_100(
             go.set()
     finally:
         for client in clients:
-            await client.aclose()
+            await client.close()
     assert len(made) == 100
     assert len(refused) == 100
     assert statuses(db) == {"QUEUED": 100}
@@ -77,7 +77,7 @@ async def test_delayed_runs_count_and_other_queues_do_not(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
     limits.set_queue(db, "default", "small", size_limit=3)
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         await client.trigger("t", queue="small")
         await client.trigger("t", queue="small", delay="1h")
         await client.trigger("t", queue="small", debounce=Debounce("d", "1m"))
@@ -102,7 +102,7 @@ async def test_delayed_runs_count_and_other_queues_do_not(
 
 async def test_environment_limit_spans_its_queues(dsn: str, db: psycopg.Connection[Any]) -> None:
     limits.set_environment(db, "tenant", size_limit=4)
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         for queue in ("a", "b", "c", "d"):
             await client.trigger("t", environment="tenant", queue=queue)
         with pytest.raises(QueueSizeLimitExceeded) as refused:
@@ -120,7 +120,7 @@ async def test_bulk_trigger_is_all_or_nothing(
     dsn: str, db: psycopg.Connection[Any], keyed: bool
 ) -> None:
     limits.set_queue(db, "default", "q", size_limit=5)
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         await client.trigger("t", queue="q")
         await client.trigger("t", queue="q", debounce=Debounce("x", "1m"))
 
@@ -161,7 +161,7 @@ async def test_refusal_leaves_the_callers_transaction_usable(
 async def test_unlimited_by_default_and_in_the_limits_table(
     dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         await client.trigger_many([TriggerRequest("t", i) for i in range(500)])
     assert waiting(db) == 500
     args = build_parser().parse_args(
@@ -176,7 +176,7 @@ async def test_unlimited_by_default_and_in_the_limits_table(
     assert "600/1000" in out
     settings = limits.set_queue(db, "default", "default")
     assert settings.size_limit == 600
-    with pytest.raises(fairlane.TriggerOptionError):
+    with pytest.raises(fairlane.SettingError):
         limits.set_queue(db, "default", "default", size_limit=-1)
 
 

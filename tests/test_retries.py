@@ -9,9 +9,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairlane import Client, RunContext, RunStatus, TaskRegistry, Worker, trigger
+from fairlane import AsyncClient, RunContext, RunStatus, TaskRegistry, Worker, trigger
 from fairlane.retry import Backoff
-from fairlane.worker.leases import LeaseStore
+from fairlane.worker.lease_store import LeaseStore
 from tests.helpers import run_row, run_status, running, speed_up_periodic_jobs, wait_until
 
 FAST = Backoff(min_s=0.05, max_s=0.1)
@@ -79,8 +79,8 @@ def fast_db(db: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
 
 
 @pytest.fixture
-async def client(dsn: str) -> AsyncIterator[Client]:
-    async with Client(dsn) as opened:
+async def client(dsn: str) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(dsn) as opened:
         yield opened
 
 
@@ -92,7 +92,7 @@ def fast_worker(tasks: TaskRegistry, dsn: str, **options: Any) -> Worker:
 
 @pytest.mark.anyio
 async def test_handler_that_always_fails_ends_failed_after_max_attempts(
-    dsn: str, fast_db: psycopg.Connection[Any], client: Client
+    dsn: str, fast_db: psycopg.Connection[Any], client: AsyncClient
 ) -> None:
     tasks = TaskRegistry()
     calls: list[int] = []
@@ -127,7 +127,7 @@ async def test_handler_that_always_fails_ends_failed_after_max_attempts(
 
 @pytest.mark.anyio
 async def test_retry_waits_for_its_backoff(
-    dsn: str, fast_db: psycopg.Connection[Any], client: Client
+    dsn: str, fast_db: psycopg.Connection[Any], client: AsyncClient
 ) -> None:
     """A failed attempt with retries left goes to DELAYED for its backoff, not straight back."""
     tasks = TaskRegistry()
@@ -155,7 +155,7 @@ async def test_retry_waits_for_its_backoff(
 
 @pytest.mark.anyio
 async def test_handler_failing_once_then_succeeding_completes_on_attempt_two(
-    dsn: str, fast_db: psycopg.Connection[Any], client: Client
+    dsn: str, fast_db: psycopg.Connection[Any], client: AsyncClient
 ) -> None:
     tasks = TaskRegistry()
     calls: list[int] = []
@@ -204,7 +204,7 @@ async def _claim_and_let_lapse(dsn: str, db: psycopg.Connection[Any], run_id: in
 
 @pytest.mark.anyio
 async def test_lapsed_lease_on_the_last_attempt_crashes_the_run(
-    dsn: str, db: psycopg.Connection[Any], client: Client
+    dsn: str, db: psycopg.Connection[Any], client: AsyncClient
 ) -> None:
     run_id = await client.trigger("job", max_attempts=1)
     await _claim_and_let_lapse(dsn, db, run_id)
@@ -224,7 +224,7 @@ async def test_lapsed_lease_on_the_last_attempt_crashes_the_run(
 
 @pytest.mark.anyio
 async def test_lapsed_lease_counts_as_an_attempt(
-    dsn: str, db: psycopg.Connection[Any], client: Client
+    dsn: str, db: psycopg.Connection[Any], client: AsyncClient
 ) -> None:
     run_id = await client.trigger("job", max_attempts=2)
     await _claim_and_let_lapse(dsn, db, run_id)

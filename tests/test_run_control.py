@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from fairlane import (
+    AsyncClient,
     Client,
     QueueSizeLimitExceeded,
     RunContext,
@@ -37,7 +38,7 @@ async def test_tags_metadata_and_machine_reach_the_handler(
     async def render(ctx: RunContext, payload: None) -> None:
         seen.append((ctx.machine, ctx.metadata))
 
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         run_id = await client.trigger(
             "render", tags=["video", "tenant:7"], metadata={"source": "api", "n": [1, 2]},
             machine="large-1x",
@@ -54,7 +55,7 @@ async def test_tags_metadata_and_machine_reach_the_handler(
 async def test_list_runs_by_environment_queue_task_status_and_tag(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         ids = await client.trigger_many(
             [
                 TriggerRequest("a", environment="e1", queue="q1", tags=["red"]),
@@ -79,21 +80,23 @@ async def test_list_runs_by_environment_queue_task_status_and_tag(
         assert await listed(environment="e1", tags=["red"], queue="q1") == [ids[0]]
         assert await listed(limit=2) == [ids[4], ids[3]]
         assert await listed(limit=2, before_id=ids[3]) == [ids[2], ids[1]]
-        sync = client.list_runs_sync(RunFilter(environment="e2", status=RunStatus.QUEUED))
+        with Client(dsn) as sync_client:
+            sync = sync_client.list_runs(RunFilter(environment="e2", status=RunStatus.QUEUED))
         assert [run.id for run in sync] == [ids[4]]
         with pytest.raises(ValueError, match="NOPE"):
             await client.list_runs(status="NOPE")
 
 
 async def test_pre_failed_run_is_final_at_once(dsn: str, db: psycopg.Connection[Any]) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         parent = await client.trigger("parent")
         run_id = await client.create_failed_run(
             "child", {"big": "..."}, code=PAYLOAD_TOO_LARGE, message="item 3 is 5 MiB",
             parent_run_id=parent, tags=["batch:9"], environment="e", queue="q",
         )  # fmt: skip
         run = await client.get_run(run_id)
-        sync_id = client.create_failed_run_sync("child", code="X", message="m")
+    with Client(dsn) as sync_client:
+        sync_id = sync_client.create_failed_run("child", code="X", message="m")
     assert run.status is RunStatus.SYSTEM_FAILURE
     assert run.status.is_final
     assert run.finished_at is not None
@@ -121,7 +124,7 @@ async def test_retry_requeues_a_failed_run_with_one_more_attempt(
             raise RuntimeError("first time fails")
         return "ok"
 
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         run_id = await client.trigger("flaky", max_attempts=1)
         worker = Worker(tasks, dsn, poll_interval=0.1)
         async with running(worker):
@@ -140,21 +143,21 @@ async def test_retry_requeues_a_failed_run_with_one_more_attempt(
 
 
 async def test_retry_respects_the_queue_size_limit(dsn: str, db: psycopg.Connection[Any]) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         failed = await client.create_failed_run("t", code="X", message="m", queue="q")
         await client.trigger("t", queue="q")
         limits.set_queue(db, "default", "q", size_limit=1)
         with pytest.raises(QueueSizeLimitExceeded):
-            client.retry_sync(failed)
+            await client.retry(failed)
         limits.set_queue(db, "default", "q", size_limit=2)
-        assert client.retry_sync(failed).status is RunStatus.QUEUED
+        assert (await client.retry(failed)).status is RunStatus.QUEUED
 
 
 def test_runs_commands(dsn: str, db: psycopg.Connection[Any], capsys: Any) -> None:
     with Client(dsn) as client:
-        tagged = client.trigger_sync("a", tags=["x"], environment="e", queue="q")
-        client.trigger_sync("b")
-        failed = client.create_failed_run_sync("c", code="X", message="m")
+        tagged = client.trigger("a", tags=["x"], environment="e", queue="q")
+        client.trigger("b")
+        failed = client.create_failed_run("c", code="X", message="m")
     base = ["--dsn", dsn]
 
     assert main(["runs", "list", "--tag", "x", *base]) == 0
@@ -178,7 +181,7 @@ def test_runs_commands(dsn: str, db: psycopg.Connection[Any], capsys: Any) -> No
     assert "only a FAILED" in capsys.readouterr().err
 
     with Client(dsn) as client:
-        delayed = client.trigger_sync("d", delay="1h")
+        delayed = client.trigger("d", delay="1h")
     assert main(["runs", "reschedule", str(delayed), "2h", *base]) == 0
     assert f"run {delayed} starts at" in capsys.readouterr().out
     assert main(["runs", "show", str(delayed), *base]) == 0

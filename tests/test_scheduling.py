@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from fairlane import TriggerRequest, limits, trigger_many
-from fairlane.worker.leases import LeaseStore
+from fairlane.worker.lease_store import LeaseStore
 from tests.helpers import claim_and_complete
 
 pytestmark = pytest.mark.anyio

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 import fairlane
-from fairlane import Client, RunContext, RunStatus, TaskRegistry, Worker
+from fairlane import AsyncClient, RunContext, RunStatus, TaskRegistry, Worker
 from tests.helpers import run_row, run_status, running, speed_up_periodic_jobs, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -71,7 +71,7 @@ async def test_shutdown_lets_short_handlers_finish_and_stops_claiming(
 ) -> None:
     log: list[str] = []
     worker = Worker(sleepy_tasks(log), dsn, shutdown_grace=5.0, poll_interval=0.1)
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         first = await client.trigger("sleep", 0.5)
         with anyio.fail_after(10):
             async with anyio.create_task_group() as group:
@@ -101,7 +101,7 @@ async def test_shutdown_releases_what_outlives_the_grace_period(
 ) -> None:
     log: list[str] = []
     worker = Worker(sleepy_tasks(log), dsn, shutdown_grace=0.3, poll_interval=0.1)
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         short = await client.trigger("sleep", 0.1)
         long = await client.trigger("sleep", 60.0)
         with anyio.fail_after(10):
@@ -205,7 +205,7 @@ async def test_sigterm_shuts_a_worker_process_down_gracefully(
     tmp_path: Path,
     start_worker_process: Callable[..., subprocess.Popen[bytes]],
 ) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         short = await client.trigger("sleep", 1.0)
         long = await client.trigger("sleep", 60.0)
     process = start_worker_process("--shutdown-grace", "2", "--lease-seconds", "30")
@@ -233,7 +233,7 @@ async def test_runs_of_a_killed_worker_process_come_back_after_the_lease(
     start_worker_process: Callable[..., subprocess.Popen[bytes]],
 ) -> None:
     speed_up_periodic_jobs(db, 0.2)
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         run_id = await client.trigger("sleep", 60.0)
     process = start_worker_process("--lease-seconds", "1")
     await wait_until(

@@ -5,7 +5,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairlane import Client, RunContext, TaskRegistry, Worker
+from fairlane import AsyncClient, RunContext, TaskRegistry, Worker
 from tests.helpers import running, statuses, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -18,7 +18,7 @@ async def test_worker_drains_triggered_runs(dsn: str, db: psycopg.Connection[Any
     async def double(ctx: RunContext, payload: int) -> int:
         return payload * 2
 
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         run_id = await client.trigger("double", 21)
         async with running(Worker(tasks, dsn, concurrency=4)):
             await wait_until(lambda: statuses(db).get("COMPLETED") == 1, what="completion")

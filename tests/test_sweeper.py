@@ -16,7 +16,7 @@ from fairlane import (
     maintenance,
     trigger_many,
 )
-from fairlane.worker.leases import LeaseStore
+from fairlane.worker.lease_store import LeaseStore
 from tests.helpers import executing_run, running, statuses, wait_on_runs, wait_until
 
 pytestmark = pytest.mark.anyio

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 import fairlane
 from fairlane import (
+    AsyncClient,
     Client,
     PayloadError,
     RunContext,
@@ -29,7 +30,7 @@ from fairlane import (
     Worker,
 )
 from fairlane.config import sqlalchemy_url
-from fairlane.worker.leases import LeaseStore
+from fairlane.worker.lease_store import LeaseStore
 from tests.helpers import run_status, running, statuses, wait_until
 
 PAYLOAD = {"order": 17, "lines": ["a", "b"], "note": "ünïcode ✓"}
@@ -83,7 +84,7 @@ async def assert_queued_and_claimable(dsn: str, db: psycopg.Connection[Any], run
 async def test_async_client_trigger_is_committed_and_claimable(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         run_id = await client.trigger("send", PAYLOAD)
         run = await client.get_run(run_id)
     assert run.status is RunStatus.QUEUED
@@ -97,8 +98,8 @@ async def test_sync_client_trigger_is_committed_and_claimable(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
     with Client(dsn) as client:
-        run_id = client.trigger_sync("send", PAYLOAD, priority=5, tags=["x"])
-        run = client.get_run_sync(run_id)
+        run_id = client.trigger("send", PAYLOAD, priority=5, tags=["x"])
+        run = client.get_run(run_id)
     assert (run.status, run.priority, run.tags) == (RunStatus.QUEUED, 5, ["x"])
     await assert_queued_and_claimable(dsn, db, run_id)
 
@@ -114,10 +115,10 @@ async def test_client_triggered_run_is_executed_by_a_worker(
         return int(payload["order"]) + 1
 
     with Client(dsn) as client:
-        run_id = client.trigger_sync("send", PAYLOAD)
+        run_id = client.trigger("send", PAYLOAD)
         async with running(Worker(tasks, dsn, concurrency=2)):
             await wait_until(lambda: statuses(db).get("COMPLETED") == 1, what="completion")
-        assert client.get_run_sync(run_id).result == 18
+        assert client.get_run(run_id).result == 18
 
 
 # --- SQLAlchemy: Session and Connection ---------------------------------------------------
@@ -248,7 +249,7 @@ async def test_client_trigger_many_is_one_transaction(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
     # The client's connection is in autocommit: one transaction means one statement.
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         ids = await client.trigger_many([TriggerRequest("bulk", i) for i in range(1000)])
     row = db.execute("SELECT count(DISTINCT xmin::text), count(*) FROM fairlane.runs").fetchone()
     assert row == (1, 1000)
@@ -293,12 +294,12 @@ async def test_bulk_with_one_bad_item_writes_nothing(
 ) -> None:
     requests = [TriggerRequest("send", {"i": i}) for i in range(10)]
     requests[5] = TriggerRequest("send", bad)
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         with pytest.raises(PayloadError) as refused:
             await client.trigger_many(requests)
         assert refused.value.index == 5
-        with pytest.raises(PayloadError) as refused_sync:
-            client.trigger_many_sync(requests)
+        with Client(dsn) as sync_client, pytest.raises(PayloadError) as refused_sync:
+            sync_client.trigger_many(requests)
         assert refused_sync.value.index == 5
     assert run_count(db) == 0
 
@@ -327,7 +328,7 @@ async def test_escaped_backslash_u0000_is_accepted_and_round_trips(
 ) -> None:
     # Literal backslashes followed by "u0000": text, not a NUL character.
     payload = {"s": "\\u0000", "k\\u0000": ["\\\\u0000", "a\\u0000b"], "t": "\\\\\\u0000"}
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         run_id = await client.trigger("send", payload, metadata={"m": "\\u0000"})
         run = await client.get_run(run_id)
     assert run.payload == payload
@@ -344,7 +345,7 @@ async def test_escaped_backslash_u0000_is_accepted_and_round_trips(
 async def test_delayed_run_waits_for_its_time(
     dsn: str, db: psycopg.Connection[Any], delay: float | timedelta
 ) -> None:
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         run_id = await client.trigger("send", PAYLOAD, delay=delay)
         run = await client.get_run(run_id)
     assert run.status is RunStatus.DELAYED
@@ -364,7 +365,7 @@ async def test_delayed_run_waits_for_its_time(
 
 def test_zero_delay_is_queued_at_once(db: psycopg.Connection[Any], dsn: str) -> None:
     with Client(dsn) as client:
-        run = client.get_run_sync(client.trigger_sync("send", None, delay=0))
+        run = client.get_run(client.trigger("send", None, delay=0))
     assert (run.status, run.available_at) == (RunStatus.QUEUED, None)
 
 
@@ -401,5 +402,5 @@ def test_bad_options_are_refused_before_anything_is_sent(
         assert conn.info.transaction_status is TransactionStatus.INTRANS
         conn.commit()
     with Client(dsn) as client, pytest.raises(TriggerOptionError):
-        client.trigger_sync(task, PAYLOAD, **options)
+        client.trigger(task, PAYLOAD, **options)
     assert db.execute("SELECT id FROM fairlane.runs").fetchall() == [(good,)]

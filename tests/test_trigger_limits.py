@@ -15,7 +15,7 @@ import pytest
 from psycopg.pq import TransactionStatus
 
 import fairlane
-from fairlane import Client, Debounce, PayloadError, TriggerOptionError, TriggerRequest
+from fairlane import AsyncClient, Debounce, PayloadError, TriggerOptionError, TriggerRequest
 from fairlane.cli import main
 from fairlane.payload import MAX_JSON_DEPTH
 from fairlane.triggering.checks import (
@@ -119,7 +119,7 @@ async def test_values_at_the_limits_fit_every_index(dsn: str, db: psycopg.Connec
         "debounce": Debounce(WIDE * MAX_DEBOUNCE_KEY_LENGTH, "1m"),
     }  # fmt: skip
     payload = nested(MAX_JSON_DEPTH)
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         run_id = await client.trigger(name, payload, **options)
         assert await client.trigger(name, payload, **options) == run_id
         plain = await client.trigger(name, payload, **{**options, "debounce": None})
@@ -147,7 +147,7 @@ def test_tags_may_be_any_collection_of_strings(dsn: str, db: psycopg.Connection[
 @pytest.mark.anyio
 async def test_a_long_idempotency_key_is_stored_hashed(dsn: str) -> None:
     key = "k" * 1_000_000
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         first = await client.trigger("send", 1, idempotency_key=key)
         assert await client.trigger("send", 2, idempotency_key=key) == first
         assert await client.trigger("send", 3, idempotency_key=key[:-1]) != first

@@ -168,10 +168,10 @@ def test_two_requests_with_one_key_in_a_call_get_one_run_the_first_decides(
 ) -> None:
     keys = ["a", "b", "a", "c"] if not ordered else ["a", "a", "b", "c"]
     with psycopg.connect(dsn) as conn:
-        statement, params = trigger_statement(
+        statement = trigger_statement(
             [TriggerRequest("t", n, idempotency_key=key) for n, key in enumerate(keys)]
         )
-        ids = ids_of(conn.execute(statement, params).fetchall())
+        ids = ids_of(conn.execute(statement.sql, statement.params).fetchall())
         conn.commit()
     first_of = {key: ids[keys.index(key)] for key in keys}
     assert ids == [first_of[key] for key in keys]

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from fairlane import TriggerRequest, maintenance, trigger, trigger_many
-from fairlane.worker.leases import Failure, Lease, LeaseStore
+from fairlane.worker.lease_store import Failure, Lease, LeaseStore
 from tests.helpers import run_status
 
 pytestmark = pytest.mark.anyio

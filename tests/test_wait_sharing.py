@@ -8,7 +8,15 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import Client, RunContext, TaskRegistry, TriggerRequest, Worker, limits, trigger
+from fairlane import (
+    AsyncClient,
+    RunContext,
+    TaskRegistry,
+    TriggerRequest,
+    Worker,
+    limits,
+    trigger,
+)
 from fairlane.waitpoints import WaitResult
 from tests.helpers import run_status, running, wait_until
 
@@ -73,7 +81,7 @@ async def test_cancelling_a_waiting_parent_cancels_its_children(
     limits.set_queue(db, "default", "held", paused=True)
     parent = trigger(db, "parent_of_slow", None)
     worker = Worker(registry(anyio.Event()), dsn, concurrency=4)
-    async with running(worker), Client(dsn) as client:
+    async with running(worker), AsyncClient(dsn) as client:
         await wait_until(lambda: run_status(db, parent) == "WAITING", what="waiting")
         await wait_until(
             lambda: (
@@ -103,7 +111,7 @@ async def test_a_parent_waiting_on_a_pre_failed_run_resumes_with_its_error(
         (result,) = await ctx.wait_for_runs([run_id])
         return {"ok": result.ok, "error": result.error}
 
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         failed = await client.create_failed_run(
             "import", {"row": 7}, code="PAYLOAD_TOO_LARGE", message="item over 3 MiB"
         )

@@ -9,7 +9,7 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import Client, RunContext, TaskRegistry, TriggerRequest, Worker
+from fairlane import AsyncClient, RunContext, TaskRegistry, TriggerRequest, Worker
 from tests.helpers import running, statuses, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -36,7 +36,7 @@ async def test_idle_worker_is_woken_by_notify(dsn: str, db: psycopg.Connection[A
     # Polling every 30 s cannot explain a start within seconds; and no periodic jobs, whose
     # notifications could wake the worker too.
     worker = Worker(tasks, dsn, poll_interval=30.0, run_periodic_jobs=False)
-    async with Client(dsn) as client, running(worker):
+    async with AsyncClient(dsn) as client, running(worker):
         await wait_until(
             lambda: listening(db) and worker.stats.wakeups >= 1 and worker.stats.claims >= 1,
             within=5,
@@ -63,7 +63,7 @@ async def test_notification_for_another_environment_does_not_wake(
         return None
 
     worker = Worker(tasks, dsn, poll_interval=30.0, environments=["mine"], run_periodic_jobs=False)
-    async with Client(dsn) as client, running(worker):
+    async with AsyncClient(dsn) as client, running(worker):
         await wait_until(
             lambda: listening(db) and worker.stats.wakeups >= 1, within=5, what="listening"
         )
@@ -87,7 +87,7 @@ async def test_polling_worker_drains_runs_triggered_while_it_runs(
         return payload
 
     worker = Worker(tasks, dsn, listen=False, poll_interval=0.1, concurrency=8)
-    async with Client(dsn) as client, running(worker):
+    async with AsyncClient(dsn) as client, running(worker):
         for chunk in range(10):
             await client.trigger_many([TriggerRequest("count", chunk * 20 + i) for i in range(20)])
             await anyio.sleep(0.02)  # spread the triggers over the worker's life
@@ -107,7 +107,7 @@ async def test_every_trigger_path_announces_its_environment_once(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
     db.execute('LISTEN "fairlane.runs"')
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         await client.trigger_many(
             [TriggerRequest("t", i, environment=env) for i, env in enumerate("aabbb")]
         )

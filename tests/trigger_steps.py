@@ -16,8 +16,8 @@ from tests.interleave import Rows, Session
 
 def start_many(session: Session, requests: Sequence[TriggerRequest]) -> Future[Rows]:
     """Send one ``trigger_many`` call from ``session``; the future's rows are the statement's."""
-    statement, params = trigger_statement(requests)
-    return session.start(statement, params)
+    statement = trigger_statement(requests)
+    return session.start(statement.sql, dict(statement.params or {}))
 
 
 def ids_of(rows: Rows) -> list[int]:

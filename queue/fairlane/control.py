@@ -1,8 +1,9 @@
-"""Acting on runs from outside a worker: cancel, reschedule, retry, list, create pre-failed.
+"""Reading runs and acting on them from outside a worker: get, list, cancel, reschedule, retry,
+create pre-failed.
 
-Each operation is one named statement (``sql/cancel.sql``, ``sql/run_control.sql``,
-``sql/runs.sql``) that decides on the locked row. This module builds their parameters and turns
-their rows into typed results and errors; ``Client`` runs them, async or sync.
+Each is an operation over the engine's statements (sql/runs/), which decide on the locked row:
+this module checks the arguments, and turns the rows into typed results and errors. ``Client``
+and ``AsyncClient`` drive the same operations (fairlane.engine.statement.drive).
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from datetime import datetime
 from typing import Any
 
 from fairlane.durations import Duration, seconds
+from fairlane.engine import Engine
+from fairlane.engine.runs import CancelRow, RescheduleRow, RetryRow
+from fairlane.engine.statement import Operation
 from fairlane.errors import (
     QueueSizeLimitExceeded,
     RunNotDelayedError,
@@ -20,14 +24,12 @@ from fairlane.errors import (
     RunNotRetryableError,
     TriggerOptionError,
 )
-from fairlane.models import RunStatus
+from fairlane.models import Run, RunStatus
 from fairlane.payload import encode_json
 
 # Error codes of pre-failed runs (the seeds' codes; any non-empty code is accepted).
 PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
 BATCH_ITEM_COULD_NOT_TRIGGER = "BATCH_ITEM_COULD_NOT_TRIGGER"
-
-Row = Sequence[Any] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,40 +52,67 @@ class CancelResult:
         return not self.canceled
 
 
-def cancel_result(run_id: int, row: Row) -> CancelResult:
-    if row is None:
+def get_run(engine: Engine, run_id: int) -> Operation[Run]:
+    found = yield engine.runs.get(run_id)
+    if not found:
         raise RunNotFoundError(run_id)
-    previous, canceled, descendants = row
-    status = RunStatus.CANCELED if canceled else RunStatus(previous)
-    return CancelResult(run_id, bool(canceled), status, RunStatus(previous), int(descendants))
+    return found[0]  # type: ignore[no-any-return]
 
 
-def reschedule_params(run_id: int, delay: Duration | datetime) -> dict[str, Any]:
+def list_runs(engine: Engine, filters: RunFilter) -> Operation[list[Run]]:
+    return (yield engine.runs.list(filters.params()))
+
+
+def count_by_status(engine: Engine) -> Operation[dict[str, int]]:
+    return dict((yield engine.runs.count_by_status()))
+
+
+def cancel(engine: Engine, run_id: int) -> Operation[CancelResult]:
+    found = yield engine.runs.cancel(run_id)
+    if not found:
+        raise RunNotFoundError(run_id)
+    row: CancelRow = found[0]
+    previous = RunStatus(row.previous_status)
+    status = RunStatus.CANCELED if row.canceled else previous
+    return CancelResult(run_id, row.canceled, status, previous, row.descendants)
+
+
+def reschedule(engine: Engine, run_id: int, delay: Duration | datetime) -> Operation[Run]:
     """``delay`` from now (the database's clock), or an aware datetime to start at."""
     if isinstance(delay, datetime):
         if delay.tzinfo is None or delay.utcoffset() is None:
             raise TriggerOptionError("delay", delay, "a datetime must carry its time zone")
-        return {"id": run_id, "start_at": delay, "delay_s": None}
-    return {"id": run_id, "start_at": None, "delay_s": seconds("delay", delay)}
-
-
-def check_rescheduled(run_id: int, row: Row) -> None:
-    if row is None:
+        params = {"id": run_id, "start_at": delay, "delay_s": None}
+    else:
+        params = {"id": run_id, "start_at": None, "delay_s": seconds("delay", delay)}
+    found = yield engine.runs.reschedule(params)
+    if not found:
         raise RunNotFoundError(run_id)
-    status, rescheduled = row
-    if not rescheduled:
-        raise RunNotDelayedError(run_id, status)
+    row: RescheduleRow = found[0]
+    if not row.rescheduled:
+        raise RunNotDelayedError(run_id, row.status)
+    return (yield from get_run(engine, run_id))
 
 
-def check_retried(run_id: int, row: Row) -> None:
-    if row is None:
+def retry(engine: Engine, run_id: int) -> Operation[Run]:
+    found = yield engine.runs.retry(run_id)
+    if not found:
         raise RunNotFoundError(run_id)
-    previous, retried, environment, queue, limit, scope, size = row
-    if retried:
-        return
-    if limit is not None:
-        raise QueueSizeLimitExceeded(environment, queue, limit, scope=scope, size=size, index=0)
-    raise RunNotRetryableError(run_id, previous)
+    row: RetryRow = found[0]
+    if not row.retried:
+        if row.size_limit is not None:
+            raise QueueSizeLimitExceeded(
+                row.environment or "", row.queue or "", row.size_limit, scope=row.scope or "queue",
+                size=row.size or 0, index=0,
+            )  # fmt: skip
+        raise RunNotRetryableError(run_id, row.previous_status)
+    return (yield from get_run(engine, run_id))
+
+
+def create_failed_run(engine: Engine, params: dict[str, Any]) -> Operation[int]:
+    """``params``: from ``failed_run_params``."""
+    found = yield engine.runs.insert_failed(params)
+    return int(found[0])
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,37 @@ class FairlaneError(Exception):
     """Base class of every error fairlane raises on purpose."""
 
 
+def _shown(value: object, most: int = 80) -> str:
+    """``repr(value)``, cut short when long: a refused 1 MB key must not make a 1 MB message."""
+    text = repr(value)
+    if len(text) <= most:
+        return text
+    size = f" ({len(value)} characters)" if isinstance(value, str) else ""
+    return f"{text[: most - 3]}...{size}"
+
+
 class ConfigurationError(FairlaneError):
     """A setting is missing or malformed."""
+
+
+class SettingError(ConfigurationError):
+    """A limit, scheduler knob, batch limit or maintenance setting was given a value out of
+    its range; nothing was changed. ``setting`` names it, ``value`` is the value as given."""
+
+    def __init__(self, setting: str, value: object, reason: str) -> None:
+        self.setting = setting
+        self.value = value
+        self.reason = reason
+        super().__init__(f"{setting}={_shown(value)}: {reason}")
+
+
+class UnknownMaintenanceItemError(FairlaneError):
+    """No periodic job or setting has that name (``kind``: "periodic job" or "setting")."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        self.kind = kind
+        self.name = name
+        super().__init__(f"no {kind} named {name!r}")
 
 
 class PayloadError(FairlaneError):
@@ -21,15 +50,6 @@ class PayloadError(FairlaneError):
         self.index = index
         where = f" (item {index})" if index is not None else ""
         super().__init__(f"{message}{where}")
-
-
-def _shown(value: object, most: int = 80) -> str:
-    """``repr(value)``, cut short when long: a refused 1 MB key must not make a 1 MB message."""
-    text = repr(value)
-    if len(text) <= most:
-        return text
-    size = f" ({len(value)} characters)" if isinstance(value, str) else ""
-    return f"{text[: most - 3]}...{size}"
 
 
 class TriggerOptionError(FairlaneError):
@@ -202,6 +222,19 @@ class BatchRateLimitedError(BatchError):
         )
 
 
+class BatchItemNotTriggered(BatchError):
+    """A batch item could not become a run on this attempt; its carrier retries it."""
+
+
+class BatchWithoutWaitpointError(BatchError):
+    """A handler waited on a batch created without ``parent_run_id``: nothing completes for
+    it to wait on."""
+
+    def __init__(self, batch_id: int) -> None:
+        self.batch_id = batch_id
+        super().__init__(f"batch {batch_id} has no waitpoint: create it with parent_run_id")
+
+
 class BatchTooLargeError(BatchError):
     """A batch's run count is outside 1..batch_max_items."""
 
@@ -236,6 +269,16 @@ class BatchIndexError(BatchError):
         super().__init__(
             f"batch {batch_id} line {line}: item index {index} is outside 0..{run_count - 1}"
         )
+
+
+class BatchLineError(BatchError):
+    """A batch line is not valid UTF-8, not JSON, or not an item object."""
+
+    def __init__(self, line: int, index: int, reason: str) -> None:
+        self.line = line
+        self.index = index
+        self.reason = reason
+        super().__init__(f"batch line {line} (item {index}): {reason}")
 
 
 class BatchTransactionError(BatchError):

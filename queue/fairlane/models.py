@@ -1,10 +1,12 @@
-"""Value types shared by the client, the worker and the CLI."""
+"""Value types shared by the client, the worker and the CLI: runs, claimed runs, scheduling
+settings, periodic jobs and settings, batches."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -91,3 +93,98 @@ class ClaimedRun:
     metadata: dict[str, Any]
     machine: str | None
     max_duration_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class EnvironmentSettings:
+    name: str
+    concurrency_limit: int | None
+    burst_factor: Decimal
+    paused: bool
+    # Most runs that may wait to start (QUEUED or DELAYED) across its queues; None: unlimited.
+    size_limit: int | None = None
+
+    @property
+    def cap(self) -> int | None:
+        """floor(limit x burst): how many runs of the environment may execute at once."""
+        if self.concurrency_limit is None:
+            return None
+        return int(self.concurrency_limit * self.burst_factor)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    environment: str
+    name: str
+    concurrency_limit: int | None
+    paused: bool
+    # Most runs that may wait to start (QUEUED or DELAYED) in it; None: unlimited.
+    size_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSettings:
+    quantum: int
+    max_deficit: int
+    global_concurrency_limit: int | None
+    rate_limit_per_s: float | None
+    rate_burst: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicJob:
+    name: str
+    function: str
+    interval_s: float
+    enabled: bool
+    next_due_at: datetime
+    last_started_at: datetime | None
+    last_finished_at: datetime | None
+    last_result: dict[str, Any] | None
+    last_error: str | None
+    run_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    name: str
+    value: Any
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    id: int
+    environment: str
+    run_count: int
+    status: str
+    sealed: bool
+    succeeded: int
+    failed: int
+    parent_run_id: int | None
+    waitpoint_id: int | None
+    idempotency_key: str | None
+    created_at: datetime
+    sealed_at: datetime | None
+    completed_at: datetime | None
+    error: dict[str, Any] | None
+    received: int
+
+    @property
+    def done(self) -> bool:
+        return self.status in ("COMPLETED", "PARTIAL_FAILED", "ABORTED")
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """Where a batch stands after an ingest call: ``accepted`` new items in this call
+    (``oversized`` of them pre-failed), ``received`` items in the batch overall."""
+
+    batch_id: int
+    accepted: int
+    received: int
+    run_count: int
+    sealed: bool
+    status: str
+    oversized: int = 0
+    lines: int = 0

@@ -82,7 +82,8 @@ FROM {schema}.periodic_jobs
 ORDER BY name;
 
 -- name: make_periodic_job_due
-UPDATE {schema}.periodic_jobs SET next_due_at = now() WHERE name = %(name)s;
+UPDATE {schema}.periodic_jobs SET next_due_at = now() WHERE name = %(name)s
+RETURNING name;
 
 -- name: configure_periodic_job
 UPDATE {schema}.periodic_jobs
@@ -90,3 +91,9 @@ SET interval_s = coalesce(%(interval_s)s, interval_s),
     enabled = coalesce(%(enabled)s, enabled)
 WHERE name = %(name)s
 RETURNING name;
+
+-- name: run_periodic_job
+-- On an autocommit connection, after make_periodic_job_due: runs that one job (unless another
+-- session holds it) in a transaction of its own; NULL when it did not run.
+SELECT {schema}.run_next_due_job(
+    ARRAY(SELECT name FROM {schema}.periodic_jobs WHERE name <> %(name)s)) -> %(name)s AS outcome;

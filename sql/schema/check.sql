@@ -2,12 +2,13 @@
 -- the database is at, and the checksums of its installed SQL objects.
 
 -- name: schema_tables_exist
-SELECT to_regclass(%(version_table)s) IS NOT NULL, to_regclass(%(objects_table)s) IS NOT NULL;
+SELECT to_regclass(%(version_table)s) IS NOT NULL AS has_version,
+       to_regclass(%(objects_table)s) IS NOT NULL AS has_objects;
 
 -- name: schema_state
-SELECT (SELECT v.version_num FROM {schema}.fairlane_alembic_version v LIMIT 1),
+SELECT (SELECT v.version_num FROM {schema}.fairlane_alembic_version v LIMIT 1) AS version_num,
        (SELECT coalesce(jsonb_object_agg(o.name, o.checksum), '{{}}'::jsonb)
-        FROM {schema}.schema_objects o);
+        FROM {schema}.schema_objects o) AS objects;
 
 -- name: schema_revision
 -- A database an older release migrated (no schema_objects table yet).

@@ -11,8 +11,7 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import Client, TaskRegistry, Worker
-from fairlane.batches.api import BatchClient
+from fairlane import AsyncBatchClient, AsyncClient, Client, TaskRegistry, Worker
 from fairlane.errors import SchemaMismatchError
 from fairlane.schema import migrate
 from fairlane.schema.check import SCHEMA_REVISION, check_schema
@@ -23,7 +22,7 @@ UNMIGRATED = f"database schema is at none (not migrated), this fairlane needs {S
 def test_an_unmigrated_database_is_refused_by_clients(empty_database: Any) -> None:
     dsn = empty_database()
     with Client(dsn) as client, pytest.raises(SchemaMismatchError) as refused:
-        client.trigger_sync("t")
+        client.trigger("t")
     assert str(refused.value) == f"{UNMIGRATED}: run `fairlane migrate`"
     assert refused.value.found is None
     assert refused.value.needed == SCHEMA_REVISION
@@ -32,10 +31,10 @@ def test_an_unmigrated_database_is_refused_by_clients(empty_database: Any) -> No
 @pytest.mark.anyio
 async def test_an_unmigrated_database_is_refused_by_async_clients(empty_database: Any) -> None:
     dsn = empty_database()
-    async with Client(dsn) as client:
+    async with AsyncClient(dsn) as client:
         with pytest.raises(SchemaMismatchError, match="not migrated"):
             await client.trigger("t")
-    async with BatchClient(dsn) as batches:
+    async with AsyncBatchClient(dsn) as batches:
         with pytest.raises(SchemaMismatchError, match="not migrated"):
             await batches.get(1)
 

@@ -141,7 +141,7 @@ def test_downgrade_to_base_drops_everything_and_upgrade_rebuilds_it(
     jobs = db.execute("SELECT name FROM fairlane.periodic_jobs").fetchall()
     assert {("promote_delayed_runs",), ("reclaim_expired_leases",)} <= set(jobs)
     with Client(dsn) as client:
-        run = client.get_run_sync(client.trigger_sync("after-roundtrip", {"ok": True}))
+        run = client.get_run(client.trigger("after-roundtrip", {"ok": True}))
     assert run.status is RunStatus.QUEUED
 
 
@@ -172,9 +172,9 @@ def test_a_second_schema_lives_beside_the_default_one(
 
     # Runs go to the schema their client names, and each schema seeds its own periodic jobs.
     with Client(dsn, schema="tenant_x") as tenant, Client(dsn) as default:
-        tenant_run = tenant.trigger_sync("tenant-task")
-        default.trigger_sync("default-task")
-        assert tenant.get_run_sync(tenant_run).task == "tenant-task"
+        tenant_run = tenant.trigger("tenant-task")
+        default.trigger("default-task")
+        assert tenant.get_run(tenant_run).task == "tenant-task"
     for schema, task in (("tenant_x", "tenant-task"), ("fairlane", "default-task")):
         rows = db.execute(f"SELECT task FROM {schema}.runs").fetchall()
         assert rows == [(task,)]

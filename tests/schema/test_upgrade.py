@@ -96,7 +96,7 @@ def test_a_database_the_previous_release_migrated_upgrades_to_a_fresh_install(
         ready = conn.execute("SELECT resume_ready FROM fairlane.runs WHERE id = %s", parent)
         assert ready.fetchone() == (True,)
     with Client(dsn) as client:
-        run = client.get_run_sync(client.trigger_sync("after-upgrade", environment="acme"))
+        run = client.get_run(client.trigger("after-upgrade", environment="acme"))
     assert run.status is RunStatus.QUEUED
 
 

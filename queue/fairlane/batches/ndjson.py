@@ -20,21 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fairlane.batches.fields import TopLevelFields
-from fairlane.errors import BatchOffsetError, FairlaneError
+from fairlane.errors import BatchLineError, BatchOffsetError
 
 DEFAULT_MAX_ITEM_BYTES = 3 * 1024 * 1024
 # Longest task name kept from an oversized line (longer ones are recorded as unknown).
 MAX_TASK_BYTES = 1024
-
-
-class BatchLineError(FairlaneError):
-    """A batch line is not valid UTF-8, not JSON, or not an item object."""
-
-    def __init__(self, line: int, index: int, reason: str) -> None:
-        self.line = line
-        self.index = index
-        self.reason = reason
-        super().__init__(f"batch line {line} (item {index}): {reason}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,10 @@ from typing import Any
 
 import psycopg
 
-from fairlane.batches.api import create_batch
+from fairlane.batches.api import create_batch, item_max_bytes
 from fairlane.batches.items import item_options
-from fairlane.engine.sqlfiles import query
+from fairlane.engine import engine
+from fairlane.engine.statement import run_async
 from fairlane.errors import FairlaneError, PayloadError, QueueSizeLimitExceeded, TriggerOptionError
 from fairlane.payload import encode_json
 from fairlane.triggering.api import trigger_many_async
@@ -87,14 +88,12 @@ async def make_parent_batch(
             made = []  # carriers take them: retried with backoff, pre-failed on their last try
         for index, run_id in zip(triggerable, made, strict=False):
             items.made[index] = run_id
-    await conn.execute(query("ingest_batch_items", schema), items.params(batch.id))
+    await run_async(conn, engine(schema).batches.ingest(items.params(batch.id)))
     return batch.id, batch.waitpoint_id
 
 
 async def _encode(conn: AsyncConn, schema: str, requests: Sequence[TriggerRequest]) -> _Items:
-    cursor = await conn.execute(query("batch_item_max_bytes", schema))
-    row = await cursor.fetchone()
-    max_bytes = int(row[0]) if row else 0
+    max_bytes = await item_max_bytes(conn, schema)
     items = _Items([], [], [], [], [], [])
     for request in requests:
         refusal: str | None = None

@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import psycopg
-from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
 
 from fairlane.batches.items import item_request
 from fairlane.control import BATCH_ITEM_COULD_NOT_TRIGGER
-from fairlane.engine.sqlfiles import query
-from fairlane.errors import FairlaneError
+from fairlane.engine import engine
+from fairlane.engine.statement import Statement, first_async, run_async
+from fairlane.errors import BatchItemNotTriggered, FairlaneError
 from fairlane.retry import Backoff
 from fairlane.triggering.api import trigger_many_async
 from fairlane.triggering.request import BATCH_QUEUE
@@ -45,6 +46,9 @@ BATCH_ITEM_TASK = "fairlane.batch_item"
 BATCH_ITEM_BACKOFF = Backoff(min_s=0.1, max_s=30.0, factor=2.0)
 # record_batch_item refuses a carrier's run for a batch aborted since the carrier read it.
 BATCH_ABORTED_SQLSTATE = "FLB01"
+# The most connections a worker's carriers hold at once; more carriers wait for one (each
+# holds it for a few short statements).
+BATCH_CONNECTIONS = 4
 
 AsyncConn = psycopg.AsyncConnection[Any]
 
@@ -55,41 +59,31 @@ def with_batch_queue(queues: Iterable[str]) -> list[str]:
     return chosen if BATCH_QUEUE in chosen else [*chosen, BATCH_QUEUE]
 
 
-class BatchItemNotTriggered(FairlaneError):
-    """The item could not become a run on this attempt; the carrier retries it."""
-
-
 class BatchItemProcessor:
-    """The handler's state in one worker: its database, and a few connections."""
+    """The handler's state in one worker: its database, and a small pool of connections,
+    opened when the first carrier runs."""
 
-    def __init__(self, dsn: str, schema: str, *, max_idle: int = 32) -> None:
-        self.dsn = dsn
+    def __init__(self, dsn: str, schema: str, *, max_connections: int = BATCH_CONNECTIONS) -> None:
         self.schema = schema
-        self.max_idle = max_idle
-        self._idle: list[AsyncConn] = []
-
-    async def _acquire(self) -> AsyncConn:
-        while self._idle:
-            conn = self._idle.pop()
-            if not conn.closed and not conn.broken:
-                return conn
-        return await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
-
-    async def _release(self, conn: AsyncConn) -> None:
-        if conn.closed or conn.broken or len(self._idle) >= self.max_idle:
-            await conn.close()
-        else:
-            self._idle.append(conn)
+        self._batches = engine(schema).batches
+        self._pool = AsyncConnectionPool(
+            dsn, min_size=0, max_size=max_connections, open=False,
+            kwargs={"autocommit": True}, name="fairlane-batch-carriers",
+        )  # fmt: skip
+        self._opened = False
+        self._open_lock = anyio.Lock()
 
     async def close(self) -> None:
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            await conn.close()
+        if self._opened:
+            await self._pool.close()
 
     async def process(self, ctx: RunContext, payload: Any) -> dict[str, Any]:
         batch_id, index = int(payload["batch_id"]), int(payload["index"])
-        conn = await self._acquire()
-        try:
+        async with self._open_lock:
+            if not self._opened:
+                await self._pool.open()
+                self._opened = True
+        async with self._pool.connection() as conn:
             try:
                 return await self._process(conn, ctx, batch_id, index)
             except psycopg.Error as error:
@@ -98,13 +92,10 @@ class BatchItemProcessor:
             # The batch was aborted while its run was being made (rolled back with the
             # transaction): decide again, and the item is skipped.
             return await self._process(conn, ctx, batch_id, index)
-        finally:
-            await self._release(conn)
 
     async def _process(
         self, conn: AsyncConn, ctx: RunContext, batch_id: int, index: int
     ) -> dict[str, Any]:
-        key = {"batch_id": batch_id, "index": index}
         # The transaction is begun and ended by hand so that its last statement, the one that
         # bumps the batch's counters (its row is hot: every item of the batch updates it),
         # travels with the COMMIT in one round trip: the row stays locked for server time
@@ -114,8 +105,13 @@ class BatchItemProcessor:
             # No wait for the flush either. Safe: the carrier's completion is written later
             # with a synchronous commit, which flushes this WAL first; a lost commit is redone.
             await conn.execute("SET LOCAL synchronous_commit = off")
-            result, final = await self._decide(conn, ctx, key)
-            await conn.execute(sql.Composed([final, sql.SQL("; COMMIT")]))
+            result, final = await self._decide(conn, ctx, batch_id, index)
+            if final is None:
+                await conn.execute("COMMIT")
+            else:
+                # Parameters bound client-side: one query string may then hold two statements.
+                async with psycopg.AsyncClientCursor(conn) as cursor:
+                    await cursor.execute(final.sql + "; COMMIT", final.params)
         except BaseException:
             if not conn.closed and not conn.broken:
                 with anyio.CancelScope(shield=True):
@@ -124,24 +120,23 @@ class BatchItemProcessor:
         return result
 
     async def _decide(
-        self, conn: AsyncConn, ctx: RunContext, key: dict[str, int]
-    ) -> tuple[dict[str, Any], sql.Composable]:
+        self, conn: AsyncConn, ctx: RunContext, batch_id: int, index: int
+    ) -> tuple[dict[str, Any], Statement[Any] | None]:
         """What became of the item, and the statement that records it (sent with COMMIT)."""
-        nothing = sql.SQL("SELECT 1")
-        cursor = await conn.execute(query("lock_batch_item", self.schema), key)
-        row = await cursor.fetchone()
-        if row is None:
-            return {"skipped": "no such item"}, nothing
-        state, task, item_payload, options, environment, batch_status, parent = row
-        if state != "PENDING":
-            return {"skipped": f"item already {state}"}, nothing
-        if batch_status == "ABORTED":
-            await conn.execute(query("skip_batch_item", self.schema), key)
-            return {"skipped": "batch aborted"}, nothing
+        item = await first_async(conn, self._batches.lock_item(batch_id, index))
+        if item is None:
+            return {"skipped": "no such item"}, None
+        if item.state != "PENDING":
+            return {"skipped": f"item already {item.state}"}, None
+        if item.status == "ABORTED":
+            await run_async(conn, self._batches.skip_item(batch_id, index))
+            return {"skipped": "batch aborted"}, None
         try:
-            request = item_request(task, item_payload, options or {}, environment, parent)
+            request = item_request(
+                item.task, item.payload, item.options or {}, item.environment, item.parent_run_id
+            )
         except (TypeError, ValueError, FairlaneError) as error:
-            return self._fail(key, f"invalid trigger options: {error}")
+            return self._fail(batch_id, index, f"invalid trigger options: {error}")
         try:
             async with conn.transaction():
                 (run_id,) = await trigger_many_async(conn, [request], schema=self.schema)
@@ -150,17 +145,13 @@ class BatchItemProcessor:
             # savepoint): retried, and on the last attempt the item fails for good.
             if not ctx.is_last_attempt or conn.broken:
                 raise BatchItemNotTriggered(str(error)) from error
-            return self._fail(key, str(error))
-        record = sql.SQL("SELECT {}.record_batch_item({}, {}, {}, true, NULL)").format(
-            sql.Identifier(self.schema), key["batch_id"], key["index"], run_id
-        )
-        return {"run_id": run_id}, record
+            return self._fail(batch_id, index, str(error))
+        return {"run_id": run_id}, self._batches.record_item(batch_id, index, run_id)
 
-    def _fail(self, key: dict[str, int], reason: str) -> tuple[dict[str, Any], sql.Composable]:
-        fail = sql.SQL("SELECT {}.fail_batch_item({}, {}, {}, {})").format(
-            sql.Identifier(self.schema), key["batch_id"], key["index"],
-            BATCH_ITEM_COULD_NOT_TRIGGER, reason,
-        )  # fmt: skip
+    def _fail(
+        self, batch_id: int, index: int, reason: str
+    ) -> tuple[dict[str, Any], Statement[Any]]:
+        fail = self._batches.fail_item(batch_id, index, BATCH_ITEM_COULD_NOT_TRIGGER, reason)
         return {"failed": BATCH_ITEM_COULD_NOT_TRIGGER, "reason": reason}, fail
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from typing import Any
 
 import anyio
 
-from fairlane.batches.api import Batch, BatchClient, IngestResult, count_items
+from fairlane.batches.client import AsyncBatchClient
+from fairlane.batches.ingest import count_items
+from fairlane.models import Batch, IngestResult
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +52,7 @@ class ProgressBar:
 
 async def _ingest(args: argparse.Namespace) -> int:
     run_count = args.count or count_items(args.file)
-    async with BatchClient(args.dsn, schema=args.schema) as batches:
+    async with AsyncBatchClient(args.dsn, schema=args.schema) as batches:
         if args.batch is not None:
             batch = await batches.get(args.batch)
         else:
@@ -66,13 +69,10 @@ async def _ingest(args: argparse.Namespace) -> int:
 
 
 async def _show(args: argparse.Namespace) -> int:
-    async with BatchClient(args.dsn, schema=args.schema) as batches:
+    async with AsyncBatchClient(args.dsn, schema=args.schema) as batches:
         shown = summary(await batches.get(args.id))
         if args.items:
-            shown["items"] = [
-                {"index": index, "state": state, "run_id": run_id, "error": error}
-                for index, state, run_id, error in await batches.items(args.id)
-            ]
+            shown["items"] = [asdict(item) for item in await batches.items(args.id)]
         print(json.dumps(shown, indent=2))
     return 0
 

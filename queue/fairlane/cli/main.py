@@ -16,10 +16,8 @@ import anyio
 
 from fairlane.client import Client
 from fairlane.config import schema_name
-from fairlane.engine.sqlfiles import query
 from fairlane.errors import FairlaneError, PayloadError, SchemaMismatchError
 from fairlane.schema import migrate
-from fairlane.schema.check import connect_checked
 from fairlane.worker import TaskRegistry, Worker
 
 Command = Callable[[argparse.Namespace], int]
@@ -124,7 +122,7 @@ def cmd_trigger(args: argparse.Namespace) -> int:
     payload = _json_argument("payload", args.payload)
     metadata = _json_argument("--metadata", args.metadata)
     with Client(args.dsn, schema=args.schema) as client:
-        run_id = client.trigger_sync(
+        run_id = client.trigger(
             args.task, payload, environment=args.environment, queue=args.queue,
             priority=args.priority, max_attempts=args.max_attempts, delay=args.delay,
             ttl=args.ttl, max_duration=args.max_duration, tags=args.tag, metadata=metadata,
@@ -135,10 +133,10 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with connect_checked(args.dsn, args.schema) as conn:
-        rows = conn.execute(query("count_runs_by_status", schema_name(args.schema))).fetchall()
+    with Client(args.dsn, schema=args.schema) as client:
+        counts = client.count_by_status()
     print(f"{'status':<16}{'runs':>10}")
-    for status, count in rows:
+    for status, count in counts.items():
         print(f"{status:<16}{count:>10}")
     return 0
 

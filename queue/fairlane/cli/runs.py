@@ -17,7 +17,7 @@ def _client(args: argparse.Namespace) -> Client:
 
 def cmd_show(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        run = client.get_run_sync(args.run_id)
+        run = client.get_run(args.run_id)
     document = {key: getattr(run, key) for key in run.__slots__}
     print(json.dumps(document, default=str, indent=2))
     return 0
@@ -37,14 +37,14 @@ def cmd_list(args: argparse.Namespace) -> int:
         tags=args.tag or (), limit=args.limit, before_id=args.before,
     )  # fmt: skip
     with _client(args) as client:
-        for run in client.list_runs_sync(filters):
+        for run in client.list_runs(filters):
             print(_line(run))
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        result = client.cancel_sync(args.run_id)
+        result = client.cancel(args.run_id)
     if result.already_final:
         print(f"run {result.run_id} had already ended {result.status}: nothing to cancel")
     else:
@@ -57,14 +57,14 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_retry(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        run = client.retry_sync(args.run_id)
+        run = client.retry(args.run_id)
     print(f"run {run.id} requeued for attempt {run.attempts + 1} of {run.max_attempts}")
     return 0
 
 
 def cmd_reschedule(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        run = client.reschedule_sync(args.run_id, args.delay)
+        run = client.reschedule(args.run_id, args.delay)
     print(f"run {run.id} starts at {run.available_at}")
     return 0
 

@@ -1,98 +1,155 @@
 """Periodic maintenance jobs and engine settings, from Python.
 
-The jobs themselves are SQL functions (sql/maintenance.sql, ttl.sql, sweeper.sql, pruning.sql)
-listed in the ``periodic_jobs`` table; every worker runs the due ones (see worker/periodic.py),
-and ``run_due_periodic_jobs()`` can as well be called from pg_cron or by hand.
+Each job is a SQL function of ``sql/maintenance/`` listed in the ``periodic_jobs`` table and
+described in ``fairlane.maintenance.jobs``; every worker runs the due ones, each in a
+transaction of its own (worker/periodic.py), and ``CALL run_due_periodic_jobs()`` can as well
+be run from pg_cron. Functions take a psycopg connection in autocommit mode, sync or (the
+``_async`` twin) async.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import psycopg
 
 from fairlane.config import schema_name
-from fairlane.engine.sqlfiles import query
-from fairlane.errors import FairlaneError
+from fairlane.engine import engine
+from fairlane.engine.statement import Operation, drive, drive_async
+from fairlane.errors import SettingError, UnknownMaintenanceItemError
+from fairlane.maintenance.jobs import JOBS, JOBS_BY_NAME, SETTINGS
+from fairlane.maintenance.template import JobSpec, SettingSpec
+from fairlane.models import PeriodicJob, Setting
+
+SyncConn = psycopg.Connection[Any]
+AsyncConn = psycopg.AsyncConnection[Any]
 
 
-class UnknownMaintenanceItemError(FairlaneError):
-    """No periodic job or setting has that name."""
-
-    def __init__(self, kind: str, name: str) -> None:
-        self.kind = kind
-        self.name = name
-        super().__init__(f"no {kind} named {name!r}")
+def _list_jobs(schema: str | None) -> Operation[list[PeriodicJob]]:
+    return (yield engine(schema_name(schema)).maintenance.jobs())
 
 
-@dataclass(frozen=True, slots=True)
-class PeriodicJob:
-    name: str
-    function: str
-    interval_s: float
-    enabled: bool
-    next_due_at: datetime
-    last_started_at: datetime | None
-    last_finished_at: datetime | None
-    last_result: dict[str, Any] | None
-    last_error: str | None
-    run_count: int
+def _run_due(schema: str | None) -> Operation[dict[str, Any]]:
+    found = yield engine(schema_name(schema)).maintenance.run_due()
+    return found[0] if found else {}
 
 
-@dataclass(frozen=True, slots=True)
-class Setting:
-    name: str
-    value: Any
-    description: str
-
-
-def list_jobs(conn: psycopg.Connection[Any], *, schema: str | None = None) -> list[PeriodicJob]:
-    rows = conn.execute(query("list_periodic_jobs", schema_name(schema))).fetchall()
-    return [PeriodicJob(*row) for row in rows]
-
-
-def run_due(conn: psycopg.Connection[Any], *, schema: str | None = None) -> dict[str, Any]:
-    """Run every due job once, as a worker's tick does; returns each job's result."""
-    row = conn.execute(query("run_due_periodic_jobs", schema_name(schema))).fetchone()
-    return dict(row[0]) if row and row[0] else {}
-
-
-def run_now(conn: psycopg.Connection[Any], name: str, *, schema: str | None = None) -> Any:
-    """Make ``name`` due and run due jobs: the job runs now unless a worker just took it."""
-    target = schema_name(schema)
-    if conn.execute(query("make_periodic_job_due", target), {"name": name}).rowcount == 0:
+def _run_now(name: str, schema: str | None) -> Operation[Any]:
+    maintenance = engine(schema_name(schema)).maintenance
+    if not (yield maintenance.make_due(name)):
         raise UnknownMaintenanceItemError("periodic job", name)
-    return run_due(conn, schema=target).get(name)
+    found = yield maintenance.run_one(name)
+    return found[0]
+
+
+def _configure(
+    name: str, interval_s: float | None, enabled: bool | None, schema: str | None
+) -> Operation[None]:
+    if interval_s is not None and not interval_s > 0:
+        raise SettingError("interval_s", interval_s, "must be a positive number of seconds")
+    if not (yield engine(schema_name(schema)).maintenance.configure(name, interval_s, enabled)):
+        raise UnknownMaintenanceItemError("periodic job", name)
+
+
+def _list_settings(schema: str | None) -> Operation[list[Setting]]:
+    return (yield engine(schema_name(schema)).maintenance.settings())
+
+
+def _set_setting(name: str, value: Any, schema: str | None) -> Operation[Setting]:
+    spec = SETTINGS.get(name)
+    if spec is None:
+        raise UnknownMaintenanceItemError("setting", name)
+    found = yield engine(schema_name(schema)).maintenance.set_setting(name, spec.validate(value))
+    if not found:
+        raise UnknownMaintenanceItemError("setting", name)
+    return found[0]  # type: ignore[no-any-return]
+
+
+# -- sync ------------------------------------------------------------------------------------
+
+
+def list_jobs(conn: SyncConn, *, schema: str | None = None) -> list[PeriodicJob]:
+    return drive(conn, _list_jobs(schema))
+
+
+def run_due(conn: SyncConn, *, schema: str | None = None) -> dict[str, Any]:
+    """Run every due job once, each in its own transaction, as a worker's tick does; returns
+    each job's result by name."""
+    return drive(conn, _run_due(schema))
+
+
+def run_now(conn: SyncConn, name: str, *, schema: str | None = None) -> Any:
+    """Run job ``name`` now; its result, or None when a worker holds it at this moment."""
+    return drive(conn, _run_now(name, schema))
 
 
 def configure_job(
-    conn: psycopg.Connection[Any],
-    name: str,
-    *,
-    interval_s: float | None = None,
-    enabled: bool | None = None,
+    conn: SyncConn, name: str, *, interval_s: float | None = None, enabled: bool | None = None,
     schema: str | None = None,
-) -> None:
-    if interval_s is not None and interval_s <= 0:
-        raise ValueError("interval_s must be positive")
-    params = {"name": name, "interval_s": interval_s, "enabled": enabled}
-    if conn.execute(query("configure_periodic_job", schema_name(schema)), params).rowcount == 0:
-        raise UnknownMaintenanceItemError("periodic job", name)
+) -> None:  # fmt: skip
+    drive(conn, _configure(name, interval_s, enabled, schema))
 
 
-def list_settings(conn: psycopg.Connection[Any], *, schema: str | None = None) -> list[Setting]:
-    rows = conn.execute(query("list_settings", schema_name(schema))).fetchall()
-    return [Setting(*row) for row in rows]
+def list_settings(conn: SyncConn, *, schema: str | None = None) -> list[Setting]:
+    return drive(conn, _list_settings(schema))
 
 
-def set_setting(
-    conn: psycopg.Connection[Any], name: str, value: Any, *, schema: str | None = None
+def set_setting(conn: SyncConn, name: str, value: Any, *, schema: str | None = None) -> Setting:
+    """Set an engine setting; a value out of its range raises ``SettingError`` and changes
+    nothing."""
+    return drive(conn, _set_setting(name, value, schema))
+
+
+# -- async -----------------------------------------------------------------------------------
+
+
+async def list_jobs_async(conn: AsyncConn, *, schema: str | None = None) -> list[PeriodicJob]:
+    return await drive_async(conn, _list_jobs(schema))
+
+
+async def run_due_async(conn: AsyncConn, *, schema: str | None = None) -> dict[str, Any]:
+    return await drive_async(conn, _run_due(schema))
+
+
+async def run_now_async(conn: AsyncConn, name: str, *, schema: str | None = None) -> Any:
+    return await drive_async(conn, _run_now(name, schema))
+
+
+async def configure_job_async(
+    conn: AsyncConn, name: str, *, interval_s: float | None = None,
+    enabled: bool | None = None, schema: str | None = None,
+) -> None:  # fmt: skip
+    await drive_async(conn, _configure(name, interval_s, enabled, schema))
+
+
+async def list_settings_async(conn: AsyncConn, *, schema: str | None = None) -> list[Setting]:
+    return await drive_async(conn, _list_settings(schema))
+
+
+async def set_setting_async(
+    conn: AsyncConn, name: str, value: Any, *, schema: str | None = None
 ) -> Setting:
-    params = {"name": name, "value": json.dumps(value)}
-    row = conn.execute(query("set_setting", schema_name(schema)), params).fetchone()
-    if row is None:
-        raise UnknownMaintenanceItemError("setting", name)
-    return Setting(*row)
+    return await drive_async(conn, _set_setting(name, value, schema))
+
+
+__all__ = [
+    "JOBS",
+    "JOBS_BY_NAME",
+    "SETTINGS",
+    "JobSpec",
+    "PeriodicJob",
+    "Setting",
+    "SettingSpec",
+    "configure_job",
+    "configure_job_async",
+    "list_jobs",
+    "list_jobs_async",
+    "list_settings",
+    "list_settings_async",
+    "run_due",
+    "run_due_async",
+    "run_now",
+    "run_now_async",
+    "set_setting",
+    "set_setting_async",
+]

@@ -10,19 +10,17 @@ shape can do harm. Two small statements, once per connection.
 from __future__ import annotations
 
 import re
-from collections.abc import Generator
 from functools import cache
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from fairlane.config import database_url, psycopg_dsn, schema_name
-from fairlane.engine.sqlfiles import query
+from fairlane.engine import engine
+from fairlane.engine.statement import Operation, drive, drive_async
 from fairlane.errors import SchemaMismatchError
 from fairlane.schema.migrate import migrations_dir
 from fairlane.schema.objects import expected_checksums
-from fairlane.schema.tables import VERSION_TABLE
 
 # The revision this package needs: the head of migrations/versions (a test holds them equal).
 SCHEMA_REVISION = "0013"
@@ -34,13 +32,6 @@ def known_revisions() -> frozenset[str]:
     """Every revision this package ships (to tell a newer database from an older one)."""
     names = (path.name for path in (migrations_dir() / "versions").iterdir())
     return frozenset(m.group(1) for m in map(_REVISION_FILE.match, names) if m)
-
-
-def _table_params(schema: str) -> dict[str, str]:
-    return {
-        "version_table": sql.Identifier(schema, VERSION_TABLE).as_string(None),
-        "objects_table": sql.Identifier(schema, "schema_objects").as_string(None),
-    }
 
 
 def judge(revision: str | None, recorded: dict[str, str], schema: str) -> None:
@@ -59,48 +50,30 @@ def judge(revision: str | None, recorded: dict[str, str], schema: str) -> None:
         raise SchemaMismatchError(revision, SCHEMA_REVISION, differing=tuple(differing))
 
 
-Step = tuple[str, dict[str, Any]]
-Row = tuple[Any, ...] | None
-
-
-def _steps(schema: str) -> Generator[Step, Row, None]:
-    """The check as statements to run, each answered with its first row; sync and async
-    callers drive the same steps."""
-    tables = yield query("schema_tables_exist", schema), _table_params(schema)
-    if tables is None or not tables[0]:
+def _check(schema: str) -> Operation[None]:
+    """The check as an operation: sync and async callers drive the same statements."""
+    state = engine(schema).schema_state
+    tables = yield state.tables_exist()
+    has_version, has_objects = tables[0] if tables else (False, False)
+    if not has_version:
         judge(None, {}, schema)
-    elif not tables[1]:
-        found = yield query("schema_revision", schema), {}
-        judge(found[0] if found else None, {}, schema)
+    elif not has_objects:
+        revision = yield state.revision()
+        judge(revision[0] if revision else None, {}, schema)
     else:
-        state = yield query("schema_state", schema), {}
-        assert state is not None
-        judge(state[0], dict(state[1]), schema)
+        found = yield state.state()
+        revision, recorded = found[0]
+        judge(revision, recorded, schema)
 
 
 def check_schema(conn: psycopg.Connection[Any], schema: str) -> None:
     """The start-up check on a sync connection (autocommit, or inside any transaction)."""
-    steps = _steps(schema)
-    step = next(steps)
-    while True:
-        row = conn.execute(*step).fetchone()
-        try:
-            step = steps.send(row)
-        except StopIteration:
-            return
+    drive(conn, _check(schema))
 
 
 async def check_schema_async(conn: psycopg.AsyncConnection[Any], schema: str) -> None:
     """``check_schema`` on an async connection."""
-    steps = _steps(schema)
-    step = next(steps)
-    while True:
-        cursor = await conn.execute(*step)
-        row = await cursor.fetchone()
-        try:
-            step = steps.send(row)
-        except StopIteration:
-            return
+    await drive_async(conn, _check(schema))
 
 
 def connect_checked(dsn: str | None = None, schema: str | None = None) -> psycopg.Connection[Any]:

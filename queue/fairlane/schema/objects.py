@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from fairlane.engine.sqlfiles import Entry, object_entries, render
+from fairlane.engine.objects import Entry, object_entries, render
 from fairlane.errors import SchemaObjectError
 
 _REFERENCE = re.compile(r"\{schema\}\.(\w+)")

@@ -1,19 +1,20 @@
 """``fairlane demo``: a small multi-tenant workload run end to end, with live progress.
 
-It picks a database (``--dsn`` or ``DATABASE_URL``; else the local server at the default
-address if one answers; else an embedded PostgreSQL in ``.pgdata/``, see
-``fairlane.tools.embedded``), migrates it, starts a worker and triggers a few hundred runs in each of three environments,
-in waves, through the same statement an application uses. Two tasks: ``thumbnail`` (async)
-and ``send_email`` (sync, so it runs in a worker thread). About one run in ten fails on its
-first attempt and is retried after a short backoff; a few ``send_email`` runs always fail and
-end FAILED once their attempts are spent. A progress line shows runs finished per environment
-and runs per status; a summary follows, and the exit status says whether every run ended as
+It picks a database (``--dsn`` or ``DATABASE_URL``; else the local server at the default address
+if one answers; else an embedded PostgreSQL in ``.pgdata/``, see ``fairlane.tools.embedded``),
+migrates it, starts a worker and triggers a few hundred runs in each of three environments, in
+waves, through the same statement an application uses. Two tasks: ``thumbnail`` (async) and
+``send_email`` (sync, so it runs in a worker thread). About one run in ten fails on its first
+attempt and is retried after a short backoff; a few ``send_email`` runs always fail and end
+FAILED once their attempts are spent. A progress line shows runs finished per environment and
+runs per status; a summary follows, and the exit status says whether every run ended as
 expected.
 
 The demo keeps to its own schema (``fairlane_demo`` unless ``--schema`` or ``FAIRLANE_SCHEMA``
 says otherwise) and its worker claims only from the demo's environments, so a demo on a shared
 database neither sees nor disturbs other runs. The registry is ``fairlane.tools.demo:tasks``:
-``FAIRLANE_SCHEMA=fairlane_demo fairlane worker fairlane.tools.demo:tasks`` runs the same handlers.
+``FAIRLANE_SCHEMA=fairlane_demo fairlane worker fairlane.tools.demo:tasks`` runs the same
+handlers.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.exc import DBAPIError
 
-from fairlane.client import Client
+from fairlane.async_client import AsyncClient
 from fairlane.config import psycopg_dsn, schema_name
 from fairlane.errors import FairlaneError
 from fairlane.models import FINAL_STATUSES, RunStatus
@@ -266,7 +267,7 @@ async def run_demo(
 
     async with (
         await psycopg.AsyncConnection.connect(dsn, autocommit=True) as monitor,
-        Client(dsn, schema=schema) as client,
+        AsyncClient(dsn, schema=schema) as client,
         anyio.create_task_group() as group,
     ):
         leftover = await count_unfinished(monitor, schema, environments)

@@ -20,7 +20,9 @@ from sqlalchemy.engine import Connection as SAConnection
 from sqlalchemy.orm import Session
 
 from fairlane.config import schema_name
-from fairlane.engine.sqlfiles import query
+from fairlane.engine import engine
+from fairlane.engine.statement import Statement, rows, rows_async
+from fairlane.engine.triggers import TriggerRow
 from fairlane.errors import QueueSizeLimitExceeded, UnsupportedConnectionError
 from fairlane.triggering.request import TriggerRequest, insert_params
 
@@ -34,47 +36,48 @@ if TYPE_CHECKING:
 SyncConnection = psycopg.Connection[Any] | SAConnection | Session
 
 
-def _statement(requests: Sequence[TriggerRequest], schema: str | None) -> str:
-    keyed = any(request.keyed for request in requests)
-    return query("trigger_keyed_runs" if keyed else "insert_runs", schema_name(schema))
-
-
 def trigger_statement(
     requests: Sequence[TriggerRequest], *, schema: str | None = None
-) -> tuple[str, dict[str, str]]:
-    """The statement ``trigger_many`` sends for ``requests`` and its parameters, checked as
-    ``trigger_many`` checks them (for callers that run it on a connection of their own)."""
-    return _statement(requests, schema), insert_params(requests)
+) -> Statement[TriggerRow]:
+    """The statement ``trigger_many`` sends for ``requests``, checked as ``trigger_many``
+    checks them (for callers that run it on a connection of their own)."""
+    triggers = engine(schema_name(schema)).triggers
+    runs_json = insert_params(requests)["runs"]
+    if any(request.keyed for request in requests):
+        return triggers.keyed(runs_json)
+    return triggers.plain(runs_json)
 
 
-def _ids(requests: Sequence[TriggerRequest], rows: Sequence[Sequence[Any]]) -> list[int]:
-    """Run ids in request order, or the typed error of a rejected trigger.
-
-    Rows are (id, outcome, environment, queue, size_limit, scope, size, item); a rejection is
-    one row with a NULL id. The keyed statement numbers its rows with the request index
-    (``item``); the plain one inserts in request order, so there sorted ids follow it.
-    """
+def _ids(requests: Sequence[TriggerRequest], rows: Sequence[TriggerRow]) -> list[int]:
+    """Run ids in request order, or the typed error of a rejected trigger (one row with no
+    id). The keyed statement numbers its rows with the request index (``item``); the plain one
+    inserts in request order, so there sorted ids follow it."""
+    made: list[tuple[int, int]] = []
     for row in rows:
-        if row[0] is None:
+        if row.id is None:
             raise _size_error(requests, row)
-    if rows and rows[0][7] is not None:
-        return [int(row[0]) for row in sorted(rows, key=lambda row: int(row[7]))]
-    return sorted(int(row[0]) for row in rows)
+        made.append((row.id if row.item is None else row.item, row.id))
+    return [run_id for _order, run_id in sorted(made)]
 
 
-def _size_error(requests: Sequence[TriggerRequest], row: Sequence[Any]) -> QueueSizeLimitExceeded:
-    _id, _outcome, environment, queue, limit, scope, size, item = row
+def _size_error(requests: Sequence[TriggerRequest], row: TriggerRow) -> QueueSizeLimitExceeded:
+    item, limit, size = row.item, row.size_limit or 0, row.size or 0
     if item is None:
         # The first request of that queue (or environment) past the room that was left.
         matching = [
             index for index, request in enumerate(requests)
-            if request.environment == environment
-            and (scope == "environment" or request.queue == queue)
+            if request.environment == row.environment
+            and (row.scope == "environment" or request.queue == row.queue)
         ]  # fmt: skip
         item = matching[min(max(limit - size, 0), len(matching) - 1)]
     return QueueSizeLimitExceeded(
-        environment, requests[item].queue, limit, scope=scope, size=size, index=item
-    )
+        row.environment or "", requests[item].queue, limit, scope=row.scope or "queue",
+        size=size, index=item,
+    )  # fmt: skip
+
+
+def _sa_rows(statement: Statement[TriggerRow], result: Any) -> list[TriggerRow]:
+    return [statement.row(row._mapping) for row in result.fetchall()]
 
 
 def trigger_many(
@@ -83,13 +86,15 @@ def trigger_many(
     """Create every run in ``requests`` with one statement; returns their ids in order."""
     if not requests:
         return []
-    statement, params = trigger_statement(requests, schema=schema)
+    statement = trigger_statement(requests, schema=schema)
     if isinstance(conn, psycopg.Connection):
-        return _ids(requests, conn.execute(statement, params).fetchall())
+        return _ids(requests, rows(conn, statement))
     if isinstance(conn, Session):
         conn = conn.connection()
     if isinstance(conn, SAConnection):
-        return _ids(requests, conn.exec_driver_sql(statement, params).fetchall())
+        return _ids(
+            requests, _sa_rows(statement, conn.exec_driver_sql(statement.sql, statement.params))
+        )
     raise UnsupportedConnectionError(conn)
 
 
@@ -111,18 +116,17 @@ async def trigger_many_async(
     """The async twin of ``trigger_many``: same statement, same checks."""
     if not requests:
         return []
-    statement, params = trigger_statement(requests, schema=schema)
+    statement = trigger_statement(requests, schema=schema)
     if isinstance(conn, psycopg.AsyncConnection):
-        cursor = await conn.execute(statement, params)
-        return _ids(requests, await cursor.fetchall())
+        return _ids(requests, await rows_async(conn, statement))
     from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
     from sqlalchemy.ext.asyncio import AsyncSession
 
     if isinstance(conn, AsyncSession):
         conn = await conn.connection()
     if isinstance(conn, SAAsyncConnection):
-        result = await conn.exec_driver_sql(statement, params)
-        return _ids(requests, result.fetchall())
+        result = await conn.exec_driver_sql(statement.sql, statement.params)
+        return _ids(requests, _sa_rows(statement, result))
     raise UnsupportedConnectionError(conn)
 
 

@@ -12,21 +12,29 @@ import psycopg
 
 from fairlane.config import schema_name
 from fairlane.durations import Duration, seconds
-from fairlane.engine.sqlfiles import query
+from fairlane.engine import engine
+from fairlane.engine.statement import Operation, drive, drive_async
 from fairlane.payload import encode_json
 
 DEFAULT_TOKEN_KEY_TTL_S = 30 * 24 * 3600.0
 
 
-def _token_params(
-    idempotency_key: str | None, idempotency_ttl: Duration | None,
-    timeout: Duration | None,
-) -> dict[str, Any]:  # fmt: skip
-    return {
-        "key": idempotency_key,
-        "key_ttl_s": seconds("idempotency_ttl", idempotency_ttl) or DEFAULT_TOKEN_KEY_TTL_S,
-        "timeout_s": seconds("timeout", timeout),
-    }
+def _create(
+    idempotency_key: str | None, idempotency_ttl: Duration | None, timeout: Duration | None,
+    schema: str | None,
+) -> Operation[int]:  # fmt: skip
+    key_ttl_s = seconds("idempotency_ttl", idempotency_ttl) or DEFAULT_TOKEN_KEY_TTL_S
+    statement = engine(schema_name(schema)).waits.create_token(
+        idempotency_key, key_ttl_s, seconds("timeout", timeout)
+    )
+    found = yield statement
+    return int(found[0])
+
+
+def _complete(token_id: int, output: Any, schema: str | None) -> Operation[bool]:
+    output_json = encode_json(output, what="token output")
+    found = yield engine(schema_name(schema)).waits.complete_token(token_id, output_json)
+    return bool(found)
 
 
 def create_token(
@@ -38,18 +46,14 @@ def create_token(
     schema: str | None = None,
 ) -> int:
     """A token for ``wait_for_token``; the same live idempotency key returns the same token."""
-    params = _token_params(idempotency_key, idempotency_ttl, timeout)
-    row = conn.execute(query("create_token", schema_name(schema)), params).fetchone()
-    assert row is not None  # a function call returns one row
-    return int(row[0])
+    return drive(conn, _create(idempotency_key, idempotency_ttl, timeout, schema))
 
 
 def complete_token(
     conn: psycopg.Connection[Any], token_id: int, output: Any = None, *, schema: str | None = None
 ) -> bool:
     """Complete a token and wake whoever waits on it; False if it was already complete."""
-    params = {"id": token_id, "output": encode_json(output, what="token output")}
-    return conn.execute(query("complete_token", schema_name(schema)), params).fetchone() is not None
+    return drive(conn, _complete(token_id, output, schema))
 
 
 async def create_token_async(
@@ -60,17 +64,11 @@ async def create_token_async(
     timeout: Duration | None = None,  # noqa: ASYNC109 - stored on the token
     schema: str | None = None,
 ) -> int:
-    params = _token_params(idempotency_key, idempotency_ttl, timeout)
-    cursor = await conn.execute(query("create_token", schema_name(schema)), params)
-    row = await cursor.fetchone()
-    assert row is not None  # a function call returns one row
-    return int(row[0])
+    return await drive_async(conn, _create(idempotency_key, idempotency_ttl, timeout, schema))
 
 
 async def complete_token_async(
     conn: psycopg.AsyncConnection[Any], token_id: int, output: Any = None, *,
     schema: str | None = None,
 ) -> bool:  # fmt: skip
-    params = {"id": token_id, "output": encode_json(output, what="token output")}
-    cursor = await conn.execute(query("complete_token", schema_name(schema)), params)
-    return await cursor.fetchone() is not None
+    return await drive_async(conn, _complete(token_id, output, schema))

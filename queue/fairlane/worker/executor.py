@@ -15,7 +15,7 @@ from fairlane.errors import MaxDurationExceededError, PayloadError, UnknownTaskE
 from fairlane.models import ClaimedRun, RunStatus
 from fairlane.payload import encode_json
 from fairlane.worker.context import RunContext
-from fairlane.worker.leases import Completion, Failure, Lease
+from fairlane.worker.lease_store import Completion, Failure, Lease
 from fairlane.worker.outcomes import OutcomeWriter
 from fairlane.worker.registry import TaskDefinition, TaskRegistry
 

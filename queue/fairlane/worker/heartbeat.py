@@ -16,7 +16,7 @@ import psycopg
 
 from fairlane.worker.connections import LoopConnection
 from fairlane.worker.executor import ActiveRun
-from fairlane.worker.leases import LeaseStore
+from fairlane.worker.lease_store import LeaseStore
 from fairlane.worker.stats import WorkerStats
 
 log = logging.getLogger("fairlane.worker")

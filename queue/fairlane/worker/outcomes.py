@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import anyio
 
-from fairlane.worker.leases import AsyncConn, Completion, Failure, Lease, LeaseStore
+from fairlane.worker.lease_store import AsyncConn, Completion, Failure, Lease, LeaseStore
 from fairlane.worker.stats import WorkerStats
 
 log = logging.getLogger("fairlane.worker")

@@ -1,7 +1,8 @@
 """Running due periodic jobs (lease reclaim, delayed promotion, ...) from any worker.
 
-Every worker calls ``run_due_periodic_jobs()``; the function claims due jobs with SKIP LOCKED,
-so each tick runs exactly once however many workers there are.
+Every worker calls ``run_due_periodic_jobs`` (sql/maintenance/runner.sql) on an autocommit
+connection; it claims due jobs with SKIP LOCKED and runs each in a transaction of its own, so
+each tick runs exactly once however many workers there are, and a slow job holds back no other.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Any
 import anyio
 import psycopg
 
-from fairlane.engine.sqlfiles import query
+from fairlane.engine import engine
+from fairlane.engine.statement import first_async
 from fairlane.worker.connections import LoopConnection
 from fairlane.worker.stats import WorkerStats
 
@@ -20,9 +22,7 @@ log = logging.getLogger("fairlane.worker")
 
 
 async def run_due_jobs(conn: psycopg.AsyncConnection[Any], schema: str) -> dict[str, Any]:
-    cursor = await conn.execute(query("run_due_periodic_jobs", schema))
-    row = await cursor.fetchone()
-    return dict(row[0]) if row and row[0] else {}
+    return await first_async(conn, engine(schema).maintenance.run_due()) or {}
 
 
 async def periodic_loop(

@@ -16,15 +16,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 import anyio
 import psycopg
 
 from fairlane.batches.parent import BATCH_EDGE, batch_results, make_parent_batch
 from fairlane.durations import seconds
-from fairlane.engine.sqlfiles import query
+from fairlane.engine import engine
+from fairlane.engine.statement import first_async, one_async, rows_async, run_async
 from fairlane.errors import (
-    FairlaneError,
+    BatchWithoutWaitpointError,
     LeaseLostError,
     RunNotFoundError,
     WaitpointNotFoundError,
@@ -53,8 +55,8 @@ class WaitService:
         reacquire_slot: Callable[[], Awaitable[None]],
     ) -> None:
         self._schema = schema
+        self._waits = engine(schema).waits
         self._connection = LoopConnection(dsn)
-        self._listen_connection = LoopConnection(dsn)
         self._lock = anyio.Lock()
         self._poll_interval = poll_interval
         self._release_slot = release_slot
@@ -111,15 +113,12 @@ class WaitService:
         self, active: ActiveRun, position: int, when: datetime | float | timedelta
     ) -> None:
         if isinstance(when, datetime):
-            params: dict[str, Any] = {"at": when, "delay_s": None}
+            statement = self._waits.create_time_waitpoint(when, None)
         else:
-            params = {"at": None, "delay_s": seconds("wait_until", when)}
+            statement = self._waits.create_time_waitpoint(None, seconds("wait_until", when))
 
         async def make(conn: psycopg.AsyncConnection[Any]) -> Edges:
-            cursor = await conn.execute(query("create_time_waitpoint", self._schema), params)
-            row = await cursor.fetchone()
-            assert row is not None
-            return [(0, int(row[0]))]
+            return [(0, await one_async(conn, statement))]
 
         await self._wait(active, position, make)
 
@@ -128,8 +127,7 @@ class WaitService:
     ) -> WaitResult:
         async def make(conn: psycopg.AsyncConnection[Any]) -> Edges:
             if timeout_s is not None:
-                params = {"id": token_id, "timeout_s": timeout_s}
-                await conn.execute(query("token_timeout_at_most", self._schema), params)
+                await run_async(conn, self._waits.token_timeout_at_most(token_id, timeout_s))
             return [(0, token_id)]
 
         ((_, result),) = await self._wait(active, position, make)
@@ -139,15 +137,10 @@ class WaitService:
         self, active: ActiveRun, position: int, batch_id: int
     ) -> list[WaitResult]:
         async def make(conn: psycopg.AsyncConnection[Any]) -> Edges:
-            cursor = await conn.execute(
-                query("batch_waitpoint", self._schema), {"batch_id": batch_id}
-            )
-            row = await cursor.fetchone()
-            if row is None or row[0] is None:
-                raise FairlaneError(
-                    f"batch {batch_id} has no waitpoint: create it with parent_run_id"
-                )
-            return [(BATCH_EDGE, int(row[0]))]
+            waitpoint = await first_async(conn, self._waits.batch_waitpoint(batch_id))
+            if waitpoint is None:
+                raise BatchWithoutWaitpointError(batch_id)
+            return [(BATCH_EDGE, waitpoint)]
 
         async def attach(conn: psycopg.AsyncConnection[Any]) -> None:
             await self._attach_to_batch(conn, batch_id, active.run.id)
@@ -159,8 +152,7 @@ class WaitService:
     ) -> None:
         """After the edge to the batch: a batch that has already ended attaches its items'
         runs to this wait now (one still going does when it ends)."""
-        params = {"batch_id": batch_id, "run_id": run_id}
-        await conn.execute(query("attach_batch_waiter", self._schema), params)
+        await run_async(conn, self._waits.attach_to_batch(batch_id, run_id))
 
     # -- the machinery -----------------------------------------------------------------
 
@@ -187,43 +179,33 @@ class WaitService:
         after_edges: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None,
     ) -> list[tuple[int, WaitResult]]:
         run_id, token = active.run.id, active.lease.token
-        key = {"run_id": run_id, "position": position}
         # Registered before the wait commits, so a wake-up right after it is not missed.
         self._ready[run_id] = anyio.Event()
         async with self._lock:
             conn = await self._connection.get()
             async with conn.transaction():
-                cursor = await conn.execute(query("wait_edges_at", self._schema), key)
-                if not await cursor.fetchall():
+                if not await rows_async(conn, self._waits.edges_at(run_id, position)):
                     edges = await make(conn)
+                    items = [item for item, _ in edges]
                     waitpoint_ids = [waitpoint for _, waitpoint in edges]
-                    params = {
-                        **key,
-                        "items": [item for item, _ in edges],
-                        "waitpoint_ids": waitpoint_ids,
-                    }
                     await self._lock_waitpoints(conn, waitpoint_ids)
-                    await conn.execute(query("insert_wait_edges", self._schema), params)
+                    statement = self._waits.insert_edges(run_id, position, items, waitpoint_ids)
+                    await run_async(conn, statement)
                     if after_edges is not None:
                         await after_edges(conn)
-                state = await self._scalar(
-                    conn, "begin_waiting", {"run_id": run_id, "token": token}
-                )
+                state = await one_async(conn, self._waits.begin_waiting(run_id, token))
                 if state == "LOST":
                     # Raised inside the transaction: the children this wait triggered and its
                     # edges roll back with it (the run was cancelled or re-claimed meanwhile).
                     raise LeaseLostError(run_id)
         if state == "WAITING":
             await self._suspend(run_id, token)
-        return await self._results(key)
+        return await self._results(run_id, position)
 
     async def _lock_waitpoints(
         self, conn: psycopg.AsyncConnection[Any], waitpoint_ids: list[int]
     ) -> None:
-        cursor = await conn.execute(
-            query("lock_waitpoints", self._schema), {"waitpoint_ids": waitpoint_ids}
-        )
-        found = {int(row[0]) for row in await cursor.fetchall()}
+        found = set(await rows_async(conn, self._waits.lock_waitpoints(waitpoint_ids)))
         missing = [waitpoint for waitpoint in waitpoint_ids if waitpoint not in found]
         if missing:
             raise WaitpointNotFoundError(missing[0])
@@ -231,19 +213,16 @@ class WaitService:
     async def _run_waitpoints(
         self, conn: psycopg.AsyncConnection[Any], run_ids: list[int]
     ) -> dict[int, int]:
-        params = {"run_ids": run_ids}
-        await conn.execute(query("lock_awaited_runs", self._schema), params)
-        cursor = await conn.execute(query("ensure_run_waitpoints", self._schema), params)
-        waitpoints = {int(run): int(waitpoint) for run, waitpoint in await cursor.fetchall()}
+        await run_async(conn, self._waits.lock_awaited_runs(run_ids))
+        waitpoints = dict(await rows_async(conn, self._waits.ensure_run_waitpoints(run_ids)))
         missing = [run_id for run_id in run_ids if run_id not in waitpoints]
         if missing:
             raise RunNotFoundError(missing[0])
         return waitpoints
 
-    async def _suspend(self, run_id: int, token: Any) -> None:
+    async def _suspend(self, run_id: int, token: UUID) -> None:
         """Sleep without a slot until the run is ready, then take a slot again."""
         self._release_slot()
-        params = {"run_id": run_id, "token": token}
         backoff = 0.02
         try:
             while True:
@@ -253,7 +232,7 @@ class WaitService:
                 self._ready.pop(run_id, None)
                 async with self._lock:
                     conn = await self._connection.get()
-                    state = await self._scalar(conn, "resume_run", params)
+                    state = await one_async(conn, self._waits.resume(run_id, token))
                 if state == "RESUMED":
                     return
                 if state == "LOST":
@@ -267,47 +246,30 @@ class WaitService:
             with anyio.CancelScope(shield=True):
                 await self._reacquire_slot()
 
-    async def _results(self, key: dict[str, int]) -> list[tuple[int, WaitResult]]:
+    async def _results(self, run_id: int, position: int) -> list[tuple[int, WaitResult]]:
         """The results at this call position, by item."""
         async with self._lock:
             conn = await self._connection.get()
-            cursor = await conn.execute(query("wait_results", self._schema), key)
-            rows = await cursor.fetchall()
+            found = await rows_async(conn, self._waits.results(run_id, position))
         return [
-            (int(item), WaitResult.from_row(is_error, output, run))
-            for item, _, is_error, output, run in rows
+            (row.item, WaitResult.from_row(row.is_error, row.output, row.run_id)) for row in found
         ]
 
-    async def _scalar(
-        self, conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any]
-    ) -> Any:
-        cursor = await conn.execute(query(name, self._schema), params)
-        row = await cursor.fetchone()
-        assert row is not None
-        return row[0]
+    # -- wake-ups (fairlane.worker.notifier) ---------------------------------------------
 
-    # -- wake-ups ----------------------------------------------------------------------
+    def resume(self, run_id: int) -> None:
+        """The resume channel named ``run_id``: wake its handler if it waits here."""
+        waiter = self._ready.get(run_id)
+        if waiter is not None:
+            waiter.set()
 
-    async def listen(self) -> None:
-        """Wake waiting handlers when the resume channel names their run."""
-        while True:
-            try:
-                conn = await self._listen_connection.get()
-                await conn.execute(query("listen_resume_channel", self._schema))
-                for event in list(self._ready.values()):
-                    event.set()  # anything announced while we were not listening
-                async for notification in conn.notifies():
-                    waiter = self._ready.get(int(notification.payload))
-                    if waiter is not None:
-                        waiter.set()
-            except psycopg.Error:
-                log.warning("resume listener lost its connection; reconnecting", exc_info=True)
-                await self._listen_connection.discard()
-                await anyio.sleep(1.0)
+    def wake_all(self) -> None:
+        """After the listener reconnected: anything may have been announced meanwhile."""
+        for event in list(self._ready.values()):
+            event.set()
 
     async def close(self) -> None:
         await self._connection.close()
-        await self._listen_connection.close()
 
 
 def _linked(active: ActiveRun, requests: Sequence[TriggerRequest]) -> list[TriggerRequest]:

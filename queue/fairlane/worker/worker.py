@@ -31,7 +31,7 @@ from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.errors import SchemaMismatchError
 from fairlane.models import ClaimedRun
 from fairlane.schema.check import check_schema_async
-from fairlane.worker import cancels, heartbeat, notifier, periodic
+from fairlane.worker import heartbeat, notifier, periodic
 from fairlane.worker.connections import LoopConnection
 from fairlane.worker.context import RunContext
 from fairlane.worker.executor import (
@@ -41,7 +41,7 @@ from fairlane.worker.executor import (
     ActiveRun,
     execute,
 )
-from fairlane.worker.leases import Lease, LeaseStore
+from fairlane.worker.lease_store import Lease, LeaseStore
 from fairlane.worker.outcomes import OutcomeWriter
 from fairlane.worker.registry import TaskRegistry
 from fairlane.worker.stats import WorkerStats
@@ -181,17 +181,16 @@ class Worker:
         write_conn = LoopConnection(self.dsn)
         listen_conn = LoopConnection(self.dsn)
         tick_conn = LoopConnection(self.dsn)
-        cancel_conn = LoopConnection(self.dsn)
+        listeners = notifier.Listeners(
+            new_runs=self._notified, cancel=self._cancel_requested,
+            resume=self.waits.resume, reconnected=self.waits.wake_all,
+        )  # fmt: skip
         try:
             async with anyio.create_task_group() as background:
                 background.start_soon(self._write_loop, write_conn)
                 background.start_soon(self.heartbeater.run, beat_conn)
                 if self.listen:
-                    background.start_soon(self.waits.listen)
-                    background.start_soon(notifier.listen, listen_conn, self.schema, self._notified)
-                    background.start_soon(
-                        cancels.listen, cancel_conn, self.schema, self._cancel_requested
-                    )
+                    background.start_soon(notifier.listen, listen_conn, self.schema, listeners)
                 if self.run_periodic_jobs:
                     background.start_soon(self._periodic_loop, tick_conn)
                 async with anyio.create_task_group() as runners:
@@ -207,7 +206,7 @@ class Worker:
                 await self._flush_outcomes(write_conn)
                 background.cancel_scope.cancel()
         finally:
-            for conn in (claim_conn, beat_conn, write_conn, listen_conn, tick_conn, cancel_conn):
+            for conn in (claim_conn, beat_conn, write_conn, listen_conn, tick_conn):
                 await conn.close()
             await self.waits.close()
             await self.batch_items.close()
@@ -375,7 +374,7 @@ class Worker:
         active.stop(STOP_LEASE_LOST)
 
     def _cancel_requested(self, run_id: int) -> None:
-        """The run was cancelled while executing (``cancels.listen``): stop its handler."""
+        """The run was cancelled while executing (the cancel channel): stop its handler."""
         active = self.held.get(run_id)
         if active is None or active.handler_done or active.ctx.stop_reason is not None:
             # Not ours, or finishing already: the fence refuses whatever outcome it writes.

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import psycopg
 
-from fairlane.batches.api import BatchClient
+from fairlane import AsyncBatchClient
 from fairlane.tools.bench.common import SCHEMA, emit, fresh_database, run_async, server_url
 from fairlane.worker import RunContext, TaskRegistry, Worker
 
@@ -55,7 +55,7 @@ def prepare(dsn: str, items: int) -> None:
 
 async def _bench(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     data = ndjson(args.items)
-    async with BatchClient(dsn, schema=SCHEMA) as batches:
+    async with AsyncBatchClient(dsn, schema=SCHEMA) as batches:
         await batches.set_limits(
             ENVIRONMENT, bucket_max=args.items, refill_amount=args.items,
             concurrency=args.batch_concurrency,

@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import psycopg
 
-from fairlane.client import Client
+from fairlane import AsyncClient
 from fairlane.scheduling.limits import set_environment, set_queue
 from fairlane.tools.bench.common import (
     SCHEMA,
@@ -100,7 +100,9 @@ def set_caps(dsn: str, tenants: int, cap: int, runs: int) -> None:
             set_queue(conn, env, "default", concurrency_limit=cap, size_limit=runs, schema=SCHEMA)
 
 
-async def trigger_tenants(client: Client, runs: int, tenants: int, batch: int = BATCH) -> float:
+async def trigger_tenants(
+    client: AsyncClient, runs: int, tenants: int, batch: int = BATCH
+) -> float:
     """Like ``trigger_bulk``, run i going to environment i mod ``tenants``."""
     names = tenant_names(tenants)
     started = time.perf_counter()

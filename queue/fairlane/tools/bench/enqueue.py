@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import psycopg
 
-from fairlane.client import Client
+from fairlane import AsyncClient
 from fairlane.errors import RunNotFoundError
 from fairlane.tools.bench.common import (
     SCHEMA,
@@ -26,15 +26,15 @@ TASK = "noop"
 BATCH = 1000
 
 
-async def open_client(dsn: str) -> Client:
+async def open_client(dsn: str) -> AsyncClient:
     """A client whose connection is already open, so timings leave the connect out."""
-    client = Client(dsn, schema=SCHEMA)
+    client = AsyncClient(dsn, schema=SCHEMA)
     with contextlib.suppress(RunNotFoundError):
         await client.get_run(0)
     return client
 
 
-async def trigger_bulk(client: Client, runs: int, batch: int = BATCH) -> float:
+async def trigger_bulk(client: AsyncClient, runs: int, batch: int = BATCH) -> float:
     """Trigger ``runs`` no-op runs in calls of ``batch``; returns the wall time in seconds."""
     started = time.perf_counter()
     for offset in range(0, runs, batch):
@@ -55,7 +55,7 @@ async def _enqueue(dsn: str, runs: int, batch: int, producers: int) -> float:
         return time.perf_counter() - started
     finally:
         for client in clients:
-            await client.aclose()
+            await client.close()
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 import psycopg
 
-from fairlane.client import Client
+from fairlane import AsyncClient
 from fairlane.tools.bench.common import (
     SCHEMA,
     count_statuses,
@@ -107,7 +107,7 @@ class Timeline:
         }
 
 
-async def trigger_environment(client: Client, timeline: Timeline, env: str) -> None:
+async def trigger_environment(client: AsyncClient, timeline: Timeline, env: str) -> None:
     runs = timeline.sizes[env]
     for offset in range(0, runs, BATCH):
         size = min(BATCH, runs - offset)

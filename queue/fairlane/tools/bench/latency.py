@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import psycopg
 
-from fairlane.client import Client
+from fairlane import AsyncClient
 from fairlane.tools.bench.common import (
     SCHEMA,
     count_statuses,
@@ -32,7 +32,7 @@ TASK = "latency"
 WARMUP = 5
 
 
-async def paced(client: Client, runs: int, gap_s: float) -> None:
+async def paced(client: AsyncClient, runs: int, gap_s: float) -> None:
     """Trigger ``runs`` runs on a fixed schedule ``gap_s`` apart."""
     start = time.perf_counter()
     for i in range(runs):

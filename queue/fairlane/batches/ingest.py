@@ -1,0 +1,214 @@
+"""Batch triggers, phase two: ``ingest_items`` streams NDJSON bytes in chunks into a batch.
+
+Each slice of parsed items is one statement, committed on its own, so a bad line
+(``BatchLineError``, ``BatchIndexError``) leaves everything before it in the batch and the
+batch open: resend from anywhere, items are deduplicated by index. Items without an index are
+numbered from the call's ``first_index`` (default 0), so a resend of a stream from its k-th
+item passes ``first_index=k``; the errors' ``index`` is that number for the bad line. The batch
+seals when all run-count items are in; the worker's built-in ``fairlane.batch_item`` task then
+turns each into its run (``fairlane.batches.processing``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from fairlane.batches.api import get_batch, item_max_bytes
+from fairlane.batches.ndjson import NdjsonItemParser, OversizedItem, ParsedLine, check_first_index
+from fairlane.config import schema_name
+from fairlane.engine import engine
+from fairlane.engine.statement import first_async
+from fairlane.errors import (
+    BatchAbortedError,
+    BatchIndexError,
+    BatchLineError,
+    BatchNotFoundError,
+    BatchTransactionError,
+    PayloadError,
+)
+from fairlane.models import Batch, IngestResult
+from fairlane.payload import encode_json
+
+AsyncConn = psycopg.AsyncConnection[Any]
+# Parsed items sent per statement.
+SLICE_ITEMS = 500
+FILE_CHUNK_BYTES = 256 * 1024
+Progress = Callable[[IngestResult], None]
+
+
+class _Slice:
+    def __init__(self) -> None:
+        self.indexes: list[int] = []
+        self.tasks: list[str] = []
+        self.payloads: list[str | None] = []
+        self.options: list[str] = []
+        self.oversized: list[bool] = []
+
+    def __len__(self) -> int:
+        return len(self.indexes)
+
+    def add(self, parsed: ParsedLine, line: int) -> None:
+        if isinstance(parsed, OversizedItem):
+            self.indexes.append(parsed.index)
+            self.tasks.append(parsed.task or "unknown")
+            self.payloads.append(None)
+            self.options.append("{}")
+            self.oversized.append(True)
+            return
+        try:
+            payload = encode_json(parsed.payload)
+            options = encode_json(parsed.options, what="options")
+        except PayloadError as error:
+            raise BatchLineError(line, parsed.index, str(error)) from None
+        if "\x00" in parsed.task:
+            raise BatchLineError(line, parsed.index, "the task name holds a NUL character")
+        self.indexes.append(parsed.index)
+        self.tasks.append(parsed.task)
+        self.payloads.append(payload)
+        self.options.append(options)
+        self.oversized.append(False)
+
+    def params(self, batch_id: int) -> dict[str, Any]:
+        return {
+            "batch_id": batch_id, "indexes": self.indexes, "tasks": self.tasks,
+            "payloads": self.payloads, "options": self.options, "oversized": self.oversized,
+            "made": None, "refusals": None,
+        }  # fmt: skip
+
+
+class _Ingest:
+    """One ingest call: parse, slice, send; remembers where the batch stands."""
+
+    def __init__(
+        self, conn: AsyncConn, batch: Batch, schema: str, parser: NdjsonItemParser,
+        progress: Progress | None,
+    ) -> None:  # fmt: skip
+        self.conn = conn
+        self.batch = batch
+        self.schema = schema
+        self.parser = parser
+        self.progress = progress
+        self.pending = _Slice()
+        self.state = IngestResult(
+            batch.id, 0, batch.received, batch.run_count, batch.sealed, batch.status
+        )
+
+    async def flush(self) -> None:
+        if not self.pending:
+            return
+        sent, self.pending = self.pending, _Slice()
+        statement = engine(self.schema).batches.ingest(sent.params(self.batch.id))
+        row = await first_async(self.conn, statement)
+        if not self.conn.autocommit:
+            # Each slice commits: its items and its batch lock go before the next slice's.
+            await self.conn.commit()
+        if row is None:
+            raise BatchNotFoundError(self.batch.id)
+        if row.status == "ABORTED":
+            raise BatchAbortedError(self.batch.id)
+        self.state = IngestResult(
+            self.batch.id, self.state.accepted + row.accepted, row.received, row.run_count,
+            row.sealed, row.status, self.state.oversized + sum(sent.oversized),
+            self.parser.lines,
+        )  # fmt: skip
+        if self.progress is not None:
+            self.progress(self.state)
+
+    async def lines(self, chunks: AsyncIterable[bytes]) -> AsyncIterator[tuple[ParsedLine, int]]:
+        """Parsed items with their line numbers."""
+        parser = self.parser
+        async for chunk in chunks:
+            for parsed in parser.feed(chunk):
+                yield parsed, parser.lines
+        for parsed in parser.finish():
+            yield parsed, parser.lines
+
+    async def run(self, chunks: AsyncIterable[bytes], slice_items: int) -> IngestResult:
+        run_count = self.batch.run_count
+        try:
+            async for parsed, line in self.lines(chunks):
+                if parsed.index >= run_count:
+                    raise BatchIndexError(self.batch.id, line, parsed.index, run_count)
+                self.pending.add(parsed, line)
+                if len(self.pending) >= slice_items:
+                    await self.flush()
+        except (BatchLineError, BatchIndexError):
+            # Everything before the bad line is kept; the caller can resend from there.
+            await self.flush()
+            raise
+        await self.flush()
+        return replace(self.state, lines=self.parser.lines)
+
+
+async def ingest_items(
+    conn: AsyncConn,
+    batch_id: int,
+    chunks: AsyncIterable[bytes],
+    *,
+    schema: str | None = None,
+    slice_items: int = SLICE_ITEMS,
+    progress: Progress | None = None,
+    first_index: int = 0,
+) -> IngestResult:
+    """Phase two: NDJSON items from ``chunks`` (bytes, split anywhere).
+
+    An item without an ``index`` takes ``first_index`` plus its position among the items of
+    this call: resending a stream from its k-th item, pass ``first_index=k`` (the ``index`` of
+    the error that stopped it). Returns where the batch stands; ``sealed`` says all run-count
+    items are in. A sealed batch takes nothing more (``accepted`` 0). Raises
+    ``BatchLineError`` (bad UTF-8 or JSON, naming line and index), ``BatchIndexError``,
+    ``BatchAbortedError`` or ``BatchNotFoundError``; items sent before the error stay in the
+    batch. ``BatchOffsetError`` (a bad ``first_index``) and ``BatchTransactionError`` (a
+    connection inside a transaction: each slice commits on its own) are raised before anything
+    is sent.
+    """
+    check_first_index(first_index)
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        raise BatchTransactionError(batch_id)
+    target = schema_name(schema)
+    batch = await get_batch(conn, batch_id, schema=target)
+    if batch.status == "ABORTED":
+        raise BatchAbortedError(batch_id, (batch.error or {}).get("message"))
+    parser = NdjsonItemParser(await item_max_bytes(conn, target), first_index)
+    if not conn.autocommit:
+        await conn.commit()  # the reads above: no transaction stays open
+    ingest = _Ingest(conn, batch, target, parser, progress)
+    if batch.sealed:
+        return ingest.state
+    return await ingest.run(chunks, slice_items)
+
+
+async def file_chunks(
+    path: str | Path, chunk_bytes: int = FILE_CHUNK_BYTES
+) -> AsyncIterator[bytes]:
+    """A file's bytes in chunks, read without blocking the event loop."""
+    async with await anyio.open_file(path, "rb") as handle:
+        while chunk := await handle.read(chunk_bytes):
+            yield chunk
+
+
+async def ingest_file(
+    conn: AsyncConn, batch_id: int, path: str | Path, *, schema: str | None = None,
+    progress: Progress | None = None, first_index: int = 0,
+) -> IngestResult:  # fmt: skip
+    return await ingest_items(
+        conn, batch_id, file_chunks(path), schema=schema, progress=progress,
+        first_index=first_index,
+    )  # fmt: skip
+
+
+def count_items(path: str | Path) -> int:
+    """Non-blank lines of an NDJSON file: its run count when every line is an item."""
+    count = 0
+    with open(path, "rb") as handle:
+        for line in handle:
+            if line.strip():
+                count += 1
+    return count

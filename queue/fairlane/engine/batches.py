@@ -1,0 +1,111 @@
+"""Batches: creation, items, carriers, reading (sql/batches/)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fairlane.engine.section import Section
+from fairlane.engine.statement import Statement, no_rows, scalar
+from fairlane.models import Batch
+
+
+@dataclass(frozen=True, slots=True)
+class CreateRow:
+    """CREATED or EXISTING (``batch_id``), RATE_LIMITED (``retry_after_s``, the bucket's
+    most in ``limit_value``) or TOO_MANY (the item cap in ``limit_value``)."""
+
+    batch_id: int | None
+    outcome: str
+    retry_after_s: float | None
+    limit_value: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class IngestRow:
+    accepted: int
+    received: int
+    run_count: int
+    sealed: bool
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRow:
+    """An item as ``batch_run_ids`` reads it."""
+
+    index: int
+    state: str
+    run_id: int | None
+    error: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class LockedItem:
+    """The carrier's view of its item, under the item's row lock."""
+
+    state: str
+    task: str
+    payload: Any
+    options: dict[str, Any] | None
+    environment: str
+    status: str
+    parent_run_id: int | None
+
+
+def _item(batch_id: int, index: int) -> dict[str, int]:
+    return {"batch_id": batch_id, "index": index}
+
+
+class Batches(Section):
+    def create(
+        self, environment: str, run_count: int, parent_run_id: int | None,
+        idempotency_key: str | None,
+    ) -> Statement[CreateRow]:  # fmt: skip
+        params = {
+            "environment": environment, "run_count": run_count, "parent_run_id": parent_run_id,
+            "idempotency_key": idempotency_key,
+        }  # fmt: skip
+        return self._statement("create_batch", params, lambda row: CreateRow(**row))
+
+    def get(self, batch_id: int) -> Statement[Batch]:
+        return self._statement("get_batch", {"id": batch_id}, lambda row: Batch(**row))
+
+    def items(self, batch_id: int) -> Statement[ItemRow]:
+        return self._statement("batch_run_ids", {"id": batch_id}, lambda row: ItemRow(**row))
+
+    def ingest(self, params: dict[str, Any]) -> Statement[IngestRow]:
+        """``params``: batch_id, and one array per column (indexes, tasks, payloads, options,
+        oversized; made and refusals may be None)."""
+        return self._statement("ingest_batch_items", params, lambda row: IngestRow(**row))
+
+    def item_max_bytes(self) -> Statement[int]:
+        return self._statement("batch_item_max_bytes", None, scalar)
+
+    def lock_item(self, batch_id: int, index: int) -> Statement[LockedItem]:
+        return self._statement(
+            "lock_batch_item", _item(batch_id, index), lambda row: LockedItem(**row)
+        )
+
+    def skip_item(self, batch_id: int, index: int) -> Statement[None]:
+        return self._statement("skip_batch_item", _item(batch_id, index), no_rows)
+
+    def record_item(self, batch_id: int, index: int, run_id: int) -> Statement[bool]:
+        params = {**_item(batch_id, index), "run_id": run_id}
+        return self._statement("record_batch_item", params, scalar)
+
+    def fail_item(self, batch_id: int, index: int, code: str, message: str) -> Statement[int]:
+        params = {**_item(batch_id, index), "code": code, "message": message}
+        return self._statement("fail_batch_item", params, scalar)
+
+    def ensure_environment(self, environment: str) -> Statement[None]:
+        return self._statement(
+            "set_environment_batch_limits", {"environment": environment}, no_rows
+        )
+
+    def update_limits(self, params: dict[str, Any]) -> Statement[int | None]:
+        return self._statement("update_environment_batch_limits", params, scalar)
+
+    def sync_queue_concurrency(self, environment: str, concurrency: int | None) -> Statement[None]:
+        params = {"environment": environment, "concurrency": concurrency}
+        return self._statement("sync_batch_queue_concurrency", params, no_rows)

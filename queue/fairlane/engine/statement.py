@@ -1,0 +1,126 @@
+"""A statement of ``sql/`` with its parameters and the type of its rows, and the functions that
+run one on a psycopg connection, sync or async.
+
+The engine's methods build statements and never touch a connection, so the same method serves
+``Client`` and ``AsyncClient``, a worker's loops and the CLI. Rows are read by column name into
+the statement's type (``row``), never unpacked by position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, LiteralString, TypeVar
+
+import psycopg
+from psycopg.rows import BaseRowFactory
+
+T = TypeVar("T")
+Row = Mapping[str, Any]
+SyncConn = psycopg.Connection[Any]
+AsyncConn = psycopg.AsyncConnection[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Statement(Generic[T]):
+    name: str
+    sql: LiteralString
+    params: Mapping[str, Any] | Sequence[Any] | None
+    row: Callable[[Row], T]
+
+
+def scalar(row: Row) -> Any:
+    """The single column of a row."""
+    (value,) = row.values()
+    return value
+
+
+def no_rows(row: Row) -> None:
+    """For statements whose rows, if any, nobody reads."""
+
+
+def _factory(make: Callable[[Row], T]) -> BaseRowFactory[T]:
+    def factory(cursor: Any) -> Callable[[Sequence[Any]], T]:
+        names = [column.name for column in cursor.description or ()]
+        return lambda values: make(dict(zip(names, values, strict=True)))
+
+    return factory
+
+
+# -- sync ------------------------------------------------------------------------------------
+
+
+def rows(conn: SyncConn, statement: Statement[T]) -> list[T]:
+    """Every row; none for a statement that returns no rows (an INSERT without RETURNING)."""
+    with conn.cursor(row_factory=_factory(statement.row)) as cursor:
+        cursor.execute(statement.sql, statement.params)
+        return cursor.fetchall() if cursor.description is not None else []
+
+
+def first(conn: SyncConn, statement: Statement[T]) -> T | None:
+    with conn.cursor(row_factory=_factory(statement.row)) as cursor:
+        cursor.execute(statement.sql, statement.params)
+        return cursor.fetchone()
+
+
+def one(conn: SyncConn, statement: Statement[T]) -> T:
+    """The row of a statement that always returns one (a function call, an aggregate)."""
+    found = first(conn, statement)
+    if found is None:
+        raise LookupError(f"statement {statement.name} returned no row")
+    return found
+
+
+def run(conn: SyncConn, statement: Statement[Any]) -> None:
+    conn.execute(statement.sql, statement.params)
+
+
+# -- async -----------------------------------------------------------------------------------
+
+
+async def rows_async(conn: AsyncConn, statement: Statement[T]) -> list[T]:
+    async with conn.cursor(row_factory=_factory(statement.row)) as cursor:
+        await cursor.execute(statement.sql, statement.params)
+        return await cursor.fetchall() if cursor.description is not None else []
+
+
+async def first_async(conn: AsyncConn, statement: Statement[T]) -> T | None:
+    async with conn.cursor(row_factory=_factory(statement.row)) as cursor:
+        await cursor.execute(statement.sql, statement.params)
+        return await cursor.fetchone()
+
+
+async def one_async(conn: AsyncConn, statement: Statement[T]) -> T:
+    found = await first_async(conn, statement)
+    if found is None:
+        raise LookupError(f"statement {statement.name} returned no row")
+    return found
+
+
+async def run_async(conn: AsyncConn, statement: Statement[Any]) -> None:
+    await conn.execute(statement.sql, statement.params)
+
+
+# -- operations: several statements, driven on a sync or an async connection ----------------
+
+# An operation yields the statements it needs one at a time and is sent back each one's rows;
+# what it returns is its result. The same operation serves sync and async callers.
+Operation = Generator[Statement[Any], list[Any], T]
+
+
+def drive(conn: SyncConn, operation: Operation[T]) -> T:
+    try:
+        statement = next(operation)
+        while True:
+            statement = operation.send(rows(conn, statement))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def drive_async(conn: AsyncConn, operation: Operation[T]) -> T:
+    try:
+        statement = next(operation)
+        while True:
+            statement = operation.send(await rows_async(conn, statement))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]

@@ -1,0 +1,37 @@
+"""The trigger statements (sql/triggering/requests.sql): plain requests in one INSERT, keyed
+ones (idempotency, debounce) decided under row locks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fairlane.engine.section import Section
+from fairlane.engine.statement import Row, Statement
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerRow:
+    """A run a trigger made or found (``outcome``: created, idempotent, debounced); or, with
+    ``id`` None, the size limit that refused the whole trigger."""
+
+    id: int | None
+    outcome: str | None
+    environment: str | None
+    queue: str | None
+    size_limit: int | None
+    scope: str | None
+    size: int | None
+    # The request's index (the keyed statement numbers its rows; the plain one does not).
+    item: int | None
+
+
+def _trigger_row(row: Row) -> TriggerRow:
+    return TriggerRow(**row)
+
+
+class Triggers(Section):
+    def plain(self, runs_json: str) -> Statement[TriggerRow]:
+        return self._statement("insert_runs", {"runs": runs_json}, _trigger_row)
+
+    def keyed(self, runs_json: str) -> Statement[TriggerRow]:
+        return self._statement("trigger_keyed_runs", {"runs": runs_json}, _trigger_row)
