@@ -1,4 +1,4 @@
-"""Keyed bulk triggers from 20 threads at once, requests in random order, into size-limited
+"""Keyed bulk triggers from 16 threads at once, requests in random order, into size-limited
 queues and environments: no deadlock, and no limit is ever passed.
 
 Each thread makes 200 ``trigger_many`` calls of 2 to 5 requests with idempotency keys (and
@@ -21,9 +21,9 @@ import pytest
 import fairlane
 from fairlane import Debounce, QueueSizeLimitExceeded, TriggerRequest, limits
 
-pytestmark = pytest.mark.stress
+pytestmark = [pytest.mark.stress, pytest.mark.timeout(600)]
 
-THREADS = 20
+THREADS = 16
 CALLS = 200
 QUEUE_LIMIT = 20  # each queue of environment "acme"
 ENVIRONMENT_LIMIT = 30  # environment "tenant", over its four queues

@@ -99,6 +99,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds, poll_interval=args.poll_interval,
         listen=not args.no_listen, shutdown_grace=args.shutdown_grace,
         environments=args.environment or None, queues=args.queue or None,
+        batch_connections=args.batch_connections,
     )  # fmt: skip
     anyio.run(_run_worker, worker)
     print(json.dumps(worker.stats.as_dict()))
@@ -170,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-listen", action="store_true", help="poll only (PgBouncer transaction mode)"
     )
     p.add_argument("--shutdown-grace", type=float, default=30.0)
+    p.add_argument(
+        "--batch-connections", type=int, default=4,
+        help="most connections the worker's batch carriers hold at once (default: 4)",
+    )  # fmt: skip
     p.add_argument("--environment", action="append", help="claim only from these environments")
     p.add_argument(
         "--queue", action="append",

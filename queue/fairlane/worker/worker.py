@@ -28,7 +28,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from fairlane.batches import processing as batch_processing
 from fairlane.config import database_url, psycopg_dsn, schema_name
-from fairlane.errors import SchemaMismatchError
+from fairlane.errors import ConfigurationError, SchemaMismatchError
 from fairlane.models import ClaimedRun
 from fairlane.schema.check import check_schema_async
 from fairlane.worker import heartbeat, notifier, periodic
@@ -69,15 +69,20 @@ class Worker:
         worker_id: str | None = None,
         run_periodic_jobs: bool = True,
         periodic_interval: float = 0.25,
+        batch_connections: int = batch_processing.BATCH_CONNECTIONS,
     ) -> None:
-        if concurrency < 1 or lease_seconds <= 0 or poll_interval <= 0:
-            raise ValueError("concurrency, lease_seconds and poll_interval must be positive")
+        if concurrency < 1 or lease_seconds <= 0 or poll_interval <= 0 or batch_connections < 1:
+            raise ConfigurationError(
+                "concurrency, lease_seconds, poll_interval and batch_connections must be positive"
+            )
         self.registry = registry
         self.dsn = psycopg_dsn(database_url(dsn))
         self.schema = schema_name(schema)
         # Batch items become runs through the built-in task fairlane.batch_item.
         batch_processing.install(registry)
-        self.batch_items = batch_processing.BatchItemProcessor(self.dsn, self.schema)
+        self.batch_items = batch_processing.BatchItemProcessor(
+            self.dsn, self.schema, max_connections=batch_connections
+        )
         self.concurrency = concurrency
         self.claim_batch = claim_batch or concurrency
         self.poll_interval = poll_interval

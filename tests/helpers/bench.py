@@ -1,0 +1,26 @@
+"""Running ``fairlane bench`` in-process and finding the databases it leaves."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+
+from fairlane.cli import main
+
+
+def bench(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    assert main(["bench", *argv]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1, lines
+    result: dict[str, Any] = json.loads(lines[0])
+    return result
+
+
+def bench_databases(db: psycopg.Connection[Any]) -> list[str]:
+    rows = db.execute(
+        "SELECT datname FROM pg_database WHERE datname LIKE 'fairlane\\_bench\\_%'"
+    ).fetchall()
+    return [row[0] for row in rows]

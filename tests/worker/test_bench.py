@@ -1,0 +1,115 @@
+"""``fairlane bench``: each scenario runs end to end on its own database and prints one JSON
+line. Tiny sizes; the figures themselves are not checked (benchmarks are not timed tests)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from fairlane.tools.bench.common import percentile
+from fairlane.tools.bench.fairness import jain
+from fairlane.tools.bench.rate import max_in_window
+from tests.helpers.bench import bench, bench_databases
+
+
+def test_enqueue(dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]) -> None:
+    before = bench_databases(db)
+    result = bench(capsys, "enqueue", "--dsn", dsn, "--runs", "250", "--batch", "100")
+    assert result["scenario"] == "enqueue"
+    assert result["runs"] == 250
+    assert result["runs_per_s"] > 0
+    assert result["ok"] is True
+    assert bench_databases(db) == before, "the benchmark database was not dropped"
+
+
+@pytest.mark.parametrize(("concurrency", "claim_batch"), [(10, None), (20, 5)])
+def test_drain(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str],
+    concurrency: int, claim_batch: int | None,
+) -> None:  # fmt: skip
+    argv = ["drain", "--dsn", dsn, "--runs", "200", "--concurrency", str(concurrency)]
+    if claim_batch:
+        argv += ["--claim-batch", str(claim_batch)]
+    before = bench_databases(db)
+    result = bench(capsys, *argv)
+    assert result["scenario"] == "drain"
+    assert result["runs"] == 200
+    assert result["concurrency"] == concurrency
+    assert result["claim_batch"] == (claim_batch or concurrency)
+    assert result["runs_per_s"] > 0
+    assert result["ok"] is True, "not every run was COMPLETED"
+    assert bench_databases(db) == before
+
+
+def test_latency(dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]) -> None:
+    before = bench_databases(db)
+    result = bench(capsys, "latency", "--dsn", dsn, "--runs", "20", "--gap-ms", "5")
+    assert result["scenario"] == "latency"
+    assert result["runs"] == 20
+    assert 0 < result["p50_ms"] <= result["p95_ms"] <= result["p99_ms"] <= result["max_ms"]
+    assert result["ok"] is True, "not every triggered run was COMPLETED"
+    assert bench_databases(db) == before
+
+
+def test_percentiles_interpolate_like_the_peer_harness() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == pytest.approx(50.5)
+    assert percentile(values, 99) == pytest.approx(99.01)
+    assert percentile([4.0, 1.0, 3.0, 2.0], 50) == pytest.approx(2.5)
+    assert percentile([7.0], 95) == 7.0
+
+
+def test_drain_tenants(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = bench_databases(db)
+    argv = ["drain", "--dsn", dsn, "--runs", "200", "--tenants", "7", "--env-cap", "15"]
+    result = bench(capsys, *argv)
+    assert result["scenario"] == "drain"
+    assert result["runs"] == 200
+    assert result["tenants"] == 7
+    assert result["env_cap"] == 15
+    assert result["runs_per_s"] > 0
+    assert result["ok"] is True, "not every run was COMPLETED"
+    assert bench_databases(db) == before
+
+
+def test_fairness(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = bench_databases(db)
+    argv = ["fairness", "--dsn", dsn, "--big", "300", "--small", "20", "--concurrency", "4"]
+    result = bench(capsys, *argv)
+    assert result["scenario"] == "fairness"
+    assert result["runs"] == {"A": 300, "B": 20, "C": 20, "D": 20}
+    for key in ("first_start_s", "drain_s", "window_runs_per_s"):
+        assert set(result[key]) == {"A", "B", "C", "D"}, key
+    assert result["jain_index"] is None or 0.25 <= result["jain_index"] <= 1.0
+    assert 0 <= result["a_done_when_bcd_drained"] <= 300
+    assert result["runs_per_s"] > 0
+    assert result["ok"] is True, "not every run was COMPLETED"
+    assert bench_databases(db) == before
+
+
+def test_rate(dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]) -> None:
+    before = bench_databases(db)
+    argv = ["rate", "--dsn", dsn, "--runs", "30", "--rate", "100", "--workers", "2"]
+    result = bench(capsys, *argv)
+    assert result["scenario"] == "rate"
+    assert result["runs"] == 30
+    assert result["workers"] == 2
+    assert result["rate_limit_per_s"] == 100
+    assert result["rate_burst"] == 100
+    assert result["seconds"] > 0
+    assert result["ok"] is True, "not every run was COMPLETED"
+    assert bench_databases(db) == before
+
+
+def test_jain_and_windows() -> None:
+    assert jain([5.0, 5.0, 5.0, 5.0]) == pytest.approx(1.0)
+    assert jain([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)
+    assert jain([0.0, 0.0]) is None
+    assert max_in_window([0.0, 0.5, 0.99, 1.0, 1.5, 1.6, 1.7]) == 5
+    assert max_in_window([]) == 0
