@@ -19,6 +19,7 @@ from fairlane.engine.runs import CancelRow, RescheduleRow, RetryRow
 from fairlane.engine.statement import Operation
 from fairlane.errors import (
     QueueSizeLimitExceeded,
+    RunFilterError,
     RunNotDelayedError,
     RunNotFoundError,
     RunNotRetryableError,
@@ -133,12 +134,15 @@ class RunFilter:
 
     def params(self) -> dict[str, Any]:
         statuses: list[str] | None = None
-        if isinstance(self.status, str):
-            statuses = [RunStatus(self.status).value]
-        elif self.status is not None:
-            statuses = [RunStatus(status).value for status in self.status]
+        if self.status is not None:
+            wanted = [self.status] if isinstance(self.status, str) else list(self.status)
+            known = {status.value for status in RunStatus}
+            unknown = [status for status in wanted if str(status).upper() not in known]
+            if unknown:
+                raise RunFilterError("status", unknown[0], f"not one of {sorted(known)}")
+            statuses = [str(status).upper() for status in wanted]
         if isinstance(self.tags, str):
-            raise TriggerOptionError("tags", self.tags, "must be a sequence of strings")
+            raise RunFilterError("tags", self.tags, "must be a sequence of strings")
         return {
             "environment": self.environment, "queue": self.queue, "task": self.task,
             "statuses": statuses, "tags": list(self.tags) or None, "limit": self.limit,

@@ -40,6 +40,16 @@ class UnknownMaintenanceItemError(FairlaneError):
         super().__init__(f"no {kind} named {name!r}")
 
 
+class RunFilterError(FairlaneError, ValueError):
+    """A run filter names something that cannot be (an unknown status, tags given as one
+    string); nothing was read."""
+
+    def __init__(self, field: str, value: object, reason: str) -> None:
+        self.field = field
+        self.value = value
+        super().__init__(f"{field}={_shown(value)}: {reason}")
+
+
 class PayloadError(FairlaneError):
     """A payload, result or metadata value cannot be stored as PostgreSQL jsonb.
 

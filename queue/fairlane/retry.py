@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from fairlane.errors import ConfigurationError
+
 
 @dataclass(frozen=True, slots=True)
 class Backoff:
@@ -19,7 +21,9 @@ class Backoff:
 
     def __post_init__(self) -> None:
         if self.min_s < 0 or self.max_s < self.min_s or self.factor < 1:
-            raise ValueError(f"invalid backoff {self}")
+            raise ConfigurationError(
+                f"invalid backoff {self}: need 0 <= min_s <= max_s, factor >= 1"
+            )
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait after failed attempt ``attempt`` (1-based)."""

@@ -24,3 +24,11 @@ def bench_databases(db: psycopg.Connection[Any]) -> list[str]:
         "SELECT datname FROM pg_database WHERE datname LIKE 'fairlane\\_bench\\_%'"
     ).fetchall()
     return [row[0] for row in rows]
+
+
+def assert_rate(result: dict[str, Any], count: int, rate_key: str, seconds_key: str) -> None:
+    """The reported rate is the count over the reported time (both rounded by the benchmark),
+    and that time is a real one: not a constant, not zero."""
+    seconds = result[seconds_key]
+    assert 0 < seconds < 600
+    assert result[rate_key] == pytest.approx(count / seconds, rel=0.02, abs=1)

@@ -9,7 +9,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairlane import AsyncClient, RunContext, RunStatus, TaskRegistry, Worker, trigger
+from fairlane import (
+    AsyncClient,
+    ConfigurationError,
+    RunContext,
+    RunStatus,
+    TaskRegistry,
+    Worker,
+    trigger,
+)
 from fairlane.retry import Backoff
 from fairlane.worker.lease_store import LeaseStore
 from tests.helpers import (
@@ -71,7 +79,7 @@ def test_backoff_jitter_is_seeded_and_spread() -> None:
 
 def test_backoff_rejects_nonsense() -> None:
     for bad in ({"min_s": -1.0}, {"min_s": 5.0, "max_s": 1.0}, {"factor": 0.5}):
-        with pytest.raises(ValueError, match="invalid backoff"):
+        with pytest.raises(ConfigurationError, match="invalid backoff"):
             Backoff(**bad)
 
 

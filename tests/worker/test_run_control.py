@@ -14,6 +14,7 @@ from fairlane import (
     QueueSizeLimitExceeded,
     RunContext,
     RunFilter,
+    RunFilterError,
     RunNotRetryableError,
     RunStatus,
     TaskRegistry,
@@ -83,7 +84,7 @@ async def test_list_runs_by_environment_queue_task_status_and_tag(
         with Client(dsn) as sync_client:
             sync = sync_client.list_runs(RunFilter(environment="e2", status=RunStatus.QUEUED))
         assert [run.id for run in sync] == [ids[4]]
-        with pytest.raises(ValueError, match="NOPE"):
+        with pytest.raises(RunFilterError, match="NOPE"):
             await client.list_runs(status="NOPE")
 
 

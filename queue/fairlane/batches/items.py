@@ -13,6 +13,7 @@ from dataclasses import fields
 from datetime import datetime, timedelta
 from typing import Any
 
+from fairlane.errors import TriggerOptionError
 from fairlane.triggering.debounce import Debounce
 from fairlane.triggering.request import TriggerRequest, insert_params
 
@@ -24,11 +25,11 @@ _OPTIONS = {f.name for f in fields(TriggerRequest)} - _FIXED
 def item_request(
     task: str, payload: Any, options: dict[str, Any], environment: str, parent: int | None
 ) -> TriggerRequest:
-    """The trigger request of an item; raises TypeError/ValueError/FairlaneError on options
-    that can never be valid."""
+    """The trigger request of an item; raises ``TriggerOptionError`` (or TypeError/ValueError
+    from a malformed debounce object) on options that can never be valid."""
     unknown = set(options) - _OPTIONS
     if unknown:
-        raise TypeError(f"unknown trigger options {sorted(unknown)}")
+        raise TriggerOptionError("options", sorted(unknown), "unknown trigger options")
     given = dict(options)
     debounce = given.get("debounce")
     if isinstance(debounce, dict):

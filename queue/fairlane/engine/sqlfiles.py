@@ -27,6 +27,8 @@ from typing import LiteralString
 
 from psycopg import sql
 
+from fairlane.errors import SchemaObjectError
+
 _HEADER = re.compile(r"^-- (?P<kind>name|function|trigger|view): (?P<name>\w+)\s*$", re.MULTILINE)
 OBJECT_KINDS = ("function", "trigger", "view")
 
@@ -68,7 +70,7 @@ def parse_named_statements(source: str) -> dict[str, str]:
         if entry.kind != "name":
             continue
         if entry.name in statements:
-            raise ValueError(f"SQL statement {entry.name!r} is defined twice")
+            raise SchemaObjectError(entry.name, "the statement is defined twice")
         statements[entry.name] = entry.template
     return statements
 
@@ -111,7 +113,7 @@ def _entries() -> tuple[Entry, ...]:
         for entry in parse_entries(path.read_text("utf-8"), relative):
             key = (entry.kind == "name", entry.name)
             if key in seen:
-                raise ValueError(f"SQL {entry.kind} {entry.name!r} is defined in {seen[key]} too")
+                raise SchemaObjectError(entry.name, f"{entry.kind} defined in {seen[key]} too")
             seen[key] = relative
             entries.append(entry)
     return tuple(entries)
