@@ -12,12 +12,12 @@ import anyio
 
 from fairlane.batches.client import AsyncBatchClient
 from fairlane.batches.ingest import count_items
+from fairlane.cli.common import connection_options
 from fairlane.models import Batch, IngestResult
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dsn", help="database URL (default: $DATABASE_URL or the local server)")
-    parser.add_argument("--schema", help="fairlane's schema (default: $FAIRLANE_SCHEMA)")
+    connection_options(parser)
 
 
 def summary(batch: Batch) -> dict[str, Any]:
@@ -95,7 +95,9 @@ def add_parser(commands: Any) -> None:
         help="NDJSON: one item per line, {task, payload, options, index}; an item without an "
         "index takes --first-index plus its position among the file's items",
     )
-    p.add_argument("--env", default="default", help="the batch's environment")
+    p.add_argument(
+        "--environment", "--env", dest="env", default="default", help="the batch's environment"
+    )
     p.add_argument("--count", type=int, help="run count (default: the file's non-blank lines)")
     p.add_argument("--batch", type=int, help="resend into this existing batch instead")
     p.add_argument(

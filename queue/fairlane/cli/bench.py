@@ -20,6 +20,7 @@ def add_parser(commands: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--dsn",
+        default=argparse.SUPPRESS,
         help="server URL; a database is created on it per run "
         "(default: $DATABASE_URL or postgresql://127.0.0.1:5432/postgres)",
     )

@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 
+from fairlane.cli.common import connection_options, flag_pair
 from fairlane.scheduling import limits
 from fairlane.schema.check import connect_checked
 
@@ -19,11 +20,8 @@ def _limit(value: str | None) -> Any:
 
 
 def _paused(args: argparse.Namespace) -> bool | None:
-    if args.pause:
-        return True
-    if args.resume:
-        return False
-    return None
+    paused: bool | None = args.paused
+    return paused
 
 
 def _show(conn: psycopg.Connection[Any], schema: str | None) -> None:
@@ -82,8 +80,7 @@ def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "limits", help="show or change caps, size limits, pauses and rate limits"
     )
-    parser.add_argument("--dsn")
-    parser.add_argument("--schema")
+    connection_options(parser)
     parser.set_defaults(func=cmd_limits, action=None)
     actions = parser.add_subparsers(dest="action")
 
@@ -99,10 +96,11 @@ def add_parser(commands: Any) -> None:
         action.add_argument(
             "--size-limit", help="most runs waiting to start (queued or delayed), or 'none'"
         )
-        action.add_argument("--pause", action="store_true")
-        action.add_argument("--resume", action="store_true")
-        action.add_argument("--dsn")
-        action.add_argument("--schema")
+        flag_pair(
+            action, "--pause", "--resume", "paused",
+            on_help="hand out no runs", off_help="hand out runs again",
+        )  # fmt: skip
+        connection_options(action)
         action.set_defaults(func=cmd_limits)
 
     scheduler = actions.add_parser("scheduler", help="DRR quantum/max deficit, global caps")
@@ -111,6 +109,5 @@ def add_parser(commands: Any) -> None:
     scheduler.add_argument("--global-limit", help="global concurrency cap, or 'none'")
     scheduler.add_argument("--rate", help="runs started per second, or 'off'")
     scheduler.add_argument("--rate-burst", type=float, help="bucket size (default: one second)")
-    scheduler.add_argument("--dsn")
-    scheduler.add_argument("--schema")
+    connection_options(scheduler)
     scheduler.set_defaults(func=cmd_limits)

@@ -10,27 +10,50 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from typing import Any
 
 import anyio
+import psycopg
 
+from fairlane.cli import logs
+from fairlane.cli.common import (
+    EXIT_ERROR,
+    EXIT_NOT_FOUND,
+    EXIT_SCHEMA,
+    EXIT_USAGE,
+    Parser,
+    connection_options,
+)
 from fairlane.client import Client
 from fairlane.config import schema_name
-from fairlane.errors import FairlaneError, PayloadError, SchemaMismatchError
+from fairlane.errors import (
+    BatchIndexError,
+    BatchLineError,
+    BatchNotFoundError,
+    BatchOffsetError,
+    BatchTooLargeError,
+    ConfigurationError,
+    FairlaneError,
+    PayloadError,
+    RunFilterError,
+    RunNotFoundError,
+    RunStateError,
+    SchemaMismatchError,
+    SettingError,
+    TriggerOptionError,
+    UnknownMaintenanceItemError,
+    UnknownTaskError,
+    WaitpointNotFoundError,
+)
 from fairlane.schema import migrate
 from fairlane.worker import TaskRegistry, Worker
 
 Command = Callable[[argparse.Namespace], int]
 
-# Exit status when the database's schema is not migrated, or not this fairlane's.
-EXIT_SCHEMA = 4
-
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dsn", help="database URL (default: $DATABASE_URL or the local server)")
-    parser.add_argument(
-        "--schema", help="fairlane's schema (default: $FAIRLANE_SCHEMA or fairlane)"
-    )
+    connection_options(parser)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -143,8 +166,22 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fairlane", description=__doc__)
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser = Parser(prog="fairlane", description=__doc__)
+    parser.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="log at debug level, and show the traceback of an unexpected error",
+    )  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"fairlane {_version()}")
+    parser.add_argument(
+        "--log-level", default="info", type=str.lower,
+        choices=["debug", "info", "warning", "error"], help="least severe records logged",
+    )  # fmt: skip
+    parser.add_argument(
+        "--log-format", default="text", choices=["text", "json"],
+        help="text lines, or one JSON object per line with the records' structured fields",
+    )  # fmt: skip
+    parser.add_argument("--dsn", help="database URL (default: $DATABASE_URL)")
+    parser.add_argument("--schema", help="fairlane's schema (default: $FAIRLANE_SCHEMA)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     p = commands.add_parser(
@@ -152,7 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="bring the database to this fairlane's schema (tables, then SQL functions)",
     )
     _common(p)
-    p.add_argument("--revision", help="stop at this revision (head installs the functions too)")
+    p.add_argument(
+        "--revision", help="stop at this revision (default: head, which installs the functions)"
+    )
     p.add_argument(
         "--downgrade",
         action="store_true",
@@ -163,19 +202,36 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("worker", help="run a worker")
     _common(p)
     p.add_argument("tasks", help="module:attribute of a TaskRegistry")
-    p.add_argument("--concurrency", type=int, default=10)
-    p.add_argument("--claim-batch", type=int)
-    p.add_argument("--lease-seconds", type=float, default=30.0)
-    p.add_argument("--poll-interval", type=float, default=1.0)
+    p.add_argument(
+        "--concurrency", type=int, default=10,
+        help="handlers running at once (waiting ones not counted)",
+    )  # fmt: skip
+    p.add_argument(
+        "--claim-batch", type=int, help="most runs one claim takes (default: the concurrency)"
+    )
+    p.add_argument(
+        "--lease-seconds", type=float, default=30.0,
+        help="how long a claim holds a run without a heartbeat",
+    )  # fmt: skip
+    p.add_argument(
+        "--poll-interval", type=float, default=1.0,
+        help="seconds to wait for a notification after a short claim",
+    )  # fmt: skip
     p.add_argument(
         "--no-listen", action="store_true", help="poll only (PgBouncer transaction mode)"
     )
-    p.add_argument("--shutdown-grace", type=float, default=30.0)
+    p.add_argument(
+        "--shutdown-grace", type=float, default=30.0,
+        help="seconds running handlers get to finish at shutdown",
+    )  # fmt: skip
     p.add_argument(
         "--batch-connections", type=int, default=4,
-        help="most connections the worker's batch carriers hold at once (default: 4)",
+        help="most connections the worker's batch carriers hold at once",
     )  # fmt: skip
-    p.add_argument("--environment", action="append", help="claim only from these environments")
+    p.add_argument(
+        "--environment", action="append",
+        help="claim only from this environment (repeat for several; default: all)",
+    )  # fmt: skip
     p.add_argument(
         "--queue", action="append",
         help="claim only from these queues (and batch carriers, which any worker processes)",
@@ -184,11 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("trigger", help="trigger one run")
     _common(p)
-    p.add_argument("task")
+    p.add_argument("task", help="the task's registered name")
     p.add_argument("payload", nargs="?", help="JSON payload")
-    p.add_argument("--environment", default="default")
-    p.add_argument("--queue", default="default")
-    p.add_argument("--priority", type=int, default=0)
+    p.add_argument("--environment", default="default", help="the run's environment")
+    p.add_argument("--queue", default="default", help="the run's queue")
+    p.add_argument("--priority", type=int, default=0, help="higher starts first")
     p.add_argument("--max-attempts", type=int, help="attempts before the run fails (default 3)")
     p.add_argument("--delay", help="seconds or a duration such as 90s, 5m, 2h30m")
     p.add_argument("--ttl", help="expire if still queued after this long")
@@ -219,20 +275,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    try:
+        return metadata.version("fairlane")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+# Errors that name something absent, and errors in what the caller gave.
+_NOT_FOUND = (
+    RunNotFoundError, BatchNotFoundError, UnknownMaintenanceItemError, WaitpointNotFoundError,
+)  # fmt: skip
+_USAGE = (
+    TriggerOptionError, PayloadError, SettingError, RunFilterError, ConfigurationError,
+    UnknownTaskError, RunStateError, BatchLineError, BatchIndexError, BatchOffsetError,
+    BatchTooLargeError,
+)  # fmt: skip
+
+
+def exit_code(error: BaseException) -> int:
+    """The documented exit code for an error a command ended with (cli/common.py)."""
+    if isinstance(error, SchemaMismatchError):
+        return EXIT_SCHEMA
+    if isinstance(error, _NOT_FOUND):
+        return EXIT_NOT_FOUND
+    if isinstance(error, _USAGE):
+        return EXIT_USAGE
+    return EXIT_ERROR
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logs.configure("debug" if args.verbose else args.log_level, args.log_format)
     try:
         return int(args.func(args))
-    except SchemaMismatchError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_SCHEMA
-    except FairlaneError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (FairlaneError, psycopg.Error, OSError) as error:
+        # One line, no traceback: what went wrong is the message (-v shows the traceback).
+        if args.verbose:
+            logging.getLogger("fairlane").exception("command failed")
+        message = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        print(f"error: {message}", file=sys.stderr)
+        return exit_code(error)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from fairlane import maintenance
+from fairlane.cli.common import connection_options, flag_pair
 from fairlane.schema.check import connect_checked
 
 
@@ -17,7 +18,7 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
             print(json.dumps({args.run_now: result}, indent=2))
             return 0
         if args.job:
-            enabled = True if args.enable else False if args.disable else None
+            enabled = args.enabled
             maintenance.configure_job(
                 conn, args.job, interval_s=args.interval, enabled=enabled, schema=args.schema
             )
@@ -47,18 +48,18 @@ def cmd_settings(args: argparse.Namespace) -> int:
 
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser("maintenance", help="periodic jobs: list, configure, run now")
-    parser.add_argument("--dsn")
-    parser.add_argument("--schema")
+    connection_options(parser)
     parser.add_argument("--run-now", metavar="JOB", help="make JOB due and run it once now")
     parser.add_argument("--job", help="the job that --interval/--enable/--disable change")
     parser.add_argument("--interval", type=float, help="seconds between ticks of --job")
-    parser.add_argument("--enable", action="store_true")
-    parser.add_argument("--disable", action="store_true")
+    flag_pair(
+        parser, "--enable", "--disable", "enabled",
+        on_help="run --job on its interval", off_help="stop running --job",
+    )  # fmt: skip
     parser.set_defaults(func=cmd_maintenance)
 
     parser = commands.add_parser("settings", help="engine settings: batch sizes, retention, TTL")
-    parser.add_argument("--dsn")
-    parser.add_argument("--schema")
+    connection_options(parser)
     parser.add_argument(
         "--set", nargs=2, metavar=("NAME", "JSON"), help="e.g. --set max_ttl_s 3600"
     )

@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from fairlane.cli.common import connection_options
 from fairlane.client import Client
 from fairlane.control import RunFilter
 from fairlane.models import Run, RunStatus
@@ -75,8 +76,7 @@ def add_parser(commands: Any) -> None:
 
     def action(name: str, help: str, func: Any) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = actions.add_parser(name, help=help)
-        parser.add_argument("--dsn", help="database URL (default: $DATABASE_URL)")
-        parser.add_argument("--schema", help="fairlane's schema (default: $FAIRLANE_SCHEMA)")
+        connection_options(parser)
         parser.set_defaults(func=func)
         return parser
 

@@ -466,11 +466,12 @@ def add_parser(subparsers: Any) -> None:
         "demo", help="run a small multi-tenant workload with live progress",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    p.add_argument("--dsn", help="database URL (default: $DATABASE_URL, the local server, or "
-                   "the embedded one)")  # fmt: skip
+    p.add_argument("--dsn", default=argparse.SUPPRESS, help="database URL (default: "
+                   "$DATABASE_URL, the local server, or the embedded one)")  # fmt: skip
     p.add_argument(
-        "--schema", help=f"schema of the demo's tables (default: $FAIRLANE_SCHEMA or {DEMO_SCHEMA})"
-    )
+        "--schema", default=argparse.SUPPRESS,
+        help=f"schema of the demo's tables (default: $FAIRLANE_SCHEMA or {DEMO_SCHEMA})",
+    )  # fmt: skip
     p.add_argument(
         "--embedded", action="store_true",
         help="use the embedded PostgreSQL (pgserver) even if another server answers; "

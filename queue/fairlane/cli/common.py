@@ -1,0 +1,60 @@
+"""What every ``fairlane`` command shares: the parser class (help shows every default), the
+connection options, exclusive flag pairs, and the documented exit codes."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+# Exit codes (README, Command line): 0 ok, 1 an operational error (the database unreachable,
+# a failed statement), 2 a usage error (bad arguments, a value out of range), 3 something
+# named that does not exist (a run, a batch, a job), 4 the schema is not migrated or not this
+# fairlane's.
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+EXIT_SCHEMA = 4
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, unless its help already says it or there is none to show
+    (None, an off flag)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """Every parser of the command tree (subcommands inherit the class): help lists each
+    option's default."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def connection_options(parser: argparse.ArgumentParser) -> None:
+    """``--dsn`` and ``--schema``, given before or after the subcommand. Below the top level
+    they default to SUPPRESS, so a subcommand never overwrites what an outer level was given."""
+    parser.add_argument(
+        "--dsn", default=argparse.SUPPRESS,
+        help="database URL (default: $DATABASE_URL or postgresql://127.0.0.1:5432/fairlane)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--schema", default=argparse.SUPPRESS,
+        help="fairlane's schema (default: $FAIRLANE_SCHEMA or fairlane)",
+    )  # fmt: skip
+
+
+def flag_pair(
+    parser: argparse.ArgumentParser, on: str, off: str, dest: str, *, on_help: str, off_help: str
+) -> None:
+    """Two opposite flags, refused together; ``dest`` is True, False or None (neither)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(on, dest=dest, action="store_const", const=True, help=on_help)
+    group.add_argument(off, dest=dest, action="store_const", const=False, help=off_help)
+    parser.set_defaults(**{dest: None})
