@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import psycopg
@@ -20,10 +21,10 @@ def bench(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
 
 
 def bench_databases(db: psycopg.Connection[Any]) -> list[str]:
-    rows = db.execute(
-        "SELECT datname FROM pg_database WHERE datname LIKE 'fairlane\\_bench\\_%'"
-    ).fetchall()
-    return [row[0] for row in rows]
+    """This test process's benchmark databases (others on the server are not ours to judge)."""
+    pattern = f"fairlane\\_bench\\_%\\_{os.getpid()}"
+    rows = db.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (pattern,))
+    return [row[0] for row in rows.fetchall()]
 
 
 def assert_rate(result: dict[str, Any], count: int, rate_key: str, seconds_key: str) -> None:
