@@ -47,6 +47,7 @@ from fairlane.errors import (
     WaitpointNotFoundError,
 )
 from fairlane.schema import migrate
+from fairlane.schema.check import connect_checked
 from fairlane.worker import TaskRegistry, Worker
 
 Command = Callable[[argparse.Namespace], int]
@@ -124,6 +125,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
         environments=args.environment or None, queues=args.queue or None,
         batch_connections=args.batch_connections,
     )  # fmt: skip
+    if args.metrics_port is not None:
+        from fairlane.metrics import serve_worker_metrics
+
+        serve_worker_metrics(
+            args.metrics_port, worker.stats, worker.worker_id, args.dsn, schema=args.schema
+        )
     anyio.run(_run_worker, worker)
     print(json.dumps(worker.stats.as_dict()))
     return 0
@@ -162,6 +169,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"{'status':<16}{'runs':>10}")
     for status, count in counts.items():
         print(f"{status:<16}{count:>10}")
+    return 0
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from fairlane.metrics import database_text
+
+    with connect_checked(args.dsn, args.schema):
+        pass  # the schema check: a database that is not migrated exits 4, not with a traceback
+    print(database_text(args.dsn, schema=args.schema), end="")
     return 0
 
 
@@ -233,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="claim only from this environment (repeat for several; default: all)",
     )  # fmt: skip
     p.add_argument(
+        "--metrics-port", type=int,
+        help="serve Prometheus metrics at http://0.0.0.0:PORT/metrics (default: off)",
+    )  # fmt: skip
+    p.add_argument(
         "--queue", action="append",
         help="claim only from these queues (and batch carriers, which any worker processes)",
     )  # fmt: skip
@@ -258,6 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("status", help="runs per status")
     _common(p)
     p.set_defaults(func=cmd_status)
+
+    p = commands.add_parser("metrics", help="print the database-side Prometheus series once")
+    _common(p)
+    p.set_defaults(func=cmd_metrics)
 
     for module in (
         "fairlane.cli.runs",

@@ -14,6 +14,7 @@ from fairlane.engine.batches import Batches
 from fairlane.engine.leases import Leases
 from fairlane.engine.listen import Listen
 from fairlane.engine.maintenance import Maintenance
+from fairlane.engine.metrics import Metrics
 from fairlane.engine.runs import Runs
 from fairlane.engine.scheduling import Scheduling
 from fairlane.engine.schema import SchemaState
@@ -42,6 +43,7 @@ class Engine:
         self.waits = Waits(schema)
         self.batches = Batches(schema)
         self.maintenance = Maintenance(schema)
+        self.metrics = Metrics(schema)
         self.schema_state = SchemaState(schema)
         self.listen = Listen(schema)
 

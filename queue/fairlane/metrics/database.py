@@ -1,0 +1,72 @@
+"""Series read from the database at each scrape, by cheap statements on partial indexes
+(sql/metrics/series.sql): what every worker of a deployment would report alike, so any one
+of them, or ``fairlane metrics``, can serve them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from fairlane.config import database_url, psycopg_dsn, schema_name
+from fairlane.engine import engine
+from fairlane.engine.metrics import JobSeries, QueueSeries
+from fairlane.engine.statement import rows
+
+CONNECT_TIMEOUT_S = 5
+
+
+def read_series(
+    conn: psycopg.Connection[Any], schema: str
+) -> tuple[list[QueueSeries], list[JobSeries]]:
+    metrics = engine(schema).metrics
+    return rows(conn, metrics.queues()), rows(conn, metrics.periodic_jobs())
+
+
+def families(queues: list[QueueSeries], jobs: list[JobSeries]) -> list[Metric]:
+    runs = GaugeMetricFamily(
+        "fairlane_runs",
+        "Runs that have not ended, by state",
+        labels=["environment", "queue", "status"],
+    )
+    oldest = GaugeMetricFamily(
+        "fairlane_queue_oldest_queued_seconds", "Age of the run at the head of the queue",
+        labels=["environment", "queue"],
+    )  # fmt: skip
+    for series in queues:
+        labels = [series.environment, series.queue]
+        runs.add_metric([*labels, "EXECUTING"], series.executing)
+        runs.add_metric([*labels, "QUEUED"], series.queued)
+        runs.add_metric([*labels, "DELAYED"], series.delayed)
+        oldest.add_metric(labels, series.oldest_queued_s)
+    duration = GaugeMetricFamily(
+        "fairlane_periodic_job_duration_seconds", "How long the job's last tick took",
+        labels=["job"],
+    )  # fmt: skip
+    ticks = CounterMetricFamily(
+        "fairlane_periodic_job_runs", "Ticks the job has run", labels=["job"]
+    )
+    failing = GaugeMetricFamily(
+        "fairlane_periodic_job_failing", "1 when the job's last tick failed", labels=["job"]
+    )
+    for job in jobs:
+        duration.add_metric([job.name], job.last_duration_s)
+        ticks.add_metric([job.name], job.run_count)
+        failing.add_metric([job.name], 1 if job.failing else 0)
+    return [runs, oldest, duration, ticks, failing]
+
+
+class DatabaseCollector(Collector):
+    """Reads the series on its own short connection at every scrape."""
+
+    def __init__(self, dsn: str | None = None, *, schema: str | None = None) -> None:
+        self.dsn = psycopg_dsn(database_url(dsn))
+        self.schema = schema_name(schema)
+
+    def collect(self) -> Iterator[Metric]:
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+            queues, jobs = read_series(conn, self.schema)
+        yield from families(queues, jobs)
