@@ -264,3 +264,28 @@ async def test_runs_of_a_killed_worker_process_come_back_after_the_lease(
     assert row["result"] == "recovered"
     assert row["worker_id"] == worker.worker_id
     assert row["worker_id"] != dead_worker
+
+
+async def test_a_worker_logs_one_start_line_with_what_it_serves(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    tasks = TaskRegistry()
+
+    @tasks.task("echo")
+    async def echo(ctx: RunContext, payload: Any) -> Any:
+        return payload
+
+    # A password in the URL (trust auth ignores it) must never reach the log.
+    with_password = psycopg.conninfo.make_conninfo(dsn, password="secret")
+    worker = Worker(tasks, with_password, environments=["acme"])
+    with caplog.at_level("INFO", logger="fairlane.worker"):
+        async with running(worker):
+            pass
+    (start,) = [r for r in caplog.records if "started" in r.getMessage()]
+    fields = vars(start)
+    assert fields["tasks"] == ["echo"]
+    assert fields["environments"] == ["acme"]
+    assert fields["concurrency"] == 10
+    assert fields["schema_revision"]
+    assert "secret" not in start.getMessage()
+    assert fields["worker_id"] == worker.worker_id

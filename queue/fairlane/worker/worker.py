@@ -25,12 +25,13 @@ import anyio.from_thread
 import anyio.lowlevel
 import psycopg
 from anyio.abc import TaskGroup, TaskStatus
+from psycopg.conninfo import conninfo_to_dict
 
 from fairlane.batches import processing as batch_processing
 from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.errors import ConfigurationError, SchemaMismatchError
 from fairlane.models import ClaimedRun
-from fairlane.schema.check import check_schema_async
+from fairlane.schema.check import SCHEMA_REVISION, check_schema_async
 from fairlane.worker import heartbeat, notifier, periodic
 from fairlane.worker.connections import LoopConnection
 from fairlane.worker.context import RunContext
@@ -204,6 +205,7 @@ class Worker:
                         runners.start_soon(self._runner)
                     self._started.set()
                     task_status.started()
+                    self._log_start()
                     await self._claim_loop(claim_conn)
                     await self._drain()
                     # Every run has finished; the runners wait on an empty queue.
@@ -340,6 +342,25 @@ class Worker:
         freed.set()
 
     # -- waiting handlers hold no local slot ---------------------------------------------
+
+    def _log_start(self) -> None:
+        server = conninfo_to_dict(self.dsn)
+        fields = {
+            "worker_id": self.worker_id,
+            "tasks": [name for name in self.registry.names() if not name.startswith("fairlane.")],
+            "environments": list(self.environments or []) or "all",
+            "queues": list(self.queues or []) or "all",
+            "concurrency": self.concurrency, "lease_seconds": self.store.lease_seconds,
+            # Never the password: host, port and database only.
+            "server": f"{server.get('host', 'local')}:{server.get('port', 5432)}"
+                      f"/{server.get('dbname', '')}",
+            "schema": self.schema, "schema_revision": SCHEMA_REVISION,
+        }  # fmt: skip
+        log.info(
+            "worker %s started: tasks %s, environments %s, queues %s, concurrency %s, "
+            "lease %ss, server %s, schema %s at %s",
+            *fields.values(), extra=fields,
+        )  # fmt: skip
 
     def _release_local_slot(self) -> None:
         # The waiting handler keeps its runner, so another runner takes its place meanwhile.
