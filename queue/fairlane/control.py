@@ -131,6 +131,9 @@ class RunFilter:
     tags: Sequence[str] = ()
     limit: int = 100
     before_id: int | None = None
+    # Batch carrier runs (fairlane's own, in the reserved __batches__ queue) are hidden unless
+    # asked for.
+    include_carriers: bool = False
 
     def params(self) -> dict[str, Any]:
         statuses: list[str] | None = None
@@ -146,7 +149,7 @@ class RunFilter:
         return {
             "environment": self.environment, "queue": self.queue, "task": self.task,
             "statuses": statuses, "tags": list(self.tags) or None, "limit": self.limit,
-            "before_id": self.before_id,
+            "before_id": self.before_id, "include_carriers": self.include_carriers,
         }  # fmt: skip
 
 

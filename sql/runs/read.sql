@@ -16,7 +16,8 @@ ORDER BY status;
 
 -- name: list_runs
 -- Newest first, every filter optional (NULL: any). `tags` matches runs carrying all of them;
--- `before_id` pages: pass the last id of the previous page. The scan walks the primary key
+-- `before_id` pages: pass the last id of the previous page. Batch carrier runs (the reserved
+-- `__batches__` queue) are left out unless `include_carriers`. The scan walks the primary key
 -- backwards, filtering, so a rare filter value reads far; it is an operator's view, not a hot path.
 SELECT id, environment, queue, task, payload, status, priority, attempts, max_attempts,
        available_at, created_at, started_at, finished_at, lease_token, lease_until, worker_id,
@@ -29,5 +30,6 @@ WHERE (%(environment)s::text IS NULL OR environment = %(environment)s::text)
   AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
   AND (%(tags)s::text[] IS NULL OR tags @> %(tags)s::text[])
   AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+  AND (%(include_carriers)s::boolean OR queue <> '__batches__')
 ORDER BY id DESC
 LIMIT %(limit)s;

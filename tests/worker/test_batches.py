@@ -343,3 +343,12 @@ async def test_ingest_commits_each_slice_and_refuses_a_connection_in_a_transacti
         assert (result.accepted, result.sealed) == (5, True)
         assert conn.info.transaction_status == TransactionStatus.IDLE
     assert batch_row(db, batch.id)["sealed"] is True
+
+
+async def test_carrier_runs_are_listed_only_when_asked_for(dsn: str) -> None:
+    async with AsyncBatchClient(dsn) as batches, AsyncClient(dsn) as client:
+        batch = await batches.create("env", 2)
+        await batches.ingest(batch.id, chunked(ndjson([{"task": "echo"}] * 2), 100))
+        assert await client.list_runs() == []
+        carriers = await client.list_runs(include_carriers=True)
+    assert [run.queue for run in carriers] == ["__batches__", "__batches__"]

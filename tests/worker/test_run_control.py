@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import psycopg
@@ -163,12 +164,22 @@ def test_runs_commands(dsn: str, db: psycopg.Connection[Any], capsys: Any) -> No
 
     assert main(["runs", "list", "--tag", "x", *base]) == 0
     out = capsys.readouterr().out
+    header, *lines = out.splitlines()
+    assert header.split()[:3] == ["id", "status", "environment"]
+    assert "error" in header
     assert f"{tagged:>10} QUEUED" in out
-    assert len(out.splitlines()) == 1
+    assert len(lines) == 1
     assert main(["runs", "list", "--environment", "e", "--queue", "q", "--task", "a", *base]) == 0
-    assert len(capsys.readouterr().out.splitlines()) == 1
-    assert main(["runs", "list", "--status", "QUEUED", "--status", "SYSTEM_FAILURE", *base]) == 0
-    assert len(capsys.readouterr().out.splitlines()) == 3
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    # Statuses in any case; a failed run shows its error's first line.
+    assert main(["runs", "list", "--status", "queued", "--status", "SYSTEM_FAILURE", *base]) == 0
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) == 4
+    failed_line = next(line for line in out.splitlines() if f"{failed:>10} SYSTEM_FAILURE" in line)
+    assert failed_line.endswith("  m")
+    assert main(["runs", "list", "--json", "--task", "c", *base]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert (listed["id"], listed["status"]) == (failed, "SYSTEM_FAILURE")
 
     assert main(["runs", "cancel", str(tagged), *base]) == 0
     assert "canceled (was QUEUED)" in capsys.readouterr().out

@@ -19,27 +19,55 @@ def _client(args: argparse.Namespace) -> Client:
 def cmd_show(args: argparse.Namespace) -> int:
     with _client(args) as client:
         run = client.get_run(args.run_id)
-    document = {key: getattr(run, key) for key in run.__slots__}
-    print(json.dumps(document, default=str, indent=2))
+    print(json.dumps(_document(run), default=str, indent=2))
     return 0
+
+
+def _when(run: Run) -> str:
+    moment = run.finished_at or run.started_at or run.created_at
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S") if moment else "-"
+
+
+def _error(run: Run) -> str:
+    if not run.error:
+        return ""
+    message = str(run.error.get("message") or run.error.get("code") or "").strip()
+    first = message.splitlines()[0] if message else ""
+    return first if len(first) <= 60 else first[:57] + "..."
+
+
+HEADER = (
+    f"{'id':>10} {'status':<15} {'environment':<14} {'queue':<14} {'task':<24} "
+    f"{'attempts':<9} {'last change':<19}  error"
+)
 
 
 def _line(run: Run) -> str:
     tags = f"  [{', '.join(run.tags)}]" if run.tags else ""
     return (
         f"{run.id:>10} {run.status:<15} {run.environment:<14} {run.queue:<14} {run.task:<24} "
-        f"attempts {run.attempts}/{run.max_attempts}{tags}"
+        f"{f'{run.attempts}/{run.max_attempts}':<9} {_when(run):<19}  {_error(run)}{tags}"
     )
+
+
+def _document(run: Run) -> dict[str, Any]:
+    return {key: getattr(run, key) for key in run.__slots__}
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     filters = RunFilter(
         environment=args.environment, queue=args.queue, task=args.task, status=args.status,
         tags=args.tag or (), limit=args.limit, before_id=args.before,
+        include_carriers=args.include_carriers,
     )  # fmt: skip
     with _client(args) as client:
-        for run in client.list_runs(filters):
-            print(_line(run))
+        runs = client.list_runs(filters)
+    if args.json:
+        print(json.dumps([_document(run) for run in runs], default=str, indent=2))
+        return 0
+    print(HEADER)
+    for run in runs:
+        print(_line(run))
     return 0
 
 
@@ -86,12 +114,18 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--queue")
     p.add_argument("--task")
     p.add_argument(
-        "--status", action="append", choices=[status.value for status in RunStatus],
+        "--status", action="append", type=str.upper,
+        choices=[status.value for status in RunStatus],
         help="a status (repeat for several)",
     )  # fmt: skip
     p.add_argument("--tag", action="append", help="runs carrying this tag (repeat: all of them)")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--before", type=int, help="only runs with a smaller id (paging)")
+    p.add_argument(
+        "--include-carriers", action="store_true",
+        help="list batch carrier runs (fairlane's own, queue __batches__) too",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", help="one JSON array of whole runs")
     action(
         "cancel", "end a run and its descendants CANCELED (a no-op on an ended run)", cmd_cancel
     ).add_argument("run_id", type=int)
