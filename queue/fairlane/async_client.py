@@ -22,6 +22,7 @@ from fairlane.control import CancelResult, RunFilter
 from fairlane.durations import Duration
 from fairlane.engine import engine
 from fairlane.engine.statement import Operation, drive_async
+from fairlane.engine.waits import WaitsOn
 from fairlane.models import Run
 from fairlane.schema.check import check_schema_async
 from fairlane.triggering import api as triggering
@@ -75,6 +76,10 @@ class AsyncClient:
 
     async def list_runs(self, filters: RunFilter | None = None, **by: Any) -> list[Run]:
         return await self._drive(control.list_runs(self._engine, run_filter(filters, by)))
+
+    async def waits_on(self, run_id: int) -> list[WaitsOn]:
+        """What a run waits on (a WAITING run's children, times, tokens, batch)."""
+        return await self._drive(control.waits_on(self._engine, run_id))
 
     async def count_by_status(self) -> dict[str, int]:
         return await self._drive(control.count_by_status(self._engine))

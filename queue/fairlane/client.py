@@ -24,6 +24,7 @@ from fairlane.control import CancelResult, RunFilter
 from fairlane.durations import Duration
 from fairlane.engine import engine
 from fairlane.engine.statement import Operation, drive
+from fairlane.engine.waits import WaitsOn
 from fairlane.errors import ConfigurationError
 from fairlane.models import Run
 from fairlane.schema.check import check_schema
@@ -98,6 +99,10 @@ class Client:
         """Runs newest first, filtered by environment, queue, task, status, tags (all
         optional): pass a ``RunFilter`` or its fields as keywords."""
         return self._drive(control.list_runs(self._engine, run_filter(filters, by)))
+
+    def waits_on(self, run_id: int) -> list[WaitsOn]:
+        """What a run waits on (a WAITING run's children, times, tokens, batch)."""
+        return self._drive(control.waits_on(self._engine, run_id))
 
     def count_by_status(self) -> dict[str, int]:
         return self._drive(control.count_by_status(self._engine))

@@ -17,6 +17,7 @@ from fairlane.durations import Duration, seconds
 from fairlane.engine import Engine
 from fairlane.engine.runs import CancelRow, RescheduleRow, RetryRow
 from fairlane.engine.statement import Operation
+from fairlane.engine.waits import WaitsOn
 from fairlane.errors import (
     QueueSizeLimitExceeded,
     RunFilterError,
@@ -62,6 +63,11 @@ def get_run(engine: Engine, run_id: int) -> Operation[Run]:
 
 def list_runs(engine: Engine, filters: RunFilter) -> Operation[list[Run]]:
     return (yield engine.runs.list(filters.params()))
+
+
+def waits_on(engine: Engine, run_id: int) -> Operation[list[WaitsOn]]:
+    """What a run waits on: every waitpoint at every call position, pending or completed."""
+    return (yield engine.waits.waits_on(run_id))
 
 
 def count_by_status(engine: Engine) -> Operation[dict[str, int]]:

@@ -56,3 +56,9 @@ SELECT id, {schema}.wake_waiting_runs(ARRAY[id]) FROM done;
 UPDATE {schema}.waitpoints
 SET timeout_at = least(coalesce(timeout_at, 'infinity'), now() + make_interval(secs => %(timeout_s)s))
 WHERE id = %(id)s AND kind = 'MANUAL' AND status = 'PENDING';
+
+-- name: get_token
+-- A token (a MANUAL waitpoint) as `fairlane tokens show` prints it.
+SELECT id, status, timeout_at, idempotency_key, is_error, output, created_at, completed_at
+FROM {schema}.waitpoints
+WHERE id = %(id)s AND kind = 'MANUAL';

@@ -175,3 +175,14 @@ FROM {schema}.run_waitpoints AS edge
 JOIN {schema}.waitpoints AS w ON w.id = edge.waitpoint_id
 WHERE edge.run_id = %(run_id)s AND edge.position = %(position)s
 ORDER BY edge.item;
+
+-- name: run_waits_on
+-- What a run waits on, by call position and item: each waitpoint's kind and status, the run
+-- it stands for (RUN), its due time (DATETIME), its timeout (MANUAL) and its batch (BATCH).
+SELECT e.position, e.item, w.id AS waitpoint_id, w.kind, w.status, w.run_id,
+       w.complete_after, w.timeout_at, b.id AS batch_id
+FROM {schema}.run_waitpoints e
+JOIN {schema}.waitpoints w ON w.id = e.waitpoint_id
+LEFT JOIN {schema}.batches b ON w.kind = 'BATCH' AND b.waitpoint_id = w.id
+WHERE e.run_id = %(run_id)s
+ORDER BY e.position, e.item;

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -10,6 +11,7 @@ import psycopg
 import pytest
 
 from fairlane import RunContext, TaskRegistry, TriggerRequest, Worker, limits, trigger
+from fairlane.cli import main
 from fairlane.waitpoints import WaitResult, complete_token, create_token
 from tests.helpers import run_status, running, wait_until
 
@@ -249,3 +251,30 @@ async def test_waitpoints_are_made_only_when_someone_waits(
     assert db.execute("SELECT count(*) FROM fairlane.waitpoints").fetchone() == (1,)
     for parent in parents:
         assert result_of(db, parent) == [{"ok": True, "output": 6, "error": None}]
+
+
+async def test_runs_show_says_what_a_waiting_run_waits_on_and_tokens_have_a_cli(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["tokens", "create", "--timeout", "1h", "--dsn", dsn]) == 0
+    token = int(capsys.readouterr().out)
+    assert main(["tokens", "show", str(token), "--dsn", dsn]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["id"], shown["status"]) == (token, "PENDING")
+    assert shown["timeout_at"] is not None
+    parent = trigger(db, "parent", {"mode": "token", "token": token})
+    async with running(Worker(registry(), dsn)):
+        await wait_until(lambda: run_status(db, parent) == "WAITING", what="waiting")
+        assert main(["runs", "show", str(parent), "--dsn", dsn]) == 0
+        (waits,) = json.loads(capsys.readouterr().out)["waits_on"]
+        assert (waits["kind"], waits["status"], waits["waitpoint_id"]) == (
+            "MANUAL",
+            "PENDING",
+            token,
+        )
+        assert main(["tokens", "complete", str(token), '{"ok": 1}', "--dsn", dsn]) == 0
+        assert "completed" in capsys.readouterr().out
+        await wait_until(lambda: run_status(db, parent) == "COMPLETED", what="resumed")
+    assert main(["tokens", "complete", str(token), "--dsn", dsn]) == 0
+    assert "already complete" in capsys.readouterr().out
+    assert main(["tokens", "show", "999999", "--dsn", dsn]) == 3

@@ -285,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for module in (
         "fairlane.cli.runs",
+        "fairlane.cli.tokens",
         "fairlane.cli.limits",
         "fairlane.cli.maintenance",
         "fairlane.cli.batches",

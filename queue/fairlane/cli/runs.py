@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from typing import Any
 
 from fairlane.cli.common import connection_options
@@ -19,7 +20,12 @@ def _client(args: argparse.Namespace) -> Client:
 def cmd_show(args: argparse.Namespace) -> int:
     with _client(args) as client:
         run = client.get_run(args.run_id)
-    print(json.dumps(_document(run), default=str, indent=2))
+        document = _document(run)
+        if run.status is RunStatus.WAITING:
+            # Children (RUN), times (DATETIME), tokens (MANUAL) and batches (BATCH), by the
+            # handler's call position.
+            document["waits_on"] = [asdict(wait) for wait in client.waits_on(run.id)]
+    print(json.dumps(document, default=str, indent=2))
     return 0
 
 

@@ -24,6 +24,33 @@ class WaitRow:
     run_id: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class WaitsOn:
+    """One waitpoint a run waits on (``runs show``)."""
+
+    position: int
+    item: int
+    waitpoint_id: int
+    kind: str
+    status: str
+    run_id: int | None
+    complete_after: datetime | None
+    timeout_at: datetime | None
+    batch_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    id: int
+    status: str
+    timeout_at: datetime | None
+    idempotency_key: str | None
+    is_error: bool
+    output: Any
+    created_at: datetime
+    completed_at: datetime | None
+
+
 def _position(run_id: int, position: int) -> dict[str, int]:
     return {"run_id": run_id, "position": position}
 
@@ -82,7 +109,13 @@ class Waits(Section):
     def batch_waitpoint(self, batch_id: int) -> Statement[int | None]:
         return self._statement("batch_waitpoint", {"batch_id": batch_id}, scalar)
 
+    def waits_on(self, run_id: int) -> Statement[WaitsOn]:
+        return self._statement("run_waits_on", {"run_id": run_id}, lambda row: WaitsOn(**row))
+
     # -- tokens ---------------------------------------------------------------------------
+
+    def get_token(self, token_id: int) -> Statement[Token]:
+        return self._statement("get_token", {"id": token_id}, lambda row: Token(**row))
 
     def create_token(
         self, key: str | None, key_ttl_s: float, timeout_s: float | None

@@ -9,6 +9,8 @@ from fairlane.waitpoints.tokens import (
     complete_token_async,
     create_token,
     create_token_async,
+    get_token,
+    get_token_async,
 )
 
 __all__ = [
@@ -17,4 +19,6 @@ __all__ = [
     "complete_token_async",
     "create_token",
     "create_token_async",
+    "get_token",
+    "get_token_async",
 ]

@@ -14,6 +14,8 @@ from fairlane.config import schema_name
 from fairlane.durations import Duration, seconds
 from fairlane.engine import engine
 from fairlane.engine.statement import Operation, drive, drive_async
+from fairlane.engine.waits import Token
+from fairlane.errors import WaitpointNotFoundError
 from fairlane.payload import encode_json
 
 DEFAULT_TOKEN_KEY_TTL_S = 30 * 24 * 3600.0
@@ -35,6 +37,24 @@ def _complete(token_id: int, output: Any, schema: str | None) -> Operation[bool]
     output_json = encode_json(output, what="token output")
     found = yield engine(schema_name(schema)).waits.complete_token(token_id, output_json)
     return bool(found)
+
+
+def _get(token_id: int, schema: str | None) -> Operation[Token]:
+    found = yield engine(schema_name(schema)).waits.get_token(token_id)
+    if not found:
+        raise WaitpointNotFoundError(token_id)
+    return found[0]  # type: ignore[no-any-return]
+
+
+def get_token(conn: psycopg.Connection[Any], token_id: int, *, schema: str | None = None) -> Token:
+    """A token as it stands; ``WaitpointNotFoundError`` if there is no such token."""
+    return drive(conn, _get(token_id, schema))
+
+
+async def get_token_async(
+    conn: psycopg.AsyncConnection[Any], token_id: int, *, schema: str | None = None
+) -> Token:
+    return await drive_async(conn, _get(token_id, schema))
 
 
 def create_token(
