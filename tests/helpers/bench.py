@@ -32,4 +32,6 @@ def assert_rate(result: dict[str, Any], count: int, rate_key: str, seconds_key: 
     and that time is a real one: not a constant, not zero."""
     seconds = result[seconds_key]
     assert 0 < seconds < 600
-    assert result[rate_key] == pytest.approx(count / seconds, rel=0.02, abs=1)
+    # The time is printed to the millisecond: that rounding alone moves the rate this much.
+    rounding = 0.0006 / seconds
+    assert result[rate_key] == pytest.approx(count / seconds, rel=0.01 + rounding, abs=1)
