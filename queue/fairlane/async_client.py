@@ -16,9 +16,9 @@ import anyio
 import psycopg
 
 from fairlane import control
-from fairlane.client import run_filter
+from fairlane.client import bulk_filter, run_filter
 from fairlane.config import database_url, psycopg_dsn, schema_name
-from fairlane.control import CancelResult, RunFilter
+from fairlane.control import BulkResult, CancelResult, RunFilter
 from fairlane.durations import Duration
 from fairlane.engine import engine
 from fairlane.engine.statement import Operation, drive_async
@@ -80,6 +80,19 @@ class AsyncClient:
     async def waits_on(self, run_id: int) -> list[WaitsOn]:
         """What a run waits on (a WAITING run's children, times, tokens, batch)."""
         return await self._drive(control.waits_on(self._engine, run_id))
+
+    async def retry_many(self, filters: RunFilter | None = None, **by: Any) -> BulkResult:
+        """Retry every matching run that ended badly, 1,000 per statement (each its own
+        transaction), newest first; refuses an empty filter (pass ``RunFilter`` fields)."""
+        return await self._drive(control.retry_many(self._engine, bulk_filter(filters, by)))
+
+    async def cancel_many(self, filters: RunFilter | None = None, **by: Any) -> BulkResult:
+        """Cancel every matching run still going, with its descendants, 1,000 per statement."""
+        return await self._drive(control.cancel_many(self._engine, bulk_filter(filters, by)))
+
+    async def count_matching(self, filters: RunFilter | None = None, **by: Any) -> int:
+        """How many runs ``retry_many`` or ``cancel_many`` would take."""
+        return await self._drive(control.count_matching(self._engine, run_filter(filters, by)))
 
     async def count_by_status(self) -> dict[str, int]:
         return await self._drive(control.count_by_status(self._engine))

@@ -20,7 +20,7 @@ import psycopg
 
 from fairlane import control
 from fairlane.config import database_url, psycopg_dsn, schema_name
-from fairlane.control import CancelResult, RunFilter
+from fairlane.control import BulkResult, CancelResult, RunFilter
 from fairlane.durations import Duration
 from fairlane.engine import engine
 from fairlane.engine.statement import Operation, drive
@@ -38,6 +38,15 @@ def run_filter(filters: RunFilter | None, by: dict[str, Any]) -> RunFilter:
     if filters is not None and by:
         raise ConfigurationError("pass a RunFilter or filter keywords, not both")
     return filters or RunFilter(**by)
+
+
+def bulk_filter(filters: RunFilter | None, by: dict[str, Any]) -> RunFilter:
+    """A bulk action's filter; an empty one would take every run, so it must say ``all=True``."""
+    take_all = bool(by.pop("all", False))
+    chosen = run_filter(filters, by)
+    if chosen.is_empty and not take_all:
+        raise ConfigurationError("a bulk action needs a filter, or all=True for every run")
+    return chosen
 
 
 class Client:
@@ -103,6 +112,19 @@ class Client:
     def waits_on(self, run_id: int) -> list[WaitsOn]:
         """What a run waits on (a WAITING run's children, times, tokens, batch)."""
         return self._drive(control.waits_on(self._engine, run_id))
+
+    def retry_many(self, filters: RunFilter | None = None, **by: Any) -> BulkResult:
+        """Retry every matching run that ended badly, 1,000 per statement (each its own
+        transaction), newest first; refuses an empty filter (pass ``RunFilter`` fields)."""
+        return self._drive(control.retry_many(self._engine, bulk_filter(filters, by)))
+
+    def cancel_many(self, filters: RunFilter | None = None, **by: Any) -> BulkResult:
+        """Cancel every matching run still going, with its descendants, 1,000 per statement."""
+        return self._drive(control.cancel_many(self._engine, bulk_filter(filters, by)))
+
+    def count_matching(self, filters: RunFilter | None = None, **by: Any) -> int:
+        """How many runs ``retry_many`` or ``cancel_many`` would take."""
+        return self._drive(control.count_matching(self._engine, run_filter(filters, by)))
 
     def count_by_status(self) -> dict[str, int]:
         return self._drive(control.count_by_status(self._engine))

@@ -8,15 +8,16 @@ and ``AsyncClient`` drive the same operations (fairlane.engine.statement.drive).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from fairlane.durations import Duration, seconds
 from fairlane.engine import Engine
-from fairlane.engine.runs import CancelRow, RescheduleRow, RetryRow
-from fairlane.engine.statement import Operation
+from fairlane.engine.runs import BulkRow, CancelRow, RescheduleRow, RetryRow
+from fairlane.engine.statement import Operation, Statement
 from fairlane.engine.waits import WaitsOn
 from fairlane.errors import (
     QueueSizeLimitExceeded,
@@ -116,6 +117,63 @@ def retry(engine: Engine, run_id: int) -> Operation[Run]:
     return (yield from get_run(engine, run_id))
 
 
+# Runs a bulk action takes per statement (and so per transaction).
+BULK_PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class BulkResult:
+    """What a bulk retry or cancel did: runs that matched, runs it changed, and for the others
+    why not: their status, or QUEUE_FULL for a retry a size limit refused."""
+
+    matched: int
+    changed: int
+    unchanged: dict[str, int]
+
+
+def _pages(engine: Engine, filters: RunFilter) -> Generator[Statement[Any], list[Any], list[int]]:
+    """The next page of matching ids below ``filters.before_id``."""
+    params = {**filters.params(), "limit": BULK_PAGE}
+    return (yield engine.runs.matching_ids(params))
+
+
+def count_matching(engine: Engine, filters: RunFilter) -> Operation[int]:
+    """How many runs a bulk action would take (a dry run)."""
+    total, before = 0, filters.before_id
+    while ids := (yield from _pages(engine, replace(filters, before_id=before))):
+        total += len(ids)
+        before = ids[-1]
+    return total
+
+
+def _bulk(
+    engine: Engine, filters: RunFilter, act: Callable[[list[int]], Statement[BulkRow]]
+) -> Operation[BulkResult]:
+    matched = changed = 0
+    unchanged: Counter[str] = Counter()
+    before = filters.before_id
+    while ids := (yield from _pages(engine, replace(filters, before_id=before))):
+        rows: list[BulkRow] = yield act(ids)
+        matched += len(ids)
+        for row in rows:
+            if row.done:
+                changed += 1
+            else:
+                unchanged["QUEUE_FULL" if row.size_limit is not None else row.previous_status] += 1
+        before = ids[-1]
+    return BulkResult(matched, changed, dict(unchanged))
+
+
+def retry_many(engine: Engine, filters: RunFilter) -> Operation[BulkResult]:
+    """Retry every matching run that can be, ``BULK_PAGE`` per statement, newest first."""
+    return (yield from _bulk(engine, filters, engine.runs.retry_many))
+
+
+def cancel_many(engine: Engine, filters: RunFilter) -> Operation[BulkResult]:
+    """Cancel every matching run still going (with its descendants), newest first."""
+    return (yield from _bulk(engine, filters, engine.runs.cancel_many))
+
+
 def create_failed_run(engine: Engine, params: dict[str, Any]) -> Operation[int]:
     """``params``: from ``failed_run_params``."""
     found = yield engine.runs.insert_failed(params)
@@ -140,6 +198,16 @@ class RunFilter:
     # Batch carrier runs (fairlane's own, in the reserved __batches__ queue) are hidden unless
     # asked for.
     include_carriers: bool = False
+    # Only runs created within this long (bulk actions; ``list_runs`` ignores it).
+    since: Duration | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        """No filter at all: a bulk action would take every run."""
+        return not (
+            self.environment or self.queue or self.task or self.status or self.tags
+            or self.before_id or self.since is not None
+        )  # fmt: skip
 
     def params(self) -> dict[str, Any]:
         statuses: list[str] | None = None
@@ -156,6 +224,7 @@ class RunFilter:
             "environment": self.environment, "queue": self.queue, "task": self.task,
             "statuses": statuses, "tags": list(self.tags) or None, "limit": self.limit,
             "before_id": self.before_id, "include_carriers": self.include_carriers,
+            "since_s": seconds("since", self.since) if self.since is not None else None,
         }  # fmt: skip
 
 

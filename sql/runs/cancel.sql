@@ -71,3 +71,10 @@ $$;
 
 -- name: cancel_run
 SELECT previous_status, canceled, descendants FROM {schema}.cancel_run(%(id)s);
+
+-- name: cancel_runs
+-- cancel_run for each id, in the order given (descending: the global lock order).
+SELECT t.id, c.previous_status, c.canceled, c.descendants
+FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS t(id, n)
+CROSS JOIN LATERAL {schema}.cancel_run(t.id) AS c
+ORDER BY t.n;

@@ -100,3 +100,27 @@ VALUES
      jsonb_build_object('type', 'SystemFailure', 'code', %(code)s::text,
                         'message', %(message)s::text, 'attempt', 0))
 RETURNING id;
+
+-- name: matching_run_ids
+-- One page of the ids a bulk action takes, newest first (the global lock order: runs in
+-- descending id order), with the filters of list_runs and `since_s` (created within).
+SELECT id
+FROM {schema}.runs
+WHERE (%(environment)s::text IS NULL OR environment = %(environment)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+  AND (%(tags)s::text[] IS NULL OR tags @> %(tags)s::text[])
+  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+  AND (%(since_s)s::float8 IS NULL OR created_at >= now() - make_interval(secs => %(since_s)s::float8))
+  AND (%(include_carriers)s::boolean OR queue <> '__batches__')
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: retry_runs
+-- retry_run for each id, in the order given (descending: the global lock order), in one
+-- statement and one transaction.
+SELECT t.id, r.previous_status, r.retried, r.size_limit
+FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS t(id, n)
+CROSS JOIN LATERAL {schema}.retry_run(t.id) AS r
+ORDER BY t.n;

@@ -117,3 +117,14 @@ def test_jain_and_windows() -> None:
     assert jain([0.0, 0.0]) is None
     assert max_in_window([0.0, 0.5, 0.99, 1.0, 1.5, 1.6, 1.7]) == 5
     assert max_in_window([]) == 0
+
+
+def test_bulk_retry(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = bench_databases(db)
+    result = bench(capsys, "retry", "--dsn", dsn, "--runs", "1500")
+    assert (result["scenario"], result["runs"], result["retried"]) == ("retry", 1500, 1500)
+    assert_rate(result, 1500, "runs_per_s", "seconds")
+    assert result["ok"] is True, "not every failed run was QUEUED again"
+    assert bench_databases(db) == before

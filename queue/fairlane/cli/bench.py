@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fairlane.tools.bench import batch, drain, enqueue, fairness, latency, promote, rate
+from fairlane.tools.bench import batch, drain, enqueue, fairness, latency, promote, rate, retry
 from fairlane.tools.bench.common import LOOPS
 
 
@@ -15,7 +15,7 @@ def add_parser(commands: Any) -> None:
     bench = commands.add_parser(
         "bench",
         help="benchmarks on a fresh database: enqueue, drain, latency, fairness, rate, batch, "
-        "promote",
+        "promote, retry",
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -29,5 +29,5 @@ def add_parser(commands: Any) -> None:
         "--loop", choices=LOOPS, default="asyncio", help="event loop (uvloop must be installed)"
     )
     scenarios = bench.add_subparsers(dest="scenario", required=True)
-    for module in (enqueue, drain, latency, fairness, rate, batch, promote):
+    for module in (enqueue, drain, latency, fairness, rate, batch, promote, retry):
         module.add_parser(scenarios, common)

@@ -10,6 +10,7 @@ from typing import Any
 from fairlane.cli.common import connection_options
 from fairlane.client import Client
 from fairlane.control import RunFilter
+from fairlane.errors import ConfigurationError
 from fairlane.models import Run, RunStatus
 
 
@@ -77,7 +78,33 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bulk_filter(args: argparse.Namespace) -> RunFilter:
+    filters = RunFilter(
+        environment=args.environment, queue=args.queue, task=args.task, status=args.status,
+        tags=args.tag or (), since=args.since,
+    )  # fmt: skip
+    if filters.is_empty and not args.all:
+        raise ConfigurationError("give a run id, a filter, or --all for every run")
+    return filters
+
+
+def _bulk(args: argparse.Namespace, verb: str) -> int:
+    filters = _bulk_filter(args)
+    with _client(args) as client:
+        if args.dry_run:
+            print(f"{client.count_matching(filters)} runs match; nothing {verb}")
+            return 0
+        act = client.retry_many if verb == "retried" else client.cancel_many
+        result = act(filters, all=args.all)
+    skipped = ", ".join(f"{count} {why}" for why, count in sorted(result.unchanged.items()))
+    print(f"{result.changed} of {result.matched} matching runs {verb}" + (
+        f"; left alone: {skipped}" if skipped else ""))  # fmt: skip
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
+    if args.run_id is None:
+        return _bulk(args, "canceled")
     with _client(args) as client:
         result = client.cancel(args.run_id)
     if result.already_final:
@@ -91,6 +118,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
+    if args.run_id is None:
+        return _bulk(args, "retried")
     with _client(args) as client:
         run = client.retry(args.run_id)
     print(f"run {run.id} requeued for attempt {run.attempts + 1} of {run.max_attempts}")
@@ -102,6 +131,28 @@ def cmd_reschedule(args: argparse.Namespace) -> int:
         run = client.reschedule(args.run_id, args.delay)
     print(f"run {run.id} starts at {run.available_at}")
     return 0
+
+
+def _filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--environment", help="runs of this environment")
+    parser.add_argument("--queue", help="runs of this queue")
+    parser.add_argument("--task", help="runs of this task")
+    parser.add_argument(
+        "--status", action="append", type=str.upper,
+        choices=[status.value for status in RunStatus],
+        help="a status, any case (repeat for several)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tag", action="append", help="runs carrying this tag (repeat: all of them)"
+    )
+
+
+def _bulk_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_id", type=int, nargs="?", help="one run; or filter with the options")
+    _filters(parser)
+    parser.add_argument("--since", help="runs created within this long (90s, 2h, 1d, ...)")
+    parser.add_argument("--all", action="store_true", help="every run, when no filter is given")
+    parser.add_argument("--dry-run", action="store_true", help="print how many runs match")
 
 
 def add_parser(commands: Any) -> None:
@@ -116,15 +167,7 @@ def add_parser(commands: Any) -> None:
 
     action("show", "one run, whole", cmd_show).add_argument("run_id", type=int)
     p = action("list", "runs, newest first, filtered", cmd_list)
-    p.add_argument("--environment")
-    p.add_argument("--queue")
-    p.add_argument("--task")
-    p.add_argument(
-        "--status", action="append", type=str.upper,
-        choices=[status.value for status in RunStatus],
-        help="a status (repeat for several)",
-    )  # fmt: skip
-    p.add_argument("--tag", action="append", help="runs carrying this tag (repeat: all of them)")
+    _filters(p)
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--before", type=int, help="only runs with a smaller id (paging)")
     p.add_argument(
@@ -132,15 +175,16 @@ def add_parser(commands: Any) -> None:
         help="list batch carrier runs (fairlane's own, queue __batches__) too",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="one JSON array of whole runs")
-    action(
-        "cancel", "end a run and its descendants CANCELED (a no-op on an ended run)", cmd_cancel
-    ).add_argument("run_id", type=int)
-    action(
+    _bulk_options(action(
+        "cancel", "end a run, or every matching run, and their descendants CANCELED (a no-op "
+        "on an ended run)", cmd_cancel,
+    ))  # fmt: skip
+    _bulk_options(action(
         "retry",
-        "requeue a FAILED, CRASHED, TIMED_OUT, EXPIRED or SYSTEM_FAILURE run for one more "
-        "attempt (its last error is cleared; no TTL)",
+        "requeue a FAILED, CRASHED, TIMED_OUT, EXPIRED or SYSTEM_FAILURE run, or every matching "
+        "one, for one more attempt (its last error is cleared; no TTL)",
         cmd_retry,
-    ).add_argument("run_id", type=int)
+    ))  # fmt: skip
     p = action("reschedule", "move a DELAYED run's start", cmd_reschedule)
     p.add_argument("run_id", type=int)
     p.add_argument("delay", help="from now: seconds or a duration such as 90s, 5m, 2h30m")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fairlane.engine.rows import run_from_row
 from fairlane.engine.section import Section
-from fairlane.engine.statement import Statement, scalar
+from fairlane.engine.statement import Row, Statement, scalar
 from fairlane.models import Run
 
 
@@ -36,6 +37,17 @@ class RetryRow:
     size: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class BulkRow:
+    """One run of a bulk retry or cancel: whether it changed (``done``), and else why not (its
+    status, or the size limit of a full queue)."""
+
+    id: int
+    previous_status: str
+    done: bool
+    size_limit: int | None = None
+
+
 class Runs(Section):
     def get(self, run_id: int) -> Statement[Run]:
         return self._statement("get_run", {"id": run_id}, run_from_row)
@@ -60,3 +72,19 @@ class Runs(Section):
 
     def insert_failed(self, params: dict[str, Any]) -> Statement[int]:
         return self._statement("insert_failed_run", params, scalar)
+
+    def matching_ids(self, filters: dict[str, Any]) -> Statement[int]:
+        """``filters``: ``RunFilter.params()`` (``limit`` is the page size)."""
+        return self._statement("matching_run_ids", filters, scalar)
+
+    def retry_many(self, ids: Sequence[int]) -> Statement[BulkRow]:
+        def bulk_row(row: Row) -> BulkRow:
+            return BulkRow(row["id"], row["previous_status"], row["retried"], row["size_limit"])
+
+        return self._statement("retry_runs", {"ids": list(ids)}, bulk_row)
+
+    def cancel_many(self, ids: Sequence[int]) -> Statement[BulkRow]:
+        return self._statement(
+            "cancel_runs", {"ids": list(ids)},
+            lambda row: BulkRow(row["id"], row["previous_status"], row["canceled"]),
+        )  # fmt: skip
