@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 DEMO_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help install lint test stress migrate demo bench clean
+.PHONY: help install runtime lint test stress migrate demo bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z]+):.*## /  make \1\t/' | expand -t 20
@@ -29,6 +29,15 @@ install: $(STAMP) ## create .venv and install fairlane editable, with the dev an
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,embedded]'
+	@touch $@ $(RUNTIME_STAMP)
+
+# What the demo and migrate need, without the test and lint tools; `make install` covers it.
+RUNTIME_STAMP := $(VENV)/.fairlane-runtime-installed
+runtime: $(RUNTIME_STAMP)
+
+$(RUNTIME_STAMP): pyproject.toml
+	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[embedded]'
 	@touch $@
 
 lint: install ## ruff (lint and format check) and mypy
@@ -45,10 +54,10 @@ test: install ## run the test suite (needs PostgreSQL: DATABASE_URL, or the loca
 stress: install ## the stress tests: many transactions, threads and worker processes at once
 	$(BIN)/pytest -m stress -q -s $(PYTEST_ARGS)
 
-migrate: install ## apply fairlane's migrations to DATABASE_URL (creates the database if missing)
+migrate: runtime ## apply fairlane's migrations to DATABASE_URL (creates the database if missing)
 	$(BIN)/fairlane migrate
 
-demo: install ## a multi-tenant workload with live progress (embedded PostgreSQL if none answers)
+demo: runtime ## a multi-tenant workload with live progress (embedded PostgreSQL if none answers)
 	$(BIN)/fairlane demo $(DEMO_ARGS)
 
 bench: install ## fairlane bench enqueue, drain and latency, with BENCH_ARGS

@@ -32,6 +32,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
 import anyio
@@ -167,6 +168,13 @@ async def count_unfinished(
 
 FINAL = frozenset(status.value for status in FINAL_STATUSES)
 STATUS_ORDER = [status.value for status in RunStatus]
+# Short names, so that the progress line fits 80 columns with three environments.
+STATUS_SHORT = {
+    "DELAYED": "wait", "QUEUED": "q", "EXECUTING": "run", "WAITING": "wait",
+    "COMPLETED": "ok", "FAILED": "fail", "CRASHED": "crash", "TIMED_OUT": "tmo",
+    "EXPIRED": "exp", "CANCELED": "cxl", "SYSTEM_FAILURE": "sys",
+}  # fmt: skip
+LINE_WIDTH = 79
 
 
 def status_totals(counts: Counts) -> Counter[str]:
@@ -196,20 +204,22 @@ class Progress:
 
     def line(self, counts: Counts, elapsed: float) -> str:
         done = [
-            f"{env.removeprefix('demo-')} {finished(counts, env)}/{self.per_environment}"
+            f"{env.removeprefix('demo-')[:7]} {finished(counts, env)}/{self.per_environment}"
             for env in self.environments
         ]
         totals = status_totals(counts)
-        statuses = [
-            f"{status.lower()} {totals[status]}" for status in STATUS_ORDER if totals[status]
-        ]
+        merged: Counter[str] = Counter()
+        for status in STATUS_ORDER:
+            merged[STATUS_SHORT[status]] += totals[status]
+        statuses = [f"{name} {count}" for name, count in merged.items() if count]
         rate = finished(counts) / elapsed if elapsed > 0 else 0.0
-        return f"{elapsed:5.1f}s  {'  '.join(done)} | {', '.join(statuses)} | {rate:.0f} runs/s"
+        text = f"{elapsed:5.1f}s {' '.join(done)} | {' '.join(statuses)} | {rate:.0f}/s"
+        return text[:LINE_WIDTH]
 
     def show(self, counts: Counts, elapsed: float, *, force: bool = False) -> None:
         text = self.line(counts, elapsed)
         if self.live:
-            width = shutil.get_terminal_size((120, 20)).columns - 1
+            width = min(shutil.get_terminal_size((80, 20)).columns - 1, LINE_WIDTH)
             self.out.write("\r\x1b[K" + text[:width])
             self.out.flush()
         elif force or time.monotonic() - self._last_print >= 1.0:
@@ -220,6 +230,19 @@ class Progress:
         if self.live:
             self.out.write("\n")
             self.out.flush()
+
+
+def fairlane_command() -> str:
+    """How to run ``fairlane`` from the shell the demo was started in: the script beside this
+    interpreter when it is not on PATH (a virtualenv that is not activated)."""
+    beside = Path(sys.executable).parent / "fairlane"
+    on_path = shutil.which("fairlane")
+    if beside.exists() and (on_path is None or Path(on_path).resolve() != beside.resolve()):
+        try:
+            return str(beside.relative_to(Path.cwd()))
+        except ValueError:
+            return str(beside)
+    return "fairlane"
 
 
 # -- the run ---------------------------------------------------------------------------
@@ -453,9 +476,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         file=out,
     )
     if choice.embedded is None:
+        command = fairlane_command()
         print(
-            f"look around: FAIRLANE_SCHEMA={schema} fairlane status "
-            "(or fairlane runs list --status FAILED), with the same DATABASE_URL",
+            f"look around: FAIRLANE_SCHEMA={schema} {command} status\n"
+            f"         or: FAIRLANE_SCHEMA={schema} {command} runs list --status FAILED\n"
+            "(with the same DATABASE_URL)",
             file=out,
         )
     return 0
