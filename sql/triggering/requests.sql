@@ -3,7 +3,7 @@
 
 -- function: trigger_requests
 -- The trigger statements' parameter as rows in request order: one JSON object per request,
--- with the fields fairlane.trigger.FIELDS names and payload, tags and metadata as JSON; an
+-- with the fields fairlane.triggering.request names and payload, tags and metadata as JSON; an
 -- option the request did not give is left out (NULL here). The one place that gives those
 -- fields their SQL types. A plain STABLE sql function, so the planner inlines it into the
 -- statements that read it.

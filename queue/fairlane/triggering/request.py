@@ -30,16 +30,6 @@ from fairlane.triggering.idempotency import IdempotencyScope, stored_key
 
 __all__ = ["BATCH_QUEUE", "MAX_ATTEMPTS_CEILING", "MAX_SECONDS", "TriggerRequest", "insert_params"]
 
-# The fields of one request in the trigger statements' JSON parameter, as the SQL function
-# trigger_requests (sql/trigger.sql) reads them; payload, tags and metadata are JSON
-# themselves and go in as such.
-FIELDS = (
-    "environment", "queue", "task", "priority", "max_attempts", "delay_s", "delay_until",
-    "machine", "max_duration_s", "ttl_s", "parent_run_id", "idempotency_key",
-    "idempotency_ttl_s", "debounce_key", "debounce_delay_s", "debounce_trailing",
-    "debounce_max_delay_s",
-)  # fmt: skip
-
 
 @dataclass(frozen=True, slots=True)
 class TriggerRequest:
@@ -108,15 +98,22 @@ def _row(request: TriggerRequest) -> str:
         # The seeds' pipeline: the run's first delay is `delay`, else the debounce delay.
         delay = debounce.delay_s
     idempotency_key, idempotency_ttl = _idempotency(request)
-    values = (
-        request.environment, request.queue, request.task, request.priority,
-        request.max_attempts, delay, delay_until.isoformat() if delay_until else None,
-        request.machine, seconds("max_duration", request.max_duration),
-        seconds("ttl", request.ttl), request.parent_run_id, idempotency_key, idempotency_ttl,
-        debounce.key if debounce else None, debounce.delay_s if debounce else None,
-        debounce.trailing if debounce else None, debounce.max_delay_s if debounce else None,
-    )  # fmt: skip
-    fields = {name: value for name, value in zip(FIELDS, values, strict=True) if value is not None}
+    # Named as the columns of trigger_requests (sql/triggering/requests.sql) read them:
+    # tests/sql/test_trigger_fields.py holds the two equal.
+    values = {
+        "environment": request.environment, "queue": request.queue, "task": request.task,
+        "priority": request.priority, "max_attempts": request.max_attempts, "delay_s": delay,
+        "delay_until": delay_until.isoformat() if delay_until else None,
+        "machine": request.machine,
+        "max_duration_s": seconds("max_duration", request.max_duration),
+        "ttl_s": seconds("ttl", request.ttl), "parent_run_id": request.parent_run_id,
+        "idempotency_key": idempotency_key, "idempotency_ttl_s": idempotency_ttl,
+        "debounce_key": debounce.key if debounce else None,
+        "debounce_delay_s": debounce.delay_s if debounce else None,
+        "debounce_trailing": debounce.trailing if debounce else None,
+        "debounce_max_delay_s": debounce.max_delay_s if debounce else None,
+    }  # fmt: skip
+    fields = {name: value for name, value in values.items() if value is not None}
     scalars = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
     row = f'{scalars[:-1]},"payload":{encode_json(request.payload)}'
     if request.tags is not None:
