@@ -19,6 +19,7 @@ import psycopg
 from sqlalchemy.engine import Connection as SAConnection
 from sqlalchemy.orm import Session
 
+from fairlane import tracing
 from fairlane.config import schema_name
 from fairlane.engine import engine
 from fairlane.engine.statement import Statement, rows, rows_async
@@ -86,6 +87,15 @@ def trigger_many(
     """Create every run in ``requests`` with one statement; returns their ids in order."""
     if not requests:
         return []
+    with tracing.trigger_span(requests) as sent:
+        ids = _trigger_many(conn, sent, schema)
+        tracing.record_run_ids(ids)
+        return ids
+
+
+def _trigger_many(
+    conn: SyncConnection, requests: Sequence[TriggerRequest], schema: str | None
+) -> list[int]:
     statement = trigger_statement(requests, schema=schema)
     if isinstance(conn, psycopg.Connection):
         return _ids(requests, rows(conn, statement))
@@ -116,6 +126,15 @@ async def trigger_many_async(
     """The async twin of ``trigger_many``: same statement, same checks."""
     if not requests:
         return []
+    with tracing.trigger_span(requests) as sent:
+        ids = await _trigger_many_async(conn, sent, schema)
+        tracing.record_run_ids(ids)
+        return ids
+
+
+async def _trigger_many_async(
+    conn: AsyncConnectionLike, requests: Sequence[TriggerRequest], schema: str | None
+) -> list[int]:
     statement = trigger_statement(requests, schema=schema)
     if isinstance(conn, psycopg.AsyncConnection):
         return _ids(requests, await rows_async(conn, statement))

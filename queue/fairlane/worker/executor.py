@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 
+from fairlane import tracing
 from fairlane.errors import MaxDurationExceededError, PayloadError, UnknownTaskError
 from fairlane.models import ClaimedRun, RunStatus
 from fairlane.payload import encode_json
@@ -104,12 +105,17 @@ async def execute(
         scope = active.scope
         if run.max_duration_s is not None:
             scope.deadline = anyio.current_time() + run.max_duration_s
-        with scope:
-            try:
-                result = await _call(registry.get(run.task), ctx, run.payload, limiter)
-            except Exception as raised:
-                error = raised
-        cut_short = scope.cancelled_caught
+        with tracing.run_span(run) as span:
+            with scope:
+                try:
+                    result = await _call(registry.get(run.task), ctx, run.payload, limiter)
+                except Exception as raised:
+                    error = raised
+            cut_short = scope.cancelled_caught
+            ended = "FAILED" if error is not None else "COMPLETED"
+            tracing.end_run_span(
+                span, ctx.stop_reason or ("CUT_SHORT" if cut_short else ended), error
+            )
     active.handler_done = True
     if ctx.stop_reason == STOP_SHUTDOWN and cut_short:
         writer.release(active.lease)
