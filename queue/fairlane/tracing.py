@@ -27,6 +27,20 @@ if TYPE_CHECKING:
 
 TRACE_KEY = "fairlane.traceparent"
 TRACER = "fairlane"
+# A provider for fairlane's spans only; None: OpenTelemetry's global one.
+_provider: Any = None
+
+
+def use_tracer_provider(provider: Any) -> None:
+    """Record fairlane's spans with ``provider`` instead of the global one (None: back to the
+    global provider)."""
+    global _provider
+    _provider = provider
+
+
+def _tracer() -> Any:
+    assert trace is not None
+    return (_provider or trace.get_tracer_provider()).get_tracer(TRACER)
 
 
 @contextmanager
@@ -40,8 +54,7 @@ def trigger_span(requests: Sequence[TriggerRequest]) -> Iterator[Sequence[Trigge
         "fairlane.task": first.task, "fairlane.environment": first.environment,
         "fairlane.queue": first.queue, "fairlane.run_count": len(requests),
     }  # fmt: skip
-    tracer = trace.get_tracer(TRACER)
-    with tracer.start_as_current_span(
+    with _tracer().start_as_current_span(
         "fairlane.trigger", kind=SpanKind.PRODUCER, attributes=attributes
     ) as span:
         carrier: dict[str, str] = {}
@@ -81,8 +94,7 @@ def run_span(run: ClaimedRun) -> Iterator[Any]:
         "fairlane.environment": run.environment, "fairlane.queue": run.queue,
         "fairlane.attempt": run.attempt,
     }  # fmt: skip
-    tracer = trace.get_tracer(TRACER)
-    with tracer.start_as_current_span(
+    with _tracer().start_as_current_span(
         "fairlane.run", context=context, kind=SpanKind.CONSUMER, attributes=attributes,
         record_exception=True, set_status_on_exception=True,
     ) as span:  # fmt: skip

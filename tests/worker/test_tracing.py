@@ -3,18 +3,18 @@ triggers join the same trace, as the SDK's in-memory exporter records them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from itertools import pairwise
 from typing import Any
 
 import psycopg
 import pytest
-from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from fairlane import AsyncClient, RunContext, TaskRegistry, Worker
+from fairlane import AsyncClient, RunContext, TaskRegistry, Worker, tracing
 from fairlane.tracing import TRACE_KEY
 from tests.helpers import run_status, running, wait_until
 
@@ -23,12 +23,14 @@ pytestmark = pytest.mark.anyio
 EXPORTER = InMemorySpanExporter()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def tracer_provider() -> None:
-    # The global provider can be set once per process: this module's provider stays.
+@pytest.fixture(autouse=True)
+def tracer_provider() -> Iterator[None]:
+    # fairlane's own provider, not the global one: other tests' runs stay untraced.
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-    trace.set_tracer_provider(provider)
+    tracing.use_tracer_provider(provider)
+    yield
+    tracing.use_tracer_provider(None)
 
 
 async def test_one_trace_shows_the_trigger_the_parent_and_its_child(
