@@ -43,3 +43,25 @@ def test_exit_codes(
         assert "fairlane migrate" in _one_line(capsys)
     finally:
         db.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(empty)))
+
+
+def test_read_commands_print_json(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from fairlane import TriggerRequest, trigger_many
+
+    trigger_many(db, [TriggerRequest("t", environment="acme", queue="mail")])
+    db.commit()
+    assert main(["status", "--json", "--dsn", dsn]) == 0
+    assert json.loads(capsys.readouterr().out) == {"QUEUED": 1}
+    assert main(["--json", "limits", "queue", "acme", "mail", "--pause", "--dsn", dsn]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    (queue,) = [row for row in shown["queues"] if row["queue"] == "mail"]
+    assert (queue["queued"], queue["queue_paused"]) == (1, True)
+    assert shown["scheduler"]["quantum"] > 0
+    assert main(["maintenance", "--json", "--dsn", dsn]) == 0
+    assert {job["name"] for job in json.loads(capsys.readouterr().out)} >= {"prune_finished_runs"}
+    assert main(["settings", "--json", "--dsn", dsn]) == 0
+    assert "max_ttl_s" in {setting["name"] for setting in json.loads(capsys.readouterr().out)}

@@ -4,6 +4,7 @@ connection options, exclusive flag pairs, and the documented exit codes."""
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 # Exit codes (README, Command line): 0 ok, 1 an operational error (the database unreachable,
@@ -58,3 +59,15 @@ def flag_pair(
     group.add_argument(on, dest=dest, action="store_const", const=True, help=on_help)
     group.add_argument(off, dest=dest, action="store_const", const=False, help=off_help)
     parser.set_defaults(**{dest: None})
+
+
+def json_option(parser: argparse.ArgumentParser) -> None:
+    """``--json`` on a read command (also accepted before the subcommand)."""
+    parser.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS,
+        help="print JSON instead of a table",
+    )  # fmt: skip
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, default=str, indent=2))

@@ -4,11 +4,12 @@ limit."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from typing import Any
 
 import psycopg
 
-from fairlane.cli.common import connection_options, flag_pair
+from fairlane.cli.common import connection_options, flag_pair, json_option, print_json
 from fairlane.scheduling import limits
 from fairlane.schema.check import connect_checked
 
@@ -72,7 +73,13 @@ def cmd_limits(args: argparse.Namespace) -> int:
                 global_concurrency_limit=_limit(args.global_limit), rate_limit_per_s=rate,
                 rate_burst=args.rate_burst, schema=args.schema,
             )  # fmt: skip
-        _show(conn, args.schema)
+        if args.json:
+            print_json({
+                "scheduler": asdict(limits.scheduler_settings(conn, schema=args.schema)),
+                "queues": limits.limits_table(conn, schema=args.schema),
+            })  # fmt: skip
+        else:
+            _show(conn, args.schema)
     return 0
 
 
@@ -81,6 +88,7 @@ def add_parser(commands: Any) -> None:
         "limits", help="show or change caps, size limits, pauses and rate limits"
     )
     connection_options(parser)
+    json_option(parser)
     parser.set_defaults(func=cmd_limits, action=None)
     actions = parser.add_subparsers(dest="action")
 
@@ -101,6 +109,7 @@ def add_parser(commands: Any) -> None:
             on_help="hand out no runs", off_help="hand out runs again",
         )  # fmt: skip
         connection_options(action)
+        json_option(action)
         action.set_defaults(func=cmd_limits)
 
     scheduler = actions.add_parser("scheduler", help="DRR quantum/max deficit, global caps")
@@ -110,4 +119,5 @@ def add_parser(commands: Any) -> None:
     scheduler.add_argument("--rate", help="runs started per second, or 'off'")
     scheduler.add_argument("--rate-burst", type=float, help="bucket size (default: one second)")
     connection_options(scheduler)
+    json_option(scheduler)
     scheduler.set_defaults(func=cmd_limits)

@@ -24,6 +24,8 @@ from fairlane.cli.common import (
     EXIT_USAGE,
     Parser,
     connection_options,
+    json_option,
+    print_json,
 )
 from fairlane.client import Client
 from fairlane.config import schema_name
@@ -166,6 +168,9 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     with Client(args.dsn, schema=args.schema) as client:
         counts = client.count_by_status()
+    if args.json:
+        print_json(counts)
+        return 0
     print(f"{'status':<16}{'runs':>10}")
     for status, count in counts.items():
         print(f"{status:<16}{count:>10}")
@@ -196,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-format", default="text", choices=["text", "json"],
         help="text lines, or one JSON object per line with the records' structured fields",
     )  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="read commands print JSON")
     parser.add_argument("--dsn", help="database URL (default: $DATABASE_URL)")
     parser.add_argument("--schema", help="fairlane's schema (default: $FAIRLANE_SCHEMA)")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -277,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("status", help="runs per status")
     _common(p)
+    json_option(p)
     p.set_defaults(func=cmd_status)
 
     p = commands.add_parser("metrics", help="print the database-side Prometheus series once")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from typing import Any
 
 from fairlane import maintenance
-from fairlane.cli.common import connection_options, flag_pair
+from fairlane.cli.common import connection_options, flag_pair, json_option, print_json
 from fairlane.schema.check import connect_checked
 
 
@@ -23,6 +24,9 @@ def cmd_maintenance(args: argparse.Namespace) -> int:
                 conn, args.job, interval_s=args.interval, enabled=enabled, schema=args.schema
             )
         jobs = maintenance.list_jobs(conn, schema=args.schema)
+    if args.json:
+        print_json([asdict(job) for job in jobs])
+        return 0
     print(f"{'job':<26}{'every':>9}{'runs':>8}  {'last run':<21}{'next due':<21}last result")
     for job in jobs:
         name = job.name if job.enabled else f"{job.name} (off)"
@@ -41,6 +45,9 @@ def cmd_settings(args: argparse.Namespace) -> int:
             name, raw = args.set
             maintenance.set_setting(conn, name, json.loads(raw), schema=args.schema)
         settings = maintenance.list_settings(conn, schema=args.schema)
+    if args.json:
+        print_json([asdict(setting) for setting in settings])
+        return 0
     for setting in settings:
         print(f"{setting.name:<22}{json.dumps(setting.value):>12}  {setting.description}")
     return 0
@@ -49,6 +56,7 @@ def cmd_settings(args: argparse.Namespace) -> int:
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser("maintenance", help="periodic jobs: list, configure, run now")
     connection_options(parser)
+    json_option(parser)
     parser.add_argument("--run-now", metavar="JOB", help="make JOB due and run it once now")
     parser.add_argument("--job", help="the job that --interval/--enable/--disable change")
     parser.add_argument("--interval", type=float, help="seconds between ticks of --job")
@@ -60,6 +68,7 @@ def add_parser(commands: Any) -> None:
 
     parser = commands.add_parser("settings", help="engine settings: batch sizes, retention, TTL")
     connection_options(parser)
+    json_option(parser)
     parser.add_argument(
         "--set", nargs=2, metavar=("NAME", "JSON"), help="e.g. --set max_ttl_s 3600"
     )

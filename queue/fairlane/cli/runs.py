@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from fairlane.cli.common import connection_options
+from fairlane.cli.common import connection_options, json_option, print_json
 from fairlane.client import Client
 from fairlane.control import RunFilter
 from fairlane.errors import ConfigurationError
@@ -70,7 +70,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     with _client(args) as client:
         runs = client.list_runs(filters)
     if args.json:
-        print(json.dumps([_document(run) for run in runs], default=str, indent=2))
+        print_json([_document(run) for run in runs])
         return 0
     print(HEADER)
     for run in runs:
@@ -174,7 +174,7 @@ def add_parser(commands: Any) -> None:
         "--include-carriers", action="store_true",
         help="list batch carrier runs (fairlane's own, queue __batches__) too",
     )  # fmt: skip
-    p.add_argument("--json", action="store_true", help="one JSON array of whole runs")
+    json_option(p)
     _bulk_options(action(
         "cancel", "end a run, or every matching run, and their descendants CANCELED (a no-op "
         "on an ended run)", cmd_cancel,
