@@ -1,4 +1,5 @@
-"""The ``fairlane`` command: migrate, worker, trigger, status, runs, maintenance, bench, demo."""
+"""The ``fairlane`` command: migrate, worker, trigger, status, runs, limits, maintenance, batches,
+keys, serve, bench, demo."""
 
 from __future__ import annotations
 
@@ -209,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
         "fairlane.cli.maintenance",
         "fairlane.cli.batches",
         "fairlane.cli.bench",
+        "fairlane.cli.keys",
+        "fairlane.cli.serve",
         "fairlane.tools.demo",
     ):
         try:

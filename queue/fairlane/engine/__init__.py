@@ -30,6 +30,7 @@ from fairlane.engine.statement import (
 )
 from fairlane.engine.triggers import Triggers
 from fairlane.engine.waits import Waits
+from fairlane.engine.web import Web
 
 
 class Engine:
@@ -44,6 +45,7 @@ class Engine:
         self.maintenance = Maintenance(schema)
         self.schema_state = SchemaState(schema)
         self.listen = Listen(schema)
+        self.web = Web(schema)
 
 
 @cache
