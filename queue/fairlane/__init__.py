@@ -18,6 +18,7 @@ from fairlane.client import Client
 from fairlane.control import CancelResult, RunFilter
 from fairlane.engine.batches import ItemRow
 from fairlane.errors import (
+    ApiKeyNotFoundError,
     BatchAbortedError,
     BatchError,
     BatchIndexError,
@@ -44,6 +45,7 @@ from fairlane.errors import (
     SchemaMismatchError,
     SchemaObjectError,
     SettingError,
+    TokenNotFoundError,
     TriggerOptionError,
     UnknownMaintenanceItemError,
     UnknownTaskError,
@@ -52,6 +54,7 @@ from fairlane.errors import (
 )
 from fairlane.models import (
     FINAL_STATUSES,
+    ApiKey,
     Batch,
     ClaimedRun,
     EnvironmentSettings,
@@ -62,6 +65,7 @@ from fairlane.models import (
     RunStatus,
     SchedulerSettings,
     Setting,
+    Token,
 )
 from fairlane.retry import Backoff
 from fairlane.scheduling import limits
@@ -80,6 +84,8 @@ from fairlane.worker import RunContext, TaskRegistry, Worker, WorkerStats
 
 __all__ = [
     "FINAL_STATUSES",
+    "ApiKey",
+    "ApiKeyNotFoundError",
     "AsyncBatchClient",
     "AsyncClient",
     "Backoff",
@@ -127,6 +133,8 @@ __all__ = [
     "Setting",
     "SettingError",
     "TaskRegistry",
+    "Token",
+    "TokenNotFoundError",
     "TriggerOptionError",
     "TriggerRequest",
     "UnknownMaintenanceItemError",

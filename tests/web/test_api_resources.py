@@ -220,3 +220,37 @@ async def test_mounted_inside_another_app(app: Starlette, keys: Keys) -> None:
         assert (await client.post(path, json=1)).json()["completed"] is True
         spec = (await client.get("/jobs/api/v1/openapi.json")).json()
         assert spec["servers"] == [{"url": "http://example.org/jobs/api/v1"}]
+
+
+async def test_items_stream_through_in_flat_memory(
+    as_a: httpx.AsyncClient, db: psycopg.Connection[Any]
+) -> None:
+    """20,000 items of 1 KB (20 MB) sent in 64 KB chunks: the server holds a slice at a time,
+    never the body."""
+    import tracemalloc
+
+    count = 20_000
+    db.execute(
+        "UPDATE fairlane.settings SET value = %s WHERE name IN ('batch_max_items', "
+        "'batch_bucket_max', 'batch_refill_amount')", (str(count),),
+    )  # fmt: skip
+    batch = (await as_a.post("/api/v1/batches", json={"run_count": count})).json()
+    line = json.dumps({"task": "t", "payload": {"blob": "x" * 1000}}).encode() + b"\n"
+
+    async def body() -> AsyncIterator[bytes]:
+        chunk = line * (64 * 1024 // len(line))
+        sent = 0
+        while sent < count:
+            take = min(count - sent, 64 * 1024 // len(line))
+            yield chunk if take * len(line) == len(chunk) else line * take
+            sent += take
+
+    tracemalloc.start()
+    try:
+        answer = await as_a.post(f"/api/v1/batches/{batch['id']}/items", content=body())
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert answer.status_code == 200, answer.text
+    assert (answer.json()["accepted"], answer.json()["sealed"]) == (count, True)
+    assert peak < 6 * 1024 * 1024, f"peak {peak / 1e6:.1f} MB for a 20 MB body"

@@ -6,10 +6,11 @@ documented path is a route.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from fairlane.models import RunStatus
@@ -358,13 +359,23 @@ def _paths() -> dict[str, Any]:
     }  # fmt: skip
 
 
-def document(server_url: str = "/api/v1") -> dict[str, Any]:
+@cache
+def _release() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        release = version("fairlane")
+        return version("fairlane")
     except PackageNotFoundError:
-        release = "0"
+        return "0"
+
+
+@cache
+def _body(server_url: str) -> bytes:
+    return bytes(JSONResponse(document(server_url)).body)
+
+
+def document(server_url: str = "/api/v1") -> dict[str, Any]:
+    release = _release()
     return {
         "openapi": "3.1.0",
         "info": {
@@ -383,8 +394,9 @@ def document(server_url: str = "/api/v1") -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def openapi(request: Request) -> JSONResponse:
-    return JSONResponse(document(app_url(request, "/api/v1")))
+async def openapi(request: Request) -> Response:
+    # Rendered once per address the app is reached at (a handful: hosts, mounts).
+    return Response(_body(app_url(request, "/api/v1")), media_type="application/json")
 
 
 routes = [Route("/openapi.json", openapi, methods=["GET"], name="openapi")]
