@@ -254,3 +254,20 @@ async def test_items_stream_through_in_flat_memory(
     assert answer.status_code == 200, answer.text
     assert (answer.json()["accepted"], answer.json()["sealed"]) == (count, True)
     assert peak < 6 * 1024 * 1024, f"peak {peak / 1e6:.1f} MB for a 20 MB body"
+
+
+async def test_an_unreachable_database_answers_503(keys: Keys) -> None:
+    from fairlane.web import create_app
+
+    app = create_app("postgresql://127.0.0.1:1/nothing?connect_timeout=1", "fairlane")
+    app.state.fairlane.pool_timeout = 1.0
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://testserver",
+            headers=bearer(keys.a),
+        ) as client:  # fmt: skip
+            answer = await client.get("/api/v1/runs")
+        assert answer.status_code == 503
+        assert answer.json()["error"]["type"] == "DatabaseUnavailable"
+    finally:
+        await app.state.fairlane.close()

@@ -21,6 +21,8 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import psycopg
+from psycopg_pool import PoolTimeout
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -35,6 +37,7 @@ from fairlane.web.errors import (
     ApiError,
     error_response,
     handle_api_error,
+    handle_database_unavailable,
     handle_fairlane_error,
     handle_http_exception,
 )
@@ -79,6 +82,8 @@ def create_app(
             FairlaneError: handle_fairlane_error,
             ApiError: handle_api_error,
             HTTPException: handle_http_exception,
+            psycopg.OperationalError: handle_database_unavailable,
+            PoolTimeout: handle_database_unavailable,
             Exception: _internal_error,
         },
         lifespan=lifespan,

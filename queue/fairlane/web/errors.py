@@ -115,3 +115,11 @@ async def handle_http_exception(request: Request, error: Exception) -> Response:
         )  # fmt: skip
     kind = {404: "NotFound", 405: "MethodNotAllowed"}.get(error.status_code, "HTTPError")
     return error_response(error.status_code, kind, str(error.detail), headers=error.headers)
+
+
+async def handle_database_unavailable(request: Request, error: Exception) -> Response:
+    """The database cannot be reached (or the pool had no connection in time): 503."""
+    return error_response(
+        503, "DatabaseUnavailable", "the database is not reachable now; try again",
+        headers={"Retry-After": "1"},
+    )  # fmt: skip

@@ -55,8 +55,8 @@ class WebState:
                 self.dsn, min_size=1, max_size=self.pool_size, open=False,
                 kwargs={"autocommit": True}, name="fairlane.web", timeout=self.pool_timeout,
             )  # fmt: skip
-            await pool.open(wait=True, timeout=self.pool_timeout)
             try:
+                await pool.open(wait=True, timeout=self.pool_timeout)
                 async with pool.connection() as conn:
                     await check_schema_async(conn, self.schema)
             except BaseException:

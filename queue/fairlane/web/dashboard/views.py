@@ -136,7 +136,10 @@ def back(request: Request, fallback: str, message: str = "") -> RedirectResponse
 
 def _safe_next(request: Request, given: str | None) -> str:
     base = root(request)
-    if given and given.startswith(base + "/") and not given.startswith("//"):
+    if (
+        given and given.startswith(base + "/") and not given.startswith("//")
+        and "\\" not in given
+    ):  # fmt: skip
         return given
     return base + "/"
 
