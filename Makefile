@@ -24,11 +24,11 @@ BENCH_ARGS ?=
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z]+):.*## /  make \1\t/' | expand -t 20
 
-install: $(STAMP) ## create .venv and install fairlane editable, with the dev and embedded extras
+install: $(STAMP) ## create .venv and install fairlane editable, with the dev, embedded and web extras
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || { echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); }
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,embedded]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,embedded,web]'
 	@touch $@ $(RUNTIME_STAMP)
 
 # What the demo and migrate need, without the test and lint tools; `make install` covers it.

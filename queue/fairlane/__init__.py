@@ -18,6 +18,7 @@ from fairlane.client import Client
 from fairlane.control import CancelResult, RunFilter
 from fairlane.engine.batches import ItemRow
 from fairlane.errors import (
+    ApiKeyNotFoundError,
     BatchAbortedError,
     BatchError,
     BatchIndexError,
@@ -45,6 +46,7 @@ from fairlane.errors import (
     SchemaMismatchError,
     SchemaObjectError,
     SettingError,
+    TokenNotFoundError,
     TriggerOptionError,
     UnknownMaintenanceItemError,
     UnknownTaskError,
@@ -53,6 +55,7 @@ from fairlane.errors import (
 )
 from fairlane.models import (
     FINAL_STATUSES,
+    ApiKey,
     Batch,
     ClaimedRun,
     EnvironmentSettings,
@@ -63,6 +66,7 @@ from fairlane.models import (
     RunStatus,
     SchedulerSettings,
     Setting,
+    Token,
 )
 from fairlane.retry import Backoff
 from fairlane.scheduling import limits
@@ -81,6 +85,8 @@ from fairlane.worker import RunContext, TaskRegistry, Worker, WorkerStats
 
 __all__ = [
     "FINAL_STATUSES",
+    "ApiKey",
+    "ApiKeyNotFoundError",
     "AsyncBatchClient",
     "AsyncClient",
     "Backoff",
@@ -129,6 +135,8 @@ __all__ = [
     "Setting",
     "SettingError",
     "TaskRegistry",
+    "Token",
+    "TokenNotFoundError",
     "TriggerOptionError",
     "TriggerRequest",
     "UnknownMaintenanceItemError",

@@ -354,3 +354,15 @@ class SchemaMismatchError(FairlaneError):
                 f"database schema is at {at}, this fairlane needs {needed}: run `fairlane migrate`"
             )
         super().__init__(message)
+
+
+class ApiKeyNotFoundError(FairlaneError):
+    """No API key has that id (in the environment given, if one was)."""
+
+    def __init__(self, key_id: int) -> None:
+        self.key_id = key_id
+        super().__init__(f"API key {key_id} does not exist")
+
+
+class TokenNotFoundError(WaitpointNotFoundError):
+    """No token has that id (or it is not the caller's environment's)."""

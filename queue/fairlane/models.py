@@ -188,3 +188,41 @@ class IngestResult:
     status: str
     oversized: int = 0
     lines: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """A key of the HTTP API as stored (never the key itself: only its hash is kept).
+
+    ``kind`` is ``environment`` (confined to ``environment``) or ``admin`` (every
+    environment, and the dashboard; ``environment`` is None)."""
+
+    id: int
+    kind: str
+    environment: str | None
+    name: str | None
+    prefix: str
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.kind == "admin"
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """A token (a MANUAL waitpoint) as the HTTP API reads it; ``environment`` is the one
+    that made it through the API (None: made by the library)."""
+
+    id: int
+    environment: str | None
+    status: str
+    is_error: bool
+    output: Any
+    created_at: datetime
+    completed_at: datetime | None
+    timeout_at: datetime | None
+    # The key as stored (scoped); None without one.
+    idempotency_key: str | None = None

@@ -58,7 +58,8 @@ SET timeout_at = least(coalesce(timeout_at, 'infinity'), now() + make_interval(s
 WHERE id = %(id)s AND kind = 'MANUAL' AND status = 'PENDING';
 
 -- name: get_token
--- A token (a MANUAL waitpoint) as `fairlane tokens show` prints it.
-SELECT id, status, timeout_at, idempotency_key, is_error, output, created_at, completed_at
+-- A token (a MANUAL waitpoint): `fairlane tokens show`, waitpoints.get_token, the HTTP API.
+SELECT id, environment, status, is_error, output, created_at, completed_at, timeout_at,
+       idempotency_key
 FROM {schema}.waitpoints
 WHERE id = %(id)s AND kind = 'MANUAL';

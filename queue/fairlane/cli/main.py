@@ -1,4 +1,5 @@
-"""The ``fairlane`` command: migrate, worker, trigger, status, runs, maintenance, bench, demo."""
+"""The ``fairlane`` command: migrate, worker, trigger, status, runs, limits, maintenance, batches,
+keys, serve, bench, demo."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from fairlane.cli.common import (
 from fairlane.client import Client
 from fairlane.config import schema_name
 from fairlane.errors import (
+    ApiKeyNotFoundError,
     BatchIndexError,
     BatchLineError,
     BatchNotFoundError,
@@ -297,6 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
         "fairlane.cli.maintenance",
         "fairlane.cli.batches",
         "fairlane.cli.bench",
+        "fairlane.cli.keys",
+        "fairlane.cli.serve",
         "fairlane.tools.demo",
     ):
         try:
@@ -317,6 +321,7 @@ def _version() -> str:
 # Errors that name something absent, and errors in what the caller gave.
 _NOT_FOUND = (
     RunNotFoundError, BatchNotFoundError, UnknownMaintenanceItemError, WaitpointNotFoundError,
+    ApiKeyNotFoundError,
 )  # fmt: skip
 _USAGE = (
     TriggerOptionError, PayloadError, SettingError, RunFilterError, ConfigurationError,

@@ -31,6 +31,7 @@ from fairlane.engine.statement import (
 )
 from fairlane.engine.triggers import Triggers
 from fairlane.engine.waits import Waits
+from fairlane.engine.web import Web
 
 
 class Engine:
@@ -46,6 +47,7 @@ class Engine:
         self.metrics = Metrics(schema)
         self.schema_state = SchemaState(schema)
         self.listen = Listen(schema)
+        self.web = Web(schema)
 
 
 @cache

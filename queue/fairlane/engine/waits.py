@@ -11,6 +11,7 @@ from uuid import UUID
 
 from fairlane.engine.section import Section
 from fairlane.engine.statement import Statement, no_rows, scalar
+from fairlane.models import Token
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,18 +38,6 @@ class WaitsOn:
     complete_after: datetime | None
     timeout_at: datetime | None
     batch_id: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Token:
-    id: int
-    status: str
-    timeout_at: datetime | None
-    idempotency_key: str | None
-    is_error: bool
-    output: Any
-    created_at: datetime
-    completed_at: datetime | None
 
 
 def _position(run_id: int, position: int) -> dict[str, int]:

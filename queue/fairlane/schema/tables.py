@@ -21,6 +21,7 @@ from sqlalchemy import (
     Double,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Numeric,
     SmallInteger,
@@ -313,6 +314,9 @@ def _waitpoints(metadata: MetaData) -> Table:
         Column("output", JSONB),
         Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
         Column("completed_at", DateTime(timezone=True)),
+        # MANUAL: the environment whose API key made the token (fairlane.web); NULL when the
+        # library made it.
+        Column("environment", Text),
         CheckConstraint(
             "kind IN ('RUN', 'DATETIME', 'MANUAL', 'BATCH')", name="waitpoints_kind_check"
         ),
@@ -463,6 +467,46 @@ def _schema_objects(metadata: MetaData) -> Table:
     )
 
 
+API_KEY_KINDS = ("environment", "admin")
+
+
+def _api_keys(metadata: MetaData) -> Table:
+    return Table(
+        "api_keys",
+        metadata,
+        # A key of the HTTP API (fairlane.web): only the SHA-256 of the key is stored; `prefix`
+        # (its first characters) tells keys apart in listings. An environment key sees and
+        # changes its environment only; an admin key (no environment) every one, and the
+        # dashboard.
+        Column("id", BigInteger, primary_key=True, autoincrement=True),
+        Column("kind", Text, nullable=False),
+        Column("environment", Text),
+        Column("name", Text),
+        Column("prefix", Text, nullable=False),
+        Column("secret_hash", Text, nullable=False),
+        Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        Column("last_used_at", DateTime(timezone=True)),
+        Column("revoked_at", DateTime(timezone=True)),
+        CheckConstraint(f"kind IN ({_quoted(API_KEY_KINDS)})", name="api_keys_kind_check"),
+        CheckConstraint(
+            "(kind = 'admin') = (environment IS NULL)", name="api_keys_environment_check"
+        ),
+        Index("api_keys_secret_hash_idx", "secret_hash", unique=True),
+    )
+
+
+def _web_secrets(metadata: MetaData) -> Table:
+    return Table(
+        "web_secrets",
+        metadata,
+        # Random secrets the web server signs with (token callback URLs, dashboard sessions,
+        # CSRF tokens), made on first use, shared by every server process of the database.
+        Column("name", Text, primary_key=True),
+        Column("secret", LargeBinary, nullable=False),
+        Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    )
+
+
 @cache
 def build_metadata(schema: str) -> MetaData:
     """The MetaData of every fairlane table, placed in ``schema``."""
@@ -480,4 +524,6 @@ def build_metadata(schema: str) -> MetaData:
     _batch_items(metadata)
     _batch_buckets(metadata)
     _schema_objects(metadata)
+    _api_keys(metadata)
+    _web_secrets(metadata)
     return metadata

@@ -14,8 +14,8 @@ from fairlane.config import schema_name
 from fairlane.durations import Duration, seconds
 from fairlane.engine import engine
 from fairlane.engine.statement import Operation, drive, drive_async
-from fairlane.engine.waits import Token
 from fairlane.errors import WaitpointNotFoundError
+from fairlane.models import Token
 from fairlane.payload import encode_json
 
 DEFAULT_TOKEN_KEY_TTL_S = 30 * 24 * 3600.0

@@ -1,0 +1,33 @@
+"""The dashboard: server-rendered pages over the same operations as the API, behind an admin
+key's session (``session.py``), with its stylesheet and script in ``static/`` (no CDN: it works
+offline)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from fairlane.web.dashboard import views
+
+
+def routes() -> list[BaseRoute]:
+    static = StaticFiles(directory=Path(__file__).parent / "static")
+    return [
+        Route("/", views.overview, name="overview"),
+        Route("/partials/overview", views.overview_live, name="overview_live"),
+        Route("/login", views.login, methods=["GET"], name="login"),
+        Route("/login", views.login_post, methods=["POST"], name="login_post"),
+        Route("/logout", views.logout, methods=["POST"], name="logout"),
+        Route("/runs", views.runs, name="runs"),
+        Route("/runs/{id:int}", views.run, name="run"),
+        Route("/runs/{id:int}/partial", views.run_live, name="run_live"),
+        Route("/runs/{id:int}/{action}", views.run_action, methods=["POST"], name="run_action"),
+        Route("/batches", views.batches, name="batches"),
+        Route("/batches/{id:int}", views.batch, name="batch"),
+        Route("/queues", views.queues, name="queues"),
+        Route("/queues/{action}", views.queue_action, methods=["POST"], name="queue_action"),
+        Route("/maintenance", views.maintenance, name="maintenance"),
+        Mount("/static", app=static, name="static"),
+    ]

@@ -1,0 +1,447 @@
+"""The dashboard's pages: overview, runs, run detail, batches, queues and limits,
+maintenance. Server-rendered (jinja2); the overview and a running run's page refresh their
+live part by polling a fragment. Every page needs an admin session (``session.py``); every
+form carries its CSRF token.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from fairlane import control
+from fairlane.batches.api import get_batch
+from fairlane.control import RunFilter
+from fairlane.engine.statement import drive_async, first_async, rows_async
+from fairlane.errors import BatchNotFoundError, FairlaneError, RunNotFoundError
+from fairlane.maintenance import list_jobs_async
+from fairlane.models import FINAL_STATUSES, RunStatus
+from fairlane.scheduling import limits
+from fairlane.triggering.checks import BATCH_QUEUE
+from fairlane.web.auth import state_of
+from fairlane.web.dashboard.session import (
+    LOGIN_COOKIE,
+    Session,
+    close_session,
+    csrf_ok,
+    login_token,
+    open_session,
+    read_form,
+    session_of,
+    set_login_cookie,
+)
+from fairlane.web.keys import authenticate_async
+from fairlane.web.urls import root
+
+HERE = Path(__file__).parent
+templates = Environment(
+    loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
+    trim_blocks=True, lstrip_blocks=True,
+)  # fmt: skip
+THROUGHPUT_MINUTES = 10
+PAGE = 50
+
+
+def _age(value: datetime | float | None) -> str:
+    """A short human duration: a datetime's age, or seconds."""
+    if value is None:
+        return "-"
+    seconds = (datetime.now(UTC) - value).total_seconds() if isinstance(value, datetime) else value
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f}m {seconds % 60:.0f}s"
+    if seconds < 86400:
+        return f"{seconds // 3600:.0f}h {seconds % 3600 // 60:.0f}m"
+    return f"{seconds // 86400:.0f}d {seconds % 86400 // 3600:.0f}h"
+
+
+def _when(value: datetime | None) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+templates.filters.update(age=_age, when=_when, pretty=_pretty)
+
+
+def render(
+    request: Request, name: str, session: Session | None, *, status: int = 200, **context: Any
+) -> HTMLResponse:
+    context.setdefault("csrf", session.csrf if session else "")
+    html = templates.get_template(name).render(
+        root=root(request), session=session, path=request.url.path,
+        flash=request.query_params.get("flash"), **context,
+    )  # fmt: skip
+    return HTMLResponse(html, status_code=status)
+
+
+Page = Callable[[Request, Session], Awaitable[Response]]
+
+
+def page(handler: Page) -> Callable[[Request], Awaitable[Response]]:
+    """A page behind the admin session: without one, to the sign-in form."""
+
+    async def endpoint(request: Request) -> Response:
+        session = await session_of(request)
+        if session is None:
+            target = urlencode({"next": request.url.path})
+            return RedirectResponse(f"{root(request)}/login?{target}", status_code=303)
+        return await handler(request, session)
+
+    endpoint.__name__ = handler.__name__
+    return endpoint
+
+
+def action(handler: Callable[[Request, Session, dict[str, str]], Awaitable[Response]]) -> Any:
+    """A form's POST: an admin session and its CSRF token, or 403."""
+
+    async def endpoint(request: Request, session: Session) -> Response:
+        form = await read_form(request)
+        if not csrf_ok(session.csrf, form):
+            return render(
+                request, "error.html", session, status=403,
+                message="The form's CSRF token is missing or stale: reload the page and try again.",
+            )  # fmt: skip
+        return await handler(request, session, form)
+
+    endpoint.__name__ = handler.__name__
+    return page(endpoint)
+
+
+def back(request: Request, fallback: str, message: str = "") -> RedirectResponse:
+    target = request.headers.get("referer") or ""
+    here = f"{request.url.scheme}://{request.url.netloc}{root(request)}/"
+    if not target.startswith(here):
+        target = root(request) + fallback
+    if message:
+        target = target.split("#")[0]
+        target += ("&" if "?" in target else "?") + urlencode({"flash": message})
+    return RedirectResponse(target, status_code=303)
+
+
+# -- sign in ---------------------------------------------------------------------------------
+
+
+def _safe_next(request: Request, given: str | None) -> str:
+    base = root(request)
+    if (
+        given and given.startswith(base + "/") and not given.startswith("//")
+        and "\\" not in given
+    ):  # fmt: skip
+        return given
+    return base + "/"
+
+
+def _login_page(request: Request, target: str, error: str | None) -> Response:
+    token = login_token(request)
+    response = render(request, "login.html", None, status=401 if error else 200,
+                      csrf=token, error=error, next=target)  # fmt: skip
+    set_login_cookie(request, response, token)
+    return response
+
+
+async def login(request: Request) -> Response:
+    return _login_page(request, _safe_next(request, request.query_params.get("next")), None)
+
+
+async def login_post(request: Request) -> Response:
+    form = await read_form(request)
+    expected = request.cookies.get(LOGIN_COOKIE, "")
+    target = _safe_next(request, form.get("next"))
+    if not expected or not csrf_ok(expected, form):
+        return _login_page(request, target, "The sign-in form expired: try again.")
+    state = state_of(request)
+    async with state.connection() as conn:
+        key = await authenticate_async(conn, form.get("key", "").strip(), schema=state.schema)
+    if key is None:
+        return _login_page(request, target, "That key is not valid (unknown or revoked).")
+    if not key.is_admin:
+        return _login_page(
+            request, target, "The dashboard needs an admin key (fairlane keys create --admin)."
+        )
+    response = RedirectResponse(target, status_code=303)
+    await open_session(request, response, key)
+    return response
+
+
+async def _logout(request: Request, session: Session, form: dict[str, str]) -> Response:
+    response = RedirectResponse(f"{root(request)}/login", status_code=303)
+    close_session(request, response)
+    return response
+
+
+logout = action(_logout)
+
+
+# -- overview --------------------------------------------------------------------------------
+
+
+def _environments(
+    table: list[dict[str, Any]], heads: list[dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Each environment with its queues, counts against caps, and its longest-waiting head."""
+    head_of = {(h["environment"], h["queue"]): h for h in heads}
+    environments: dict[str, dict[str, Any]] = {}
+    for row in table:
+        if row["queue"] == BATCH_QUEUE:
+            continue
+        env_limit = row["env_limit"]
+        env = environments.setdefault(row["environment"], {
+            "name": row["environment"], "queues": [], "running": 0, "queued": 0, "delayed": 0,
+            "cap": int(env_limit * row["burst_factor"]) if env_limit is not None else None,
+            "paused": row["env_paused"], "size_limit": row["env_size_limit"], "oldest": None,
+            "throughput": [0] * THROUGHPUT_MINUTES, "failed": 0, "done": 0,
+        })  # fmt: skip
+        head = head_of.get((row["environment"], row["queue"]))
+        env["queues"].append({**row, "head": head})
+        for count in ("running", "queued", "delayed"):
+            env[count] += row[count]
+        oldest = env["oldest"]
+        if head is not None and (oldest is None or head["waited_s"] > oldest["waited_s"]):
+            env["oldest"] = head
+    return environments
+
+
+def _add_throughput(
+    environments: dict[str, dict[str, Any]], finished: list[dict[str, Any]]
+) -> None:
+    """Runs ended per minute (the last bar is the minute under way), and ended ok or not."""
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    for row in finished:
+        env = environments.get(row["environment"])
+        if env is None:
+            continue
+        slot = THROUGHPUT_MINUTES - 1 - int((now - row["minute"]).total_seconds() // 60)
+        if 0 <= slot < THROUGHPUT_MINUTES:
+            env["throughput"][slot] += row["runs"]
+        env["done" if row["status"] == "COMPLETED" else "failed"] += row["runs"]
+    for env in environments.values():
+        env["peak"] = max(env["throughput"]) or 1
+
+
+async def _overview_data(request: Request) -> dict[str, Any]:
+    state = state_of(request)
+    async with state.connection() as conn:
+        table = await limits.limits_table_async(conn, schema=state.schema)
+        heads = await rows_async(conn, state.engine.web.queue_heads())
+        finished = await rows_async(conn, state.engine.web.finished_per_minute(THROUGHPUT_MINUTES))
+    environments = _environments(table, heads)
+    _add_throughput(environments, finished)
+    return {"environments": list(environments.values()), "minutes": THROUGHPUT_MINUTES}
+
+
+async def _overview(request: Request, session: Session) -> Response:
+    return render(request, "overview.html", session, **await _overview_data(request))
+
+
+async def _overview_live(request: Request, session: Session) -> Response:
+    return render(request, "_overview.html", session, **await _overview_data(request))
+
+
+overview = page(_overview)
+overview_live = page(_overview_live)
+
+
+# -- runs ------------------------------------------------------------------------------------
+
+
+async def _runs(request: Request, session: Session) -> Response:
+    params = request.query_params
+    status = params.get("status") or None
+    before = params.get("before_id")
+    filters = RunFilter(
+        environment=params.get("environment") or None, queue=params.get("queue") or None,
+        task=params.get("task") or None,
+        status=status if status in {s.value for s in RunStatus} else None,
+        tags=[params["tag"]] if params.get("tag") else (), limit=PAGE,
+        before_id=int(before) if before and before.isdigit() else None,
+    )  # fmt: skip
+    state = state_of(request)
+    async with state.connection() as conn:
+        runs = await drive_async(conn, control.list_runs(state.engine, filters))
+    kept = {k: v for k, v in params.items() if k not in ("before_id", "flash") and v}
+    next_page = "?" + urlencode({**kept, "before_id": runs[-1].id}) if len(runs) == PAGE else None
+    return render(
+        request, "runs.html", session, runs=runs, filters=kept, next_page=next_page,
+        statuses=[s.value for s in RunStatus], first_page=bool(filters.before_id),
+        reset="?" + urlencode(kept) if kept else "",
+    )  # fmt: skip
+
+
+runs = page(_runs)
+
+
+async def _run_context(request: Request, run_id: int) -> dict[str, Any]:
+    state = state_of(request)
+    async with state.connection() as conn:
+        run = await drive_async(conn, control.get_run(state.engine, run_id))
+        children = await rows_async(conn, state.engine.web.run_children(run_id, 200))
+        waits = await rows_async(conn, state.engine.web.run_waits(run_id, 200))
+        link = await first_async(conn, state.engine.web.run_batch(run_id))
+        batch = None
+        if link and link["batch_id"] is not None:
+            try:
+                batch = await get_batch(conn, link["batch_id"], schema=state.schema)
+            except BatchNotFoundError:
+                batch = None
+    return {
+        "run": run, "children": children, "waits": waits, "batch": batch,
+        "batch_index": link["batch_index"] if link else None,
+        "final": run.status in FINAL_STATUSES,
+    }  # fmt: skip
+
+
+def _run_id(request: Request) -> int:
+    return int(request.path_params["id"])
+
+
+async def _run(request: Request, session: Session) -> Response:
+    try:
+        context = await _run_context(request, _run_id(request))
+    except RunNotFoundError as missing:
+        return render(request, "error.html", session, status=404, message=str(missing))
+    return render(request, "run.html", session, **context)
+
+
+async def _run_live(request: Request, session: Session) -> Response:
+    return render(request, "_run.html", session, **await _run_context(request, _run_id(request)))
+
+
+run = page(_run)
+run_live = page(_run_live)
+
+
+async def _run_action(request: Request, session: Session, form: dict[str, str]) -> Response:
+    state = state_of(request)
+    run_id = _run_id(request)
+    what = request.path_params["action"]
+    async with state.connection() as conn:
+        try:
+            if what == "cancel":
+                await drive_async(conn, control.cancel(state.engine, run_id))
+            elif what == "retry":
+                await drive_async(conn, control.retry(state.engine, run_id))
+            else:
+                return back(request, f"/runs/{run_id}", f"unknown action {what}")
+        except FairlaneError as refused:
+            return back(request, f"/runs/{run_id}", str(refused))
+    return back(request, f"/runs/{run_id}", f"run {run_id}: {what} done")
+
+
+run_action = action(_run_action)
+
+
+# -- batches ---------------------------------------------------------------------------------
+
+
+async def _batches(request: Request, session: Session) -> Response:
+    state = state_of(request)
+    before = request.query_params.get("before_id")
+    environment = request.query_params.get("environment") or None
+    async with state.connection() as conn:
+        found = await rows_async(conn, state.engine.web.recent_batches(
+            environment, int(before) if before and before.isdigit() else None, PAGE
+        ))  # fmt: skip
+    next_page = None
+    if len(found) == PAGE:
+        next_page = "?" + urlencode({**({"environment": environment} if environment else {}),
+                                     "before_id": found[-1].id})  # fmt: skip
+    return render(request, "batches.html", session, batches=found, next_page=next_page,
+                  environment=environment or "")  # fmt: skip
+
+
+async def _batch(request: Request, session: Session) -> Response:
+    state = state_of(request)
+    batch_id = int(request.path_params["id"])
+    async with state.connection() as conn:
+        try:
+            batch = await get_batch(conn, batch_id, schema=state.schema)
+        except BatchNotFoundError as missing:
+            return render(request, "error.html", session, status=404, message=str(missing))
+        failed = await rows_async(
+            conn, state.engine.web.batch_items_page(batch_id, None, "FAILED", 200)
+        )
+    return render(request, "batch.html", session, batch=batch, failed=failed)
+
+
+batches = page(_batches)
+batch = page(_batch)
+
+
+# -- queues and limits -----------------------------------------------------------------------
+
+
+async def _queues(request: Request, session: Session) -> Response:
+    state = state_of(request)
+    async with state.connection() as conn:
+        table = await limits.limits_table_async(conn, schema=state.schema)
+        scheduler = await limits.scheduler_settings_async(conn, schema=state.schema)
+    rows = [row for row in table if row["queue"] != BATCH_QUEUE]
+    return render(request, "queues.html", session, rows=rows, scheduler=scheduler)
+
+
+def _limit(text: str | None) -> Any:
+    if text is None:
+        return limits.UNCHANGED
+    text = text.strip().lower()
+    if text in ("", "none", "unlimited", "-"):
+        return None
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
+async def _queue_action(request: Request, session: Session, form: dict[str, str]) -> Response:
+    state = state_of(request)
+    what = request.path_params["action"]
+    environment, queue = form.get("environment", ""), form.get("queue", "")
+    if not environment:
+        return back(request, "/queues", "no environment given")
+    target = f"queue {environment}/{queue}" if queue else f"environment {environment}"
+    changes: dict[str, Any] = {}
+    if what in ("pause", "resume"):
+        changes["paused"] = what == "pause"
+    elif what == "limits":
+        changes["concurrency_limit"] = _limit(form.get("concurrency_limit"))
+        changes["size_limit"] = _limit(form.get("size_limit"))
+    else:
+        return back(request, "/queues", f"unknown action {what}")
+    async with state.connection() as conn:
+        try:
+            if queue:
+                await limits.set_queue_async(conn, environment, queue, schema=state.schema,
+                                             **changes)  # fmt: skip
+            else:
+                await limits.set_environment_async(conn, environment, schema=state.schema,
+                                                   **changes)  # fmt: skip
+        except FairlaneError as refused:
+            return back(request, "/queues", str(refused))
+    done = {"pause": "paused", "resume": "resumed", "limits": "limits set"}[what]
+    return back(request, "/queues", f"{target} {done}")
+
+
+queues = page(_queues)
+queue_action = action(_queue_action)
+
+
+# -- maintenance -----------------------------------------------------------------------------
+
+
+async def _maintenance(request: Request, session: Session) -> Response:
+    state = state_of(request)
+    async with state.connection() as conn:
+        jobs = await list_jobs_async(conn, schema=state.schema)
+    return render(request, "maintenance.html", session, jobs=jobs)
+
+
+maintenance = page(_maintenance)

@@ -1,0 +1,125 @@
+"""Errors as HTTP answers: a status code and a JSON body
+``{"error": {"type", "message", ...details}}``.
+
+Every typed error of ``fairlane.errors`` has its status here (``STATUS``, most specific class
+first); ``ApiError`` is the web layer's own (bad body, no key, not found, ...).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+
+from fairlane import errors as e
+
+
+class ApiError(Exception):
+    def __init__(
+        self, status: int, kind: str, message: str, *, headers: dict[str, str] | None = None,
+        **details: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.message = message
+        self.headers = headers
+        self.details = details
+
+
+def not_found(what: str, ident: object) -> ApiError:
+    return ApiError(404, "NotFound", f"{what} {ident} does not exist", id=ident)
+
+
+# The status of each error class; the first class an error is an instance of wins.
+STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (e.RunNotFoundError, 404),
+    (e.BatchNotFoundError, 404),
+    (e.WaitpointNotFoundError, 404),
+    (e.ApiKeyNotFoundError, 404),
+    (e.QueueSizeLimitExceeded, 429),
+    (e.BatchRateLimitedError, 429),
+    (e.RunStateError, 409),
+    (e.BatchAbortedError, 409),
+    (e.BatchLineError, 422),
+    (e.BatchIndexError, 422),
+    (e.BatchOffsetError, 422),
+    (e.BatchTooLargeError, 422),
+    (e.TriggerOptionError, 422),
+    (e.PayloadError, 422),
+    (e.SettingError, 422),
+    (e.SchemaMismatchError, 503),
+    (e.ConfigurationError, 422),
+    (e.FairlaneError, 400),
+)
+
+# Attributes of typed errors worth a client's reading, by name.
+DETAILS = (
+    "option", "index", "line", "run_id", "batch_id", "waitpoint_id", "environment", "queue",
+    "limit", "scope", "size", "status", "setting", "retry_after_s", "run_count", "max_items",
+    "reason",
+)  # fmt: skip
+
+
+def error_response(
+    status: int, kind: str, message: str, details: dict[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:  # fmt: skip
+    body = {"error": {"type": kind, "message": message, **(details or {})}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return str(value)
+
+
+def fairlane_error(error: e.FairlaneError) -> JSONResponse:
+    status = next(code for kind, code in STATUS if isinstance(error, kind))
+    details = {
+        name: _plain(getattr(error, name)) for name in DETAILS
+        if name != "status" and getattr(error, name, None) is not None
+    }  # fmt: skip
+    if isinstance(error, e.RunStateError):
+        details["run_status"] = error.status
+    headers = None
+    if isinstance(error, e.BatchRateLimitedError) and error.retry_after_s is not None:
+        headers = {"Retry-After": str(max(1, int(error.retry_after_s + 0.999)))}
+    return error_response(status, type(error).__name__, str(error), details, headers)
+
+
+async def handle_fairlane_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, e.FairlaneError)
+    return fairlane_error(error)
+
+
+async def handle_api_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, ApiError)
+    return error_response(error.status, error.kind, error.message, error.details, error.headers)
+
+
+async def handle_http_exception(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPException)
+    from fairlane.web.urls import root
+
+    if not request.url.path.startswith(root(request) + "/api/"):
+        return HTMLResponse(
+            f"<!doctype html><title>{error.status_code}</title><p>{error.status_code}: "
+            f"{html.escape(str(error.detail))}</p><p><a href=\"{html.escape(root(request))}/\">"
+            "fairlane</a></p>", status_code=error.status_code, headers=error.headers,
+        )  # fmt: skip
+    kind = {404: "NotFound", 405: "MethodNotAllowed"}.get(error.status_code, "HTTPError")
+    return error_response(error.status_code, kind, str(error.detail), headers=error.headers)
+
+
+async def handle_database_unavailable(request: Request, error: Exception) -> Response:
+    """The database cannot be reached (or the pool had no connection in time): 503."""
+    return error_response(
+        503, "DatabaseUnavailable", "the database is not reachable now; try again",
+        headers={"Retry-After": "1"},
+    )  # fmt: skip

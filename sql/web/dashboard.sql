@@ -1,0 +1,66 @@
+-- What the dashboard reads beyond the API's statements: throughput, the head of each queue,
+-- a run's children, waitpoints and batch, recent batches.
+
+-- name: finished_per_minute
+-- Runs that ended in each of the last `minutes` minutes, by environment and final status.
+-- The lower bound on the pruning index's expression lets it serve the scan (an ended run's
+-- key expiry only ever raises the expression above its end).
+SELECT date_trunc('minute', finished_at) AS minute, environment, status, count(*) AS runs
+FROM {schema}.runs
+WHERE finished_at IS NOT NULL
+  AND GREATEST(finished_at,
+      CASE
+          WHEN idempotency_key IS NOT NULL AND (status = ANY (ARRAY['COMPLETED'::text, 'CANCELED'::text]))
+          THEN idempotency_key_expires_at
+          ELSE NULL::timestamp with time zone
+      END) >= now() - make_interval(mins => %(minutes)s)
+  AND finished_at >= date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
+GROUP BY 1, 2, 3
+ORDER BY 1, 2, 3;
+
+-- name: queue_heads
+-- Each queue's next run in claim order (its head), and how long it has waited: one index
+-- descent per queue.
+SELECT q.environment, q.name AS queue, head.id AS run_id, head.queued_at,
+       extract(epoch FROM now() - head.queued_at)::float8 AS waited_s
+FROM {schema}.queues q
+CROSS JOIN LATERAL (
+    SELECT r.id, r.queued_at
+    FROM {schema}.runs r
+    WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'QUEUED'
+    ORDER BY r.queue_order, r.id
+    LIMIT 1
+) head
+ORDER BY q.environment, q.name;
+
+-- name: run_children
+SELECT id, task, status, queue, created_at, finished_at
+FROM {schema}.runs
+WHERE parent_run_id = %(id)s
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: run_waits
+-- What a run waits or waited on, by call position and item.
+SELECT edge.position, edge.item, w.id AS waitpoint_id, w.kind, w.status, w.run_id,
+       w.complete_after, w.timeout_at, w.completed_at, w.is_error
+FROM {schema}.run_waitpoints edge
+JOIN {schema}.waitpoints w ON w.id = edge.waitpoint_id
+WHERE edge.run_id = %(id)s
+ORDER BY edge.position, edge.item
+LIMIT %(limit)s;
+
+-- name: run_batch
+SELECT batch_id, batch_index FROM {schema}.runs WHERE id = %(id)s;
+
+-- name: recent_batches
+-- Newest first; `environment` NULL: every one. (No count of received items: that reads every
+-- item of a batch; the batch's own page shows it.)
+SELECT b.id, b.environment, b.run_count, b.status, b.sealed, b.succeeded, b.failed,
+       b.parent_run_id, b.waitpoint_id, b.idempotency_key, b.created_at, b.sealed_at,
+       b.completed_at
+FROM {schema}.batches b
+WHERE (%(environment)s::text IS NULL OR b.environment = %(environment)s::text)
+  AND (%(before_id)s::bigint IS NULL OR b.id < %(before_id)s::bigint)
+ORDER BY b.id DESC
+LIMIT %(limit)s;

@@ -1,0 +1,100 @@
+"""``fairlane keys`` and ``fairlane serve``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from fairlane.cli import main as cli_main
+from fairlane.web.keys import key_hash
+
+
+def test_keys_create_list_revoke(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_main(["keys", "create", "--dsn", dsn, "--environment", "acme", "--name", "ci"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    key = out[-1]
+    assert key.startswith("fl_")
+    assert len(key) > 40
+    assert key not in "\n".join(out[:-1])
+    stored = db.execute("SELECT id, environment, kind, secret_hash FROM fairlane.api_keys")
+    ((key_id, environment, kind, digest),) = stored.fetchall()
+    assert (environment, kind, digest) == ("acme", "environment", key_hash(key))
+
+    assert cli_main(["keys", "create", "--dsn", dsn, "--admin"]) == 0
+    admin = capsys.readouterr().out.strip().splitlines()[-1]
+    assert admin != key
+
+    assert cli_main(["keys", "list", "--dsn", dsn, "--environment", "acme"]) == 0
+    listed = capsys.readouterr().out
+    assert key[:10] in listed
+    assert key not in listed
+    assert admin[:10] not in listed
+    assert cli_main(["keys", "list", "--dsn", dsn, "--json"]) == 0
+    documents = json.loads(capsys.readouterr().out)
+    assert [d["kind"] for d in documents] == ["environment", "admin"]
+
+    # Not found in that environment: exit 3, as for any id that does not exist.
+    assert cli_main(["keys", "revoke", "--dsn", dsn, str(key_id), "--environment", "other"]) == 3
+    assert "does not exist" in capsys.readouterr().err
+    assert cli_main(["keys", "revoke", "--dsn", dsn, str(key_id)]) == 0
+    capsys.readouterr()
+    assert cli_main(["keys", "list", "--dsn", dsn, "--environment", "acme"]) == 0
+    assert key[:10] not in capsys.readouterr().out
+    assert cli_main(["keys", "list", "--dsn", dsn, "--all", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["revoked_at"] is not None
+
+    with pytest.raises(SystemExit):
+        cli_main(["keys", "create", "--dsn", dsn])
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_serve_runs_the_app_under_uvicorn(dsn: str, db: psycopg.Connection[Any]) -> None:
+    from fairlane.web.keys import create_key
+
+    _record, key = create_key(db, "acme")
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "fairlane.cli", "serve", "--dsn", dsn, "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ},
+    )  # fmt: skip
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                httpx.get(f"{base}/api/v1/openapi.json", timeout=1).raise_for_status()
+                break
+            except httpx.HTTPError:
+                assert server.poll() is None, "fairlane serve exited"
+                assert time.monotonic() < deadline, "fairlane serve did not answer"
+                time.sleep(0.1)
+        headers = {"Authorization": f"Bearer {key}"}
+        made = httpx.post(f"{base}/api/v1/tasks/t/trigger", headers=headers, json={"payload": 1})
+        assert made.status_code == 200
+        assert httpx.get(f"{base}/api/v1/runs", headers=headers).json()["data"][0]["payload"] == 1
+    finally:
+        server.terminate()
+        output = server.communicate(timeout=20)[0].decode()
+    # uvicorn shuts down gracefully, then re-raises the signal it got (newer releases).
+    assert server.returncode in (0, -signal.SIGTERM), output
+    assert "Application shutdown complete" in output
+    assert key not in output
+    assert "POST /api/v1/tasks/t/trigger 200" in output
