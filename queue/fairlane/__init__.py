@@ -18,6 +18,7 @@ from fairlane.client import Client
 from fairlane.control import CancelResult, RunFilter
 from fairlane.engine.batches import ItemRow
 from fairlane.errors import (
+    AbortRun,
     BatchAbortedError,
     BatchError,
     BatchIndexError,
@@ -37,10 +38,12 @@ from fairlane.errors import (
     MaxDurationExceededError,
     PayloadError,
     QueueSizeLimitExceeded,
+    RunFailedError,
     RunNotDelayedError,
     RunNotFoundError,
     RunNotRetryableError,
     RunStateError,
+    RunWaitTimeoutError,
     SchemaMismatchError,
     SchemaObjectError,
     SettingError,
@@ -76,10 +79,11 @@ from fairlane.waitpoints import (
     create_token,
     create_token_async,
 )
-from fairlane.worker import RunContext, TaskRegistry, Worker, WorkerStats
+from fairlane.worker import RunContext, Task, TaskRegistry, Worker, WorkerStats
 
 __all__ = [
     "FINAL_STATUSES",
+    "AbortRun",
     "AsyncBatchClient",
     "AsyncClient",
     "Backoff",
@@ -115,17 +119,20 @@ __all__ = [
     "QueueSizeLimitExceeded",
     "Run",
     "RunContext",
+    "RunFailedError",
     "RunFilter",
     "RunNotDelayedError",
     "RunNotFoundError",
     "RunNotRetryableError",
     "RunStateError",
     "RunStatus",
+    "RunWaitTimeoutError",
     "SchedulerSettings",
     "SchemaMismatchError",
     "SchemaObjectError",
     "Setting",
     "SettingError",
+    "Task",
     "TaskRegistry",
     "TriggerOptionError",
     "TriggerRequest",

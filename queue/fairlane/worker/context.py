@@ -116,8 +116,11 @@ class RunContext:
         """Trigger a child run and wait for it without holding a slot; returns how it ended.
         The child is triggered as ``trigger`` would (a full queue raises
         ``QueueSizeLimitExceeded`` here)."""
+        return await self.trigger_request_and_wait(TriggerRequest(task, payload, **options))
+
+    async def trigger_request_and_wait(self, request: TriggerRequest) -> WaitResult:
+        """``trigger_and_wait`` for a request built already (a task handle's)."""
         waits, active, position = self._next_wait()
-        request = TriggerRequest(task, payload, **options)
         return await waits.trigger_and_wait(active, position, request)
 
     async def batch_trigger_and_wait(self, requests: Sequence[TriggerRequest]) -> list[WaitResult]:
