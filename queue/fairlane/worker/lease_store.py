@@ -114,6 +114,15 @@ class LeaseStore:
         )  # fmt: skip
         return set(await rows_async(conn, statement))
 
+    async def set_metadata(self, conn: AsyncConn, patches: Sequence[tuple[Lease, str]]) -> set[int]:
+        """Merge metadata patches (JSON objects) into held runs; returns the run ids the fence
+        accepted."""
+        if not patches:
+            return set()
+        ids, tokens = _lease_arrays([lease for lease, _ in patches])
+        statement = self._engine.leases.set_metadata(ids, tokens, [patch for _, patch in patches])
+        return set(await rows_async(conn, statement))
+
     async def release(self, conn: AsyncConn, leases: Sequence[Lease]) -> set[int]:
         """Hand runs back to QUEUED without counting the attempt; returns those released."""
         if not leases:

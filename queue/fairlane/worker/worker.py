@@ -70,6 +70,7 @@ class Worker:
         run_periodic_jobs: bool = True,
         periodic_interval: float = 0.25,
         batch_connections: int = batch_processing.BATCH_CONNECTIONS,
+        metadata_interval: float = 0.5,
     ) -> None:
         if concurrency < 1 or lease_seconds <= 0 or poll_interval <= 0 or batch_connections < 1:
             raise ConfigurationError(
@@ -102,7 +103,9 @@ class Worker:
             self.store, self.held, self.stats, self._lease_lost,
             interval=heartbeat_interval or lease_seconds / 3,
         )  # fmt: skip
-        self.writer = OutcomeWriter(self.store, self.stats, self._outcomes_written)
+        self.writer = OutcomeWriter(
+            self.store, self.stats, self._outcomes_written, metadata_interval=metadata_interval
+        )
         self.waits = WaitService(
             self.dsn, self.schema, poll_interval=poll_interval,
             release_slot=self._release_local_slot, reacquire_slot=self._reacquire_local_slot,
@@ -275,7 +278,10 @@ class Worker:
             # the earlier attempt is stale. Stop it; it must not touch the new attempt's entry.
             self._lease_lost(previous)
         lease = Lease(run.id, run.lease_token)
-        ctx = RunContext(run=run, worker_id=self.worker_id, _waits=self.waits)
+        ctx = RunContext(
+            run=run, worker_id=self.worker_id, _waits=self.waits,
+            _metadata_sink=self._metadata_changed,
+        )  # fmt: skip
         confirmed_until = sent_at + self.store.lease_seconds
         active = ActiveRun(run=run, lease=lease, ctx=ctx, confirmed_until=confirmed_until)
         ctx._active = active
@@ -317,6 +323,9 @@ class Worker:
 
     async def _flush_outcomes(self, connection: LoopConnection) -> None:
         with anyio.CancelScope(shield=True):
+            # The last metadata handlers set is written even with no outcome to go with it.
+            if self.writer.has_metadata:
+                await self.writer.flush(await connection.get())
             while self.writer.has_pending:
                 await self.writer.flush(await connection.get())
 
@@ -377,6 +386,23 @@ class Worker:
             self.stats.lost_leases += 1
             log.warning("run %s: lease lost; stopping its handler", active.run.id)
         active.stop(STOP_LEASE_LOST)
+
+    def _metadata_changed(self, ctx: RunContext) -> None:
+        """A handler set metadata: hand the run to the writer, on the event loop (a sync
+        handler calls from its thread)."""
+        active = ctx._active
+        if active is None:
+            return
+        if self._token is None or threading.get_ident() == self._thread:
+            self.writer.metadata_changed(active.lease, ctx)
+            return
+        try:
+            anyio.from_thread.run_sync(
+                self.writer.metadata_changed, active.lease, ctx, token=self._token
+            )
+        except RuntimeError:
+            # The worker's loop has ended (an abandoned sync handler): nothing is written.
+            log.debug("run %s: metadata set after the worker stopped", ctx.run_id)
 
     def _cancel_requested(self, run_id: int) -> None:
         """The run was cancelled while executing (the cancel channel): stop its handler."""
