@@ -64,7 +64,7 @@ def load_registry(spec: str) -> TaskRegistry:
     return registry
 
 
-async def _run_worker(worker: Worker) -> None:
+async def _run_worker(worker: Worker, burst: bool = False) -> None:
     refused: FairlaneError | None = None
     async with anyio.create_task_group() as group:
 
@@ -83,7 +83,7 @@ async def _run_worker(worker: Worker) -> None:
 
         group.start_soon(on_signals)
         try:
-            await worker.run()
+            await (worker.run_until_idle() if burst else worker.run())
         except FairlaneError as error:
             # Raised outside the task group, so main() sees it as itself, not in a group.
             refused = error
@@ -101,7 +101,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         environments=args.environment or None, queues=args.queue or None,
         batch_connections=args.batch_connections,
     )  # fmt: skip
-    anyio.run(_run_worker, worker)
+    anyio.run(_run_worker, worker, args.burst)
     print(json.dumps(worker.stats.as_dict()))
     return 0
 
@@ -171,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-listen", action="store_true", help="poll only (PgBouncer transaction mode)"
     )
     p.add_argument("--shutdown-grace", type=float, default=30.0)
+    p.add_argument(
+        "--burst", action="store_true",
+        help="drain what is due, then exit (Worker.run_until_idle)",
+    )  # fmt: skip
     p.add_argument(
         "--batch-connections", type=int, default=4,
         help="most connections the worker's batch carriers hold at once (default: 4)",

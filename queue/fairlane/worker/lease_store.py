@@ -85,6 +85,17 @@ class LeaseStore:
             self._claim_connections.add(conn)
         return await rows_async(conn, statement)
 
+    async def due_delayed(
+        self,
+        conn: AsyncConn,
+        *,
+        environments: Sequence[str] | None = None,
+        queues: Sequence[str] | None = None,
+    ) -> bool:
+        """Whether DELAYED runs there are due and only wait for the promotion job."""
+        found = await rows_async(conn, self._engine.scheduling.due_delayed(environments, queues))
+        return bool(found and found[0])
+
     async def heartbeat(self, conn: AsyncConn, leases: Sequence[Lease]) -> set[int]:
         """Extend every lease in one statement; returns the run ids whose lease is lost."""
         if not leases:

@@ -130,6 +130,9 @@ class Worker:
         self._thread: int | None = None
         # Raised by run() after a graceful stop: the schema changed under the worker.
         self._fatal: SchemaMismatchError | None = None
+        # run_until_idle: stop once nothing is due.
+        self._burst = False
+        self._nothing_was_due = False
 
     # -- control ------------------------------------------------------------------------
 
@@ -170,6 +173,34 @@ class Worker:
                 self._request_stop()
         if self._fatal is not None:
             raise self._fatal
+
+    async def run_until_idle(self) -> WorkerStats:
+        """Run until nothing is due, then stop gracefully and return the counters (burst mode,
+        ``fairlane worker --burst``; for tests and batch jobs).
+
+        Idle means: a claim over every environment and queue the worker serves found nothing,
+        the worker holds no run (every handler has returned and its outcome is written; a
+        handler waiting on children or a time keeps it going), and no DELAYED run there is due
+        already (the periodic jobs queue those first). A run not due yet, a delay or a retry's
+        backoff still to run, is left DELAYED; one the caps or a pause keep from being claimed
+        is left QUEUED.
+        """
+        self._burst = True
+        try:
+            await self.run()
+        finally:
+            self._burst = False
+        return self.stats
+
+    async def _nothing_due(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """In burst mode, after a full claim found nothing: whether there is nothing left."""
+        if self.held or self.writer.has_pending:
+            return False
+        if not self.run_periodic_jobs:
+            return True  # promotion is someone else's: due DELAYED runs are not ours to wait for
+        return not await self.store.due_delayed(
+            conn, environments=self.environments, queues=self.queues
+        )
 
     async def _check(self, conn: psycopg.AsyncConnection[Any]) -> None:
         await check_schema_async(conn, self.schema)
@@ -252,9 +283,29 @@ class Worker:
             self.stats.claimed += len(claimed)
             for run in claimed:
                 self._start(run, sent_at)
+            if self._burst and full_scan:
+                # Stop after a claim that found nothing following a check that nothing was
+                # due: a run the promotion job queued before the check is seen by the claim.
+                if claimed or not await self._burst_done(connection):
+                    self._nothing_was_due = False
+                elif self._nothing_was_due:
+                    log.info("worker %s: nothing is due; stopping (burst)", self.worker_id)
+                    self._request_stop()
+                    break
+                else:
+                    self._nothing_was_due = True
+                    continue
             if len(claimed) < asked and not self._stopping:
                 with anyio.move_on_after(self.poll_interval):
                     await self._wake.wait()
+
+    async def _burst_done(self, connection: LoopConnection) -> bool:
+        try:
+            return await self._nothing_due(await connection.get())
+        except psycopg.Error:
+            log.warning("burst: the idle check failed; trying again", exc_info=True)
+            await connection.discard()
+            return False
 
     def _full_scan_due(self, now: float) -> bool:
         """Whether this claim should look for environments that gained work. Notifications
@@ -264,6 +315,8 @@ class Worker:
         due = (
             self._work_announced
             or not self.listen
+            # In burst mode every claim made while nothing is held decides whether to stop.
+            or (self._burst and not self.held)
             or now - self._last_full_scan >= (self.poll_interval)
         )
         if due:
