@@ -50,6 +50,7 @@ class OutcomeWriter:
         self._metadata_runs: dict[Lease, RunContext] = {}
         self._metadata: dict[Lease, dict[str, Any]] = {}
         self._last_metadata_write = -math.inf
+        self._flush_lock = anyio.Lock()
 
     def metadata_changed(self, lease: Lease, ctx: RunContext) -> None:
         """A handler set metadata (on the event loop). Written within ``metadata_interval``,
@@ -112,24 +113,29 @@ class OutcomeWriter:
         return taken
 
     async def flush(self, conn: AsyncConn) -> None:
+        # One flush at a time (the shutdown flushes while the loop may still be writing), so
+        # metadata taken later is never written before metadata taken earlier.
+        async with self._flush_lock:
+            await self._flush(conn)
+
+    async def _flush(self, conn: AsyncConn) -> None:
+        # Everything is taken at once, before any write: an outcome handed over while the
+        # metadata is written goes in the next flush, after the metadata its handler set last.
         metadata = self._take_metadata()
-        try:
-            await self._write_metadata(conn, metadata)
-        except BaseException:
-            # Fields set since are newer: they win when the two are merged.
-            for lease, fields in self._metadata.items():
-                metadata[lease] = {**metadata.get(lease, {}), **fields}
-            self._metadata = metadata
-            self._pending.set()
-            raise
         completions, self._completions = self._completions, []
         failures, self._failures = self._failures, []
         releases, self._releases = self._releases, []
         try:
+            await self._write_metadata(conn, metadata)
+            metadata = {}
             await self._write(conn, completions, failures, releases)
         except BaseException:
             # Not written, or not known to be: keep them for the next flush. Repeating a write
-            # that did land is harmless, the fence refuses it.
+            # that did land is harmless, the fence refuses it. Metadata set since is newer: it
+            # wins when the two are merged.
+            for lease, fields in self._metadata.items():
+                metadata[lease] = {**metadata.get(lease, {}), **fields}
+            self._metadata = metadata
             self._completions[:0] = completions
             self._failures[:0] = failures
             self._releases[:0] = releases
