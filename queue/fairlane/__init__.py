@@ -4,12 +4,12 @@ One convention across the API: a plain name is sync, and its async twin carries 
 its name (``Client`` / ``AsyncClient``, ``trigger`` / ``trigger_async``,
 ``limits.set_queue`` / ``limits.set_queue_async``). Everything a user needs is exported here;
 the documented submodules are ``fairlane.limits`` (fairlane.scheduling.limits),
-``fairlane.maintenance`` and
+``fairlane.maintenance``, ``fairlane.schedules`` and
 ``fairlane.waitpoints`` (also reachable as attributes of this package). Every error is in
 ``fairlane.errors`` and exported here.
 """
 
-from fairlane import maintenance, waitpoints
+from fairlane import maintenance, schedules, waitpoints
 from fairlane.async_client import AsyncClient
 from fairlane.batches.api import batch_items, create_batch, get_batch, set_batch_limits
 from fairlane.batches.client import AsyncBatchClient
@@ -44,6 +44,7 @@ from fairlane.errors import (
     RunNotRetryableError,
     RunStateError,
     RunWaitTimeoutError,
+    ScheduleNotFoundError,
     SchemaMismatchError,
     SchemaObjectError,
     SettingError,
@@ -63,6 +64,7 @@ from fairlane.models import (
     QueueSettings,
     Run,
     RunStatus,
+    Schedule,
     SchedulerSettings,
     Setting,
 )
@@ -127,6 +129,8 @@ __all__ = [
     "RunStateError",
     "RunStatus",
     "RunWaitTimeoutError",
+    "Schedule",
+    "ScheduleNotFoundError",
     "SchedulerSettings",
     "SchemaMismatchError",
     "SchemaObjectError",
@@ -155,6 +159,7 @@ __all__ = [
     "ingest_items",
     "limits",
     "maintenance",
+    "schedules",
     "set_batch_limits",
     "trigger",
     "trigger_async",

@@ -212,6 +212,15 @@ class RunFailedError(FairlaneError):
         super().__init__(f"run {run_id} ended {status}" + (f": {message}" if message else ""))
 
 
+class ScheduleNotFoundError(FairlaneError):
+    """No schedule has that external id in that environment."""
+
+    def __init__(self, environment: str, key: str) -> None:
+        self.environment = environment
+        self.key = key
+        super().__init__(f"no schedule {key!r} in environment {environment!r}")
+
+
 class RunWaitTimeoutError(FairlaneError, TimeoutError):
     """``wait_for_run`` gave up: the run was not final within ``timeout`` seconds. ``status``
     is the last status read."""

@@ -15,6 +15,7 @@ from fairlane.engine.leases import Leases
 from fairlane.engine.listen import Listen
 from fairlane.engine.maintenance import Maintenance
 from fairlane.engine.runs import Runs
+from fairlane.engine.schedules import Schedules
 from fairlane.engine.scheduling import Scheduling
 from fairlane.engine.schema import SchemaState
 from fairlane.engine.statement import (
@@ -44,6 +45,7 @@ class Engine:
         self.maintenance = Maintenance(schema)
         self.schema_state = SchemaState(schema)
         self.listen = Listen(schema)
+        self.schedules = Schedules(schema)
 
 
 @cache

@@ -52,6 +52,9 @@ class TaskDefinition:
     # Typed payload and result (a dataclass or pydantic model), else None: plain JSON.
     payload_codec: Codec | None = None
     result_codec: Codec | None = None
+    # A schedule the task declares (fairlane.schedules): workers create it when they start.
+    cron: str | None = None
+    timezone: str | None = None
 
     def retryable(self, error: BaseException) -> bool:
         """Whether this task's policy retries ``error`` (when attempts are left)."""
@@ -113,6 +116,8 @@ class TaskRegistry:
         priority: int | None = None,
         on_success: SuccessHook | None = None,
         on_failure: FailureHook | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
     ) -> TaskDecorator:
         """Register the decorated handler (under its function's name unless ``name``) and
         return its typed handle, ``Task``. See the README, "Tasks", for every option."""
@@ -128,7 +133,8 @@ class TaskRegistry:
                 name or handler.__name__, handler, backoff=backoff, retry_on=retry_on,
                 dont_retry_on=dont_retry_on, max_attempts=max_attempts,
                 max_duration=max_duration, queue=queue, priority=priority,
-                on_success=on_success, on_failure=on_failure, namespace=namespace,
+                on_success=on_success, on_failure=on_failure, cron=cron, timezone=timezone,
+                namespace=namespace,
             )  # fmt: skip
             return Task(definition)
 
@@ -148,6 +154,8 @@ class TaskRegistry:
         priority: int | None = None,
         on_success: SuccessHook | None = None,
         on_failure: FailureHook | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
         namespace: Mapping[str, Any] | None = None,
     ) -> TaskDefinition:
         if name in self._tasks:
@@ -168,6 +176,8 @@ class TaskRegistry:
             on_failure=on_failure,
             payload_codec=payload_codec,
             result_codec=result_codec,
+            cron=cron,
+            timezone=timezone,
         )
         _check_defaults(definition)
         self._tasks[name] = definition
@@ -197,3 +207,9 @@ def _check_defaults(definition: TaskDefinition) -> None:
 
     check_request(TriggerRequest(definition.name, None, **definition.trigger_defaults()))
     seconds("max_duration", definition.max_duration)
+    if definition.cron is not None:
+        from fairlane.scheduling.cron import check_cron
+
+        check_cron(definition.cron, definition.timezone or "UTC")
+    elif definition.timezone is not None:
+        raise ConfigurationError("timezone is the time zone of a cron schedule: give cron too")

@@ -26,6 +26,7 @@ import anyio.lowlevel
 import psycopg
 from anyio.abc import TaskGroup, TaskStatus
 
+from fairlane import schedules
 from fairlane.batches import processing as batch_processing
 from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.errors import ConfigurationError, SchemaMismatchError
@@ -384,8 +385,9 @@ class Worker:
 
     async def _periodic_loop(self, connection: LoopConnection) -> None:
         await periodic.periodic_loop(
-            connection, self.schema, self.stats, interval=self.periodic_interval
-        )
+            connection, self.schema, self.stats, interval=self.periodic_interval,
+            declared=schedules.declared_params(self.registry),
+        )  # fmt: skip
 
     async def _write_loop(self, connection: LoopConnection) -> None:
         while True:
