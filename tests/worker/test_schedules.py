@@ -4,6 +4,7 @@ tick across workers and concurrent firings."""
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -236,3 +237,29 @@ async def test_three_workers_fire_a_declared_every_second_schedule_once_per_tick
     gaps = {later - earlier for earlier, later in itertools.pairwise(ticks)}
     assert gaps == {timedelta(seconds=1)}, "no tick skipped while the workers ran"
     assert sum(worker.stats.scheduled_runs for worker in workers) == len(runs)
+
+
+def test_cli_schedules(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fairlane.cli import main
+
+    base = ["--dsn", dsn, "--environment", "acme"]
+    create = [
+        "schedules", "create", "c-1", "report", "0 9 * * *", "--timezone", "Europe/Paris",
+        "--payload", '{"c": 1}', "--queue", "reports",
+    ]  # fmt: skip
+    assert main([*create, *base]) == 0
+    assert main(["schedules", "pause", "c-1", *base]) == 0
+    assert "paused" in capsys.readouterr().out.splitlines()[-1]
+    assert main(["schedules", "resume", "c-1", *base]) == 0
+    assert main(["schedules", "trigger", "c-1", *base]) == 0
+    run_id = json.loads(capsys.readouterr().out.splitlines()[-1])["run_id"]
+    assert run_row(db, run_id)["queue"] == "reports"
+    assert main(["schedules", "list", "--dsn", dsn]) == 0
+    listed = capsys.readouterr().out
+    assert "c-1" in listed
+    assert "Europe/Paris" in listed
+    assert main(["schedules", "delete", "c-1", *base]) == 0
+    assert main(["schedules", "delete", "c-1", *base]) == 2, "an unknown schedule is an error"
+    assert schedules.list_schedules(db) == []

@@ -210,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     for module in (
         "fairlane.cli.runs",
         "fairlane.cli.limits",
+        "fairlane.cli.schedules",
         "fairlane.cli.maintenance",
         "fairlane.cli.batches",
         "fairlane.cli.bench",
