@@ -263,3 +263,17 @@ def test_cli_schedules(
     assert main(["schedules", "delete", "c-1", *base]) == 0
     assert main(["schedules", "delete", "c-1", *base]) == 2, "an unknown schedule is an error"
     assert schedules.list_schedules(db) == []
+
+
+async def test_a_broken_schedule_row_does_not_stop_the_others(
+    db: psycopg.Connection[Any], aconn: psycopg.AsyncConnection[Any]
+) -> None:
+    good = schedules.create(db, "tick", "* * * * *", external_id="good")
+    bad = schedules.create(db, "tick", "* * * * *", external_id="bad")
+    db.execute("UPDATE fairlane.schedules SET cron = 'nonsense' WHERE id = %s", (bad.id,))
+    past = datetime.now(UTC) - timedelta(seconds=5)
+    for schedule in (good, bad):
+        _set_next(db, schedule.id, past)
+    assert await fire_due_schedules(aconn, "fairlane") == 1
+    assert len(_runs_of(db, "good")) == 1
+    assert _runs_of(db, "bad") == []

@@ -75,7 +75,12 @@ async def fire_due_schedules(conn: psycopg.AsyncConnection[Any], schema: str) ->
 
 async def _fire(conn: psycopg.AsyncConnection[Any], schema: str, schedule: DueSchedule) -> int:
     schedules = engine(schema).schedules
-    ticks, following = ticks_to_fire(schedule)
+    try:
+        ticks, following = ticks_to_fire(schedule)
+    except (FairlaneError, ValueError, KeyError):
+        # A cron or time zone edited by hand into something unusable: left for an operator.
+        log.exception("schedule %s: cannot compute its ticks; skipped", schedule.key)
+        return 0
     fired: list[datetime] = []
     run_ids: list[int | None] = []
     for tick in ticks:

@@ -53,4 +53,7 @@ async def periodic_loop(
         except psycopg.Error:
             log.warning("periodic jobs failed; retrying next tick", exc_info=True)
             await connection.discard()
+        except Exception:
+            # A schedule that cannot be fired (a row edited by hand) must not stop the worker.
+            log.exception("firing schedules failed; retrying next tick")
         await anyio.sleep(interval)
