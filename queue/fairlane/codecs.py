@@ -157,13 +157,12 @@ def _convert(annotation: Any, value: Any, path: str) -> Any:  # noqa: C901
         return None
     origin = get_origin(annotation)
     if origin is Union or origin is types.UnionType:
-        errors = []
         for option in get_args(annotation):
             try:
                 return _convert(option, value, path)
-            except _Invalid as invalid:
-                errors.append(str(invalid))
-        raise _Invalid(path, f"matches none of {annotation}")
+            except _Invalid:
+                continue
+        raise _Invalid(path, f"{value!r} matches none of {annotation}")
     if origin is Literal:
         if value not in get_args(annotation):
             raise _Invalid(path, f"must be one of {get_args(annotation)}, not {value!r}")
