@@ -4,12 +4,12 @@ One convention across the API: a plain name is sync, and its async twin carries 
 its name (``Client`` / ``AsyncClient``, ``trigger`` / ``trigger_async``,
 ``limits.set_queue`` / ``limits.set_queue_async``). Everything a user needs is exported here;
 the documented submodules are ``fairlane.limits`` (fairlane.scheduling.limits),
-``fairlane.maintenance`` and
+``fairlane.maintenance``, ``fairlane.schedules`` and
 ``fairlane.waitpoints`` (also reachable as attributes of this package). Every error is in
 ``fairlane.errors`` and exported here.
 """
 
-from fairlane import maintenance, waitpoints
+from fairlane import maintenance, schedules, waitpoints
 from fairlane.async_client import AsyncClient
 from fairlane.batches.api import batch_items, create_batch, get_batch, set_batch_limits
 from fairlane.batches.client import AsyncBatchClient
@@ -18,6 +18,7 @@ from fairlane.client import Client
 from fairlane.control import CancelResult, RunFilter
 from fairlane.engine.batches import ItemRow
 from fairlane.errors import (
+    AbortRun,
     ApiKeyNotFoundError,
     BatchAbortedError,
     BatchError,
@@ -38,11 +39,14 @@ from fairlane.errors import (
     MaxDurationExceededError,
     PayloadError,
     QueueSizeLimitExceeded,
+    RunFailedError,
     RunFilterError,
     RunNotDelayedError,
     RunNotFoundError,
     RunNotRetryableError,
     RunStateError,
+    RunWaitTimeoutError,
+    ScheduleNotFoundError,
     SchemaMismatchError,
     SchemaObjectError,
     SettingError,
@@ -64,6 +68,7 @@ from fairlane.models import (
     QueueSettings,
     Run,
     RunStatus,
+    Schedule,
     SchedulerSettings,
     Setting,
     Token,
@@ -81,10 +86,11 @@ from fairlane.waitpoints import (
     create_token,
     create_token_async,
 )
-from fairlane.worker import RunContext, TaskRegistry, Worker, WorkerStats
+from fairlane.worker import RunContext, Task, TaskRegistry, Worker, WorkerStats
 
 __all__ = [
     "FINAL_STATUSES",
+    "AbortRun",
     "ApiKey",
     "ApiKeyNotFoundError",
     "AsyncBatchClient",
@@ -122,6 +128,7 @@ __all__ = [
     "QueueSizeLimitExceeded",
     "Run",
     "RunContext",
+    "RunFailedError",
     "RunFilter",
     "RunFilterError",
     "RunNotDelayedError",
@@ -129,11 +136,15 @@ __all__ = [
     "RunNotRetryableError",
     "RunStateError",
     "RunStatus",
+    "RunWaitTimeoutError",
+    "Schedule",
+    "ScheduleNotFoundError",
     "SchedulerSettings",
     "SchemaMismatchError",
     "SchemaObjectError",
     "Setting",
     "SettingError",
+    "Task",
     "TaskRegistry",
     "Token",
     "TokenNotFoundError",
@@ -158,6 +169,7 @@ __all__ = [
     "ingest_items",
     "limits",
     "maintenance",
+    "schedules",
     "set_batch_limits",
     "trigger",
     "trigger_async",

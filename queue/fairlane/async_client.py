@@ -7,6 +7,7 @@ autocommit; a new connection is checked against the schema first.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import datetime
 from types import TracebackType
@@ -23,10 +24,12 @@ from fairlane.durations import Duration
 from fairlane.engine import engine
 from fairlane.engine.statement import Operation, drive_async
 from fairlane.engine.waits import WaitsOn
+from fairlane.errors import RunWaitTimeoutError
 from fairlane.models import Run
 from fairlane.schema.check import check_schema_async
 from fairlane.triggering import api as triggering
 from fairlane.triggering.request import TriggerRequest
+from fairlane.watching import POLL_INTERVAL_S, AsyncRunWatcher
 
 T = TypeVar("T")
 
@@ -38,6 +41,7 @@ class AsyncClient:
         self._engine = engine(self.schema)
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._lock = anyio.Lock()
+        self._watcher: AsyncRunWatcher | None = None
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
@@ -94,6 +98,46 @@ class AsyncClient:
         """How many runs ``retry_many`` or ``cancel_many`` would take."""
         return await self._drive(control.count_matching(self._engine, run_filter(filters, by)))
 
+    async def wait_for_run(
+        self,
+        run_id: int,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - raises a typed error, not a cancel
+        poll_interval: float = POLL_INTERVAL_S,
+    ) -> Run:
+        """``Client.wait_for_run``: wait until the run is final and return it."""
+        run = await self.get_run(run_id)
+        if run.status.is_final:
+            return run
+        if self._watcher is None:
+            self._watcher = AsyncRunWatcher(self.dsn, self.schema)
+        watcher = self._watcher
+        await watcher.start()
+        deadline = math.inf if timeout is None else anyio.current_time() + max(timeout, 0.0)
+        watched = False
+        while True:
+            event = watcher.register(run_id)
+            try:
+                if watched:
+                    run = await self.get_run(run_id)
+                else:
+                    run = await self._watch(run_id)
+                    watched = True
+                if run.status.is_final:
+                    return run
+                left = deadline - anyio.current_time()
+                if left <= 0:
+                    raise RunWaitTimeoutError(run_id, timeout or 0.0, run.status.value)
+                await watcher.wait(event, min(left, poll_interval))
+            finally:
+                watcher.unregister(run_id, event)
+
+    async def _watch(self, run_id: int) -> Run:
+        async with self._lock:
+            conn = await self._connection()
+            async with conn.transaction():
+                return await drive_async(conn, control.watch_run(self._engine, run_id))
+
     async def count_by_status(self) -> dict[str, int]:
         return await self._drive(control.count_by_status(self._engine))
 
@@ -112,6 +156,8 @@ class AsyncClient:
     async def close(self) -> None:
         if self._conn is not None:
             await self._conn.close()
+        if self._watcher is not None:
+            await self._watcher.close()
 
     async def __aenter__(self) -> Self:
         return self

@@ -10,7 +10,9 @@ transaction, use ``fairlane.trigger`` with your connection or session instead.
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from types import TracebackType
@@ -25,11 +27,12 @@ from fairlane.durations import Duration
 from fairlane.engine import engine
 from fairlane.engine.statement import Operation, drive
 from fairlane.engine.waits import WaitsOn
-from fairlane.errors import ConfigurationError
+from fairlane.errors import ConfigurationError, RunWaitTimeoutError
 from fairlane.models import Run
 from fairlane.schema.check import check_schema
 from fairlane.triggering import api as triggering
 from fairlane.triggering.request import TriggerRequest
+from fairlane.watching import POLL_INTERVAL_S, RunWatcher
 
 T = TypeVar("T")
 
@@ -56,6 +59,8 @@ class Client:
         self._engine = engine(self.schema)
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.Lock()
+        self._watcher: RunWatcher | None = None
+        self._watcher_lock = threading.Lock()
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
@@ -126,6 +131,48 @@ class Client:
         """How many runs ``retry_many`` or ``cancel_many`` would take."""
         return self._drive(control.count_matching(self._engine, run_filter(filters, by)))
 
+    def wait_for_run(
+        self, run_id: int, *, timeout: float | None = None,
+        poll_interval: float = POLL_INTERVAL_S,
+    ) -> Run:  # fmt: skip
+        """Wait until the run is final (COMPLETED, FAILED, ...) and return it. Wakes on the
+        notification that the run ended (a second connection of the client LISTENs on the
+        finished channel), re-reading the run otherwise only every ``poll_interval`` seconds as
+        a fallback. Raises ``RunWaitTimeoutError`` (a ``TimeoutError``) after ``timeout``
+        seconds, ``RunNotFoundError`` for an unknown id. Threads may wait at once."""
+        run = self.get_run(run_id)
+        if run.status.is_final:
+            return run
+        with self._watcher_lock:
+            if self._watcher is None:
+                self._watcher = RunWatcher(self.dsn, self.schema)
+            watcher = self._watcher
+        watcher.start()
+        deadline = math.inf if timeout is None else time.monotonic() + max(timeout, 0.0)
+        watched = False
+        while True:
+            event = watcher.register(run_id)
+            try:
+                if watched:
+                    run = self.get_run(run_id)
+                else:
+                    run = self._watch(run_id)
+                    watched = True
+                if run.status.is_final:
+                    return run
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RunWaitTimeoutError(run_id, timeout or 0.0, run.status.value)
+                watcher.wait(event, min(left, poll_interval))
+            finally:
+                watcher.unregister(run_id, event)
+
+    def _watch(self, run_id: int) -> Run:
+        with self._lock:
+            conn = self._connection()
+            with conn.transaction():
+                return drive(conn, control.watch_run(self._engine, run_id))
+
     def count_by_status(self) -> dict[str, int]:
         return self._drive(control.count_by_status(self._engine))
 
@@ -156,6 +203,8 @@ class Client:
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
+        if self._watcher is not None:
+            self._watcher.close()
 
     def __enter__(self) -> Self:
         return self

@@ -62,6 +62,16 @@ def get_run(engine: Engine, run_id: int) -> Operation[Run]:
     return found[0]  # type: ignore[no-any-return]
 
 
+def watch_run(engine: Engine, run_id: int) -> Operation[Run]:
+    """The run, after making sure its end will be announced on the finished channel (its
+    waitpoint exists: the run is marked ``has_waiters``). Run in one transaction: the run's
+    row lock orders it with the statement that finishes the run, which then either finished
+    first (the run read here is final) or sees the mark and announces it."""
+    yield engine.waits.lock_awaited_runs([run_id])
+    yield engine.waits.ensure_run_waitpoints([run_id])
+    return (yield from get_run(engine, run_id))
+
+
 def list_runs(engine: Engine, filters: RunFilter) -> Operation[list[Run]]:
     return (yield engine.runs.list(filters.params()))
 

@@ -200,6 +200,48 @@ class MaxDurationExceededError(FairlaneError):
     """A handler ran past the run's max_duration."""
 
 
+class AbortRun(FairlaneError):
+    """Raised by a handler to fail its run now: the run ends ``FAILED`` whatever attempts are
+    left, with no retry. ``code`` is stored as the error's code (default ``ABORTED``)."""
+
+    def __init__(self, message: str = "run aborted", *, code: str = "ABORTED") -> None:
+        self.code = code
+        super().__init__(message)
+
+
+class RunFailedError(FairlaneError):
+    """A run waited on through a task handle (``await task.trigger_and_wait(ctx, ...)``) did
+    not complete. ``status`` is its final status (FAILED, CRASHED, TIMED_OUT, EXPIRED,
+    CANCELED, SYSTEM_FAILURE) and ``error`` its stored error."""
+
+    def __init__(self, run_id: int | None, status: str, error: dict[str, object] | None) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.error = error
+        message = (error or {}).get("message") or ""
+        super().__init__(f"run {run_id} ended {status}" + (f": {message}" if message else ""))
+
+
+class ScheduleNotFoundError(FairlaneError):
+    """No schedule has that external id in that environment."""
+
+    def __init__(self, environment: str, key: str) -> None:
+        self.environment = environment
+        self.key = key
+        super().__init__(f"no schedule {key!r} in environment {environment!r}")
+
+
+class RunWaitTimeoutError(FairlaneError, TimeoutError):
+    """``wait_for_run`` gave up: the run was not final within ``timeout`` seconds. ``status``
+    is the last status read."""
+
+    def __init__(self, run_id: int, timeout: float, status: str) -> None:
+        self.run_id = run_id
+        self.timeout = timeout
+        self.status = status
+        super().__init__(f"run {run_id} is still {status} after {timeout:g}s")
+
+
 class UnsupportedConnectionError(FairlaneError):
     """``trigger`` was handed a connection type it cannot run statements on."""
 

@@ -226,3 +226,24 @@ class Token:
     timeout_at: datetime | None
     # The key as stored (scoped); None without one.
     idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A cron schedule (fairlane.schedules): every tick of ``cron`` in ``timezone`` triggers a
+    run of ``task`` in ``environment`` with ``payload`` and the trigger ``options``."""
+
+    id: int
+    environment: str
+    key: str
+    task: str
+    cron: str
+    timezone: str
+    payload: Any
+    options: dict[str, Any]
+    declared: bool
+    paused: bool
+    next_fire_at: datetime
+    last_tick: datetime | None
+    last_run_id: int | None
+    created_at: datetime

@@ -14,10 +14,12 @@
 
 -- function: complete_run_waitpoint
 -- Fires when a run that somebody waits on reaches a final status, in the transaction that
--- finishes it, whatever finished it (worker, expiry, cancel, crash, sweeper). It completes the
--- run's waitpoint now and leaves the waiting runs to the end of the statement
+-- finishes it, whatever finished it (worker, expiry, cancel, crash, sweeper). It announces the
+-- run on the finished channel (wait_for_run from outside a handler listens there), completes
+-- the run's waitpoint now and leaves the waiting runs to the end of the statement
 -- (wake_after_statement): one statement may finish children of many parents, in any order,
--- and the parents must be locked in id order, once.
+-- and the parents must be locked in id order, once. Runs nobody waits on are not announced:
+-- the trigger fires only for has_waiters.
 CREATE OR REPLACE FUNCTION {schema}.complete_run_waitpoint()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -26,6 +28,7 @@ DECLARE
     completed bigint;
     queue_name text := 'fairlane_wake.' || {schema_name};
 BEGIN
+    PERFORM pg_notify({finished_channel}, NEW.id::text);
     UPDATE {schema}.waitpoints AS w
     SET status = 'COMPLETED',
         completed_at = now(),

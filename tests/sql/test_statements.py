@@ -17,7 +17,9 @@ _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 _BUILT = re.compile(r'_statement\(\s*"(\w+)"')
 # Utility commands cannot be PREPAREd; these are run instead (each is harmless on a fresh
 # database: LISTEN, and the periodic-job runner with nothing due that matters).
-_RUN_INSTEAD = {"listen_channel", "listen_cancel_channel", "listen_resume_channel"}
+_RUN_INSTEAD = {
+    "listen_channel", "listen_cancel_channel", "listen_resume_channel", "listen_finished_channel",
+}  # fmt: skip
 _PROCEDURE_CALLS = {"run_due_periodic_jobs"}
 
 

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.anyio
 
 def quickstart_blocks() -> list[tuple[str, str]]:
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Quickstart") : readme.index("## Trigger options")]
+    start = readme.index("## Quickstart")
+    section = readme[start : readme.index("\n## ", start + 1)]
     return BLOCK.findall(section)
 
 

@@ -43,6 +43,7 @@ from fairlane.errors import (
     RunFilterError,
     RunNotFoundError,
     RunStateError,
+    ScheduleNotFoundError,
     SchemaMismatchError,
     SettingError,
     TriggerOptionError,
@@ -92,7 +93,7 @@ def load_registry(spec: str) -> TaskRegistry:
     return registry
 
 
-async def _run_worker(worker: Worker) -> None:
+async def _run_worker(worker: Worker, burst: bool = False) -> None:
     refused: FairlaneError | None = None
     async with anyio.create_task_group() as group:
 
@@ -111,7 +112,7 @@ async def _run_worker(worker: Worker) -> None:
 
         group.start_soon(on_signals)
         try:
-            await worker.run()
+            await (worker.run_until_idle() if burst else worker.run())
         except FairlaneError as error:
             # Raised outside the task group, so main() sees it as itself, not in a group.
             refused = error
@@ -135,7 +136,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         serve_worker_metrics(
             args.metrics_port, worker.stats, worker.worker_id, args.dsn, schema=args.schema
         )
-    anyio.run(_run_worker, worker)
+    anyio.run(_run_worker, worker, args.burst)
     print(json.dumps(worker.stats.as_dict()))
     return 0
 
@@ -249,6 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds running handlers get to finish at shutdown",
     )  # fmt: skip
     p.add_argument(
+        "--burst", action="store_true",
+        help="drain what is due, then exit (Worker.run_until_idle)",
+    )  # fmt: skip
+    p.add_argument(
         "--batch-connections", type=int, default=4,
         help="most connections the worker's batch carriers hold at once",
     )  # fmt: skip
@@ -296,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
         "fairlane.cli.runs",
         "fairlane.cli.tokens",
         "fairlane.cli.limits",
+        "fairlane.cli.schedules",
         "fairlane.cli.maintenance",
         "fairlane.cli.batches",
         "fairlane.cli.bench",
@@ -321,7 +327,7 @@ def _version() -> str:
 # Errors that name something absent, and errors in what the caller gave.
 _NOT_FOUND = (
     RunNotFoundError, BatchNotFoundError, UnknownMaintenanceItemError, WaitpointNotFoundError,
-    ApiKeyNotFoundError,
+    ApiKeyNotFoundError, ScheduleNotFoundError,
 )  # fmt: skip
 _USAGE = (
     TriggerOptionError, PayloadError, SettingError, RunFilterError, ConfigurationError,

@@ -16,6 +16,7 @@ from fairlane.engine.listen import Listen
 from fairlane.engine.maintenance import Maintenance
 from fairlane.engine.metrics import Metrics
 from fairlane.engine.runs import Runs
+from fairlane.engine.schedules import Schedules
 from fairlane.engine.scheduling import Scheduling
 from fairlane.engine.schema import SchemaState
 from fairlane.engine.statement import (
@@ -48,6 +49,7 @@ class Engine:
         self.schema_state = SchemaState(schema)
         self.listen = Listen(schema)
         self.web = Web(schema)
+        self.schedules = Schedules(schema)
 
 
 @cache

@@ -47,6 +47,15 @@ class Leases(Section):
         }  # fmt: skip
         return self._statement("fail_runs", params, lambda row: int(row["id"]))
 
+    def set_metadata(
+        self, ids: Sequence[int], tokens: Sequence[UUID], patches: Sequence[str]
+    ) -> Statement[int]:
+        """Merge each JSON object of ``patches`` into its run's metadata. Rows: the ids the
+        fence accepted."""
+        return self._statement(
+            "set_run_metadata", {**_leases(ids, tokens), "patches": list(patches)}, scalar
+        )
+
     def release(self, ids: Sequence[int], tokens: Sequence[UUID]) -> Statement[int]:
         """Rows: the ids handed back."""
         return self._statement("release_runs", _leases(ids, tokens), scalar)

@@ -4,7 +4,12 @@ notification tells which one it came on."""
 from __future__ import annotations
 
 from fairlane.engine.section import Section
-from fairlane.engine.sqlfiles import cancel_channel_name, channel_name, resume_channel_name
+from fairlane.engine.sqlfiles import (
+    cancel_channel_name,
+    channel_name,
+    finished_channel_name,
+    resume_channel_name,
+)
 from fairlane.engine.statement import Statement, no_rows
 
 
@@ -14,6 +19,7 @@ class Listen(Section):
         self.runs_channel = channel_name(schema)
         self.cancel_channel = cancel_channel_name(schema)
         self.resume_channel = resume_channel_name(schema)
+        self.finished_channel = finished_channel_name(schema)
 
     def runs(self) -> Statement[None]:
         """New claimable runs (payload: the environment)."""
@@ -26,3 +32,7 @@ class Listen(Section):
     def resumes(self) -> Statement[None]:
         """Waiting runs ready to resume (payload: the run id)."""
         return self._statement("listen_resume_channel", None, no_rows)
+
+    def finished(self) -> Statement[None]:
+        """Watched runs that ended (payload: the run id): ``wait_for_run``."""
+        return self._statement("listen_finished_channel", None, no_rows)

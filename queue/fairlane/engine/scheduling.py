@@ -7,7 +7,7 @@ from typing import Any
 
 from fairlane.engine.rows import claimed_from_row
 from fairlane.engine.section import Section
-from fairlane.engine.statement import Row, Statement, no_rows
+from fairlane.engine.statement import Row, Statement, no_rows, scalar
 from fairlane.models import ClaimedRun, EnvironmentSettings, QueueSettings, SchedulerSettings
 
 
@@ -28,6 +28,17 @@ class Scheduling(Section):
             "queues": list(queues) if queues else None, "full_scan": full_scan,
         }  # fmt: skip
         return self._statement("claim_runs", params, claimed_from_row)
+
+    def due_delayed(
+        self, environments: Sequence[str] | None, queues: Sequence[str] | None
+    ) -> Statement[bool]:
+        """One row: whether DELAYED runs there are due and wait only for their promotion
+        (sql/worker/idle.sql)."""
+        params = {
+            "environments": list(environments) if environments else None,
+            "queues": list(queues) if queues else None,
+        }
+        return self._statement("due_delayed_runs", params, scalar)
 
     def upsert_environment(self, params: dict[str, Any]) -> Statement[EnvironmentSettings]:
         return self._statement(

@@ -12,7 +12,8 @@ through string formatting: ``{schema}`` is the quoted schema, ``{schema_name}`` 
 ``{channel}`` are string literals, ``{channel_identifier}`` is the notification channel as an
 identifier; ``{cancel_channel}``/``{cancel_channel_identifier}`` and
 ``{resume_channel}``/``{resume_channel_identifier}`` are the same for the channels that announce
-cancels and resumable runs. Statements are rendered once per schema and cached.
+cancels and resumable runs, ``{finished_channel}``/``{finished_channel_identifier}`` for the one
+that announces watched runs ending. Statements are rendered once per schema and cached.
 """
 
 from __future__ import annotations
@@ -144,6 +145,12 @@ def resume_channel_name(schema: str) -> str:
     return f"{schema}.resume"
 
 
+def finished_channel_name(schema: str) -> str:
+    """The channel on which runs somebody waits on (``wait_for_run``, a waiting handler) are
+    announced when they end (payload: the run id)."""
+    return f"{schema}.finished"
+
+
 @cache
 def query(name: str, schema: str) -> LiteralString:
     """The statement ``name`` with the schema composed in, ready for psycopg or SQLAlchemy."""
@@ -161,6 +168,8 @@ def render(template: str, schema: str) -> LiteralString:
         cancel_channel_identifier=sql.Identifier(cancel_channel_name(schema)),
         resume_channel=sql.Literal(resume_channel_name(schema)),
         resume_channel_identifier=sql.Identifier(resume_channel_name(schema)),
+        finished_channel=sql.Literal(finished_channel_name(schema)),
+        finished_channel_identifier=sql.Identifier(finished_channel_name(schema)),
     )
     # Identifiers and literals are quoted without a connection; the result is plain SQL.
     return composed.as_string(None)

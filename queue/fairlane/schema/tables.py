@@ -19,6 +19,7 @@ from sqlalchemy import (
     Computed,
     DateTime,
     Double,
+    ForeignKey,
     Index,
     Integer,
     LargeBinary,
@@ -27,6 +28,7 @@ from sqlalchemy import (
     SmallInteger,
     Table,
     Text,
+    UniqueConstraint,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, UUID
@@ -507,6 +509,48 @@ def _web_secrets(metadata: MetaData) -> Table:
     )
 
 
+def _schedules(metadata: MetaData) -> Table:
+    return Table(
+        "schedules",
+        metadata,
+        Column("id", BigInteger, primary_key=True, autoincrement=True),
+        Column("environment", Text, nullable=False),
+        # task:<name> for a schedule declared on a task, else the caller's external id.
+        Column("key", Text, nullable=False),
+        Column("task", Text, nullable=False),
+        Column("cron", Text, nullable=False),
+        Column("timezone", Text, nullable=False, server_default="UTC"),
+        Column("payload", JSONB),
+        # Trigger options of every run it makes (queue, priority, max_attempts, ...).
+        Column("options", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+        Column("declared", Boolean, nullable=False, server_default=text("false")),
+        Column("paused", Boolean, nullable=False, server_default=text("false")),
+        Column("next_fire_at", DateTime(timezone=True), nullable=False),
+        Column("last_tick", DateTime(timezone=True)),
+        Column("last_run_id", BigInteger),
+        Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        UniqueConstraint("environment", "key", name="schedules_environment_key_key"),
+        Index("schedules_due_idx", "next_fire_at", postgresql_where=text("NOT paused")),
+    )
+
+
+def _schedule_fires(metadata: MetaData) -> Table:
+    schema = metadata.schema
+    return Table(
+        "schedule_fires",
+        metadata,
+        Column(
+            "schedule_id",
+            BigInteger,
+            ForeignKey(f"{schema}.schedules.id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
+        Column("tick", DateTime(timezone=True), primary_key=True),
+        Column("run_id", BigInteger),
+        Column("fired_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+    )
+
+
 @cache
 def build_metadata(schema: str) -> MetaData:
     """The MetaData of every fairlane table, placed in ``schema``."""
@@ -526,4 +570,6 @@ def build_metadata(schema: str) -> MetaData:
     _schema_objects(metadata)
     _api_keys(metadata)
     _web_secrets(metadata)
+    _schedules(metadata)
+    _schedule_fires(metadata)
     return metadata

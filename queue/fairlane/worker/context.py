@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from fairlane.errors import FairlaneError
 from fairlane.models import ClaimedRun
+from fairlane.payload import encode_json
 from fairlane.triggering.request import TriggerRequest
 from fairlane.waitpoints import WaitResult
 
@@ -57,6 +58,31 @@ class RunContext:
             event = self._stop_event
         if event is not None:
             event.set()
+
+    # Told (on the worker's event loop) when the run's metadata gained unwritten fields.
+    _metadata_sink: Callable[[RunContext], None] | None = field(default=None, repr=False)
+    # Fields set since the writer last took them, and whether the sink was told of them.
+    _metadata_pending: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def set_metadata(self, **fields: Any) -> None:
+        """Merge ``fields`` into the run's metadata (progress, counters, ...): ``ctx.metadata``
+        has them at once, ``get_run`` once the worker wrote them. Writes are coalesced: the
+        worker writes a run's pending fields at most every ``metadata_interval`` seconds, and
+        always before the run's outcome, so a tight loop may call this freely. Every write is
+        fenced by the run's lease token. Values must be JSON-serialisable (``PayloadError``)."""
+        encode_json(fields, what="metadata")
+        with _EVENT_LOCK:
+            first = not self._metadata_pending
+            self._metadata_pending.update(fields)
+            self.run.metadata.update(fields)
+        if first and self._metadata_sink is not None:
+            self._metadata_sink(self)
+
+    def take_metadata(self) -> dict[str, Any]:
+        """The fields set since the last call (for the worker's writer)."""
+        with _EVENT_LOCK:
+            pending, self._metadata_pending = self._metadata_pending, {}
+        return pending
 
     _waits: WaitService | None = field(default=None, repr=False)
     _active: ActiveRun | None = field(default=None, repr=False)
@@ -116,8 +142,11 @@ class RunContext:
         """Trigger a child run and wait for it without holding a slot; returns how it ended.
         The child is triggered as ``trigger`` would (a full queue raises
         ``QueueSizeLimitExceeded`` here)."""
+        return await self.trigger_request_and_wait(TriggerRequest(task, payload, **options))
+
+    async def trigger_request_and_wait(self, request: TriggerRequest) -> WaitResult:
+        """``trigger_and_wait`` for a request built already (a task handle's)."""
         waits, active, position = self._next_wait()
-        request = TriggerRequest(task, payload, **options)
         return await waits.trigger_and_wait(active, position, request)
 
     async def batch_trigger_and_wait(self, requests: Sequence[TriggerRequest]) -> list[WaitResult]:

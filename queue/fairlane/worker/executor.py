@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -12,7 +14,7 @@ from typing import Any
 import anyio
 
 from fairlane import tracing
-from fairlane.errors import MaxDurationExceededError, PayloadError, UnknownTaskError
+from fairlane.errors import AbortRun, MaxDurationExceededError, PayloadError, UnknownTaskError
 from fairlane.models import ClaimedRun, RunStatus
 from fairlane.payload import encode_json
 from fairlane.worker.context import RunContext
@@ -77,12 +79,34 @@ def error_document(error: BaseException, attempt: int, code: str | None = None) 
 
 
 async def _call(
-    definition: TaskDefinition, ctx: RunContext, payload: Any, limiter: anyio.CapacityLimiter
+    definition: TaskDefinition | None, ctx: RunContext, payload: Any, limiter: anyio.CapacityLimiter
 ) -> Any:
+    if definition is None:
+        raise UnknownTaskError(ctx.task)
     if definition.is_async:
         return await definition.handler(ctx, payload)
     call = partial(definition.handler, ctx, payload)
     return await anyio.to_thread.run_sync(call, abandon_on_cancel=True, limiter=limiter)
+
+
+async def _hook(
+    hook: Callable[[RunContext, Any], Any] | None, ctx: RunContext, value: Any,
+    limiter: anyio.CapacityLimiter,
+) -> None:  # fmt: skip
+    """Run an ``on_success``/``on_failure`` hook before the outcome is written (so a worker
+    that dies before writing runs it again with the run: at least once). A hook that raises is
+    logged; the run's outcome stands."""
+    if hook is None:
+        return
+    try:
+        if inspect.iscoroutinefunction(hook):
+            await hook(ctx, value)
+        else:
+            await anyio.to_thread.run_sync(
+                partial(hook, ctx, value), abandon_on_cancel=True, limiter=limiter
+            )
+    except Exception:
+        log.exception("run %s: %s hook of task %s raised", ctx.run_id, hook.__name__, ctx.task)
 
 
 async def execute(
@@ -95,27 +119,15 @@ async def execute(
 
     One scope per run serves both ways a handler is cut short: ``ActiveRun.stop`` cancels it
     (lease lost, shutdown) and ``max_duration`` is its deadline. A run stopped before it
-    started is not executed at all.
+    started is not executed at all. A typed payload is decoded (and validated) first: one that
+    does not fit fails the run with code INVALID_PAYLOAD and no retry.
     """
     run, ctx = active.run, active.ctx
-    error: BaseException | None = None
-    result: Any = None
-    cut_short = True
-    if ctx.stop_reason is None:
-        scope = active.scope
-        if run.max_duration_s is not None:
-            scope.deadline = anyio.current_time() + run.max_duration_s
-        with tracing.run_span(run) as span:
-            with scope:
-                try:
-                    result = await _call(registry.get(run.task), ctx, run.payload, limiter)
-                except Exception as raised:
-                    error = raised
-            cut_short = scope.cancelled_caught
-            ended = "FAILED" if error is not None else "COMPLETED"
-            tracing.end_run_span(
-                span, ctx.stop_reason or ("CUT_SHORT" if cut_short else ended), error
-            )
+    definition = registry.find(run.task)
+    with tracing.run_span(run) as span:
+        error, result, cut_short, invalid_payload = await _run_handler(active, definition, limiter)
+        ended = "FAILED" if error is not None else "COMPLETED"
+        tracing.end_run_span(span, ctx.stop_reason or ("TIMED_OUT" if cut_short else ended), error)
     active.handler_done = True
     if ctx.stop_reason == STOP_SHUTDOWN and cut_short:
         writer.release(active.lease)
@@ -128,16 +140,83 @@ async def execute(
         # Nobody asked for a stop, so the deadline did.
         ctx.request_stop()
         timeout = MaxDurationExceededError(f"run exceeded max_duration of {run.max_duration_s}s")
-        writer.fail(_final_failure(active, timeout, RunStatus.TIMED_OUT, "MAX_DURATION_EXCEEDED"))
+        await _failed(active, definition, timeout, writer, limiter, RunStatus.TIMED_OUT)
     elif error is not None:
-        writer.fail(_failure(active, error, registry))
-    elif result is None:
-        writer.complete(Completion(active.lease, "null"))
+        code = "INVALID_PAYLOAD" if invalid_payload else None
+        await _failed(active, definition, error, writer, limiter, code=code)
     else:
         try:
-            writer.complete(Completion(active.lease, encode_json(result, what="result")))
+            stored = _encode_result(definition, result)
         except PayloadError as bad_result:
-            writer.fail(_failure(active, bad_result, registry))
+            await _failed(active, definition, bad_result, writer, limiter)
+            return
+        if definition is not None:
+            await _hook(definition.on_success, ctx, result, limiter)
+        writer.complete(Completion(active.lease, stored))
+
+
+async def _run_handler(
+    active: ActiveRun, definition: TaskDefinition | None, limiter: anyio.CapacityLimiter
+) -> tuple[BaseException | None, Any, bool, bool]:
+    """(error, result, cut short, the payload was invalid)."""
+    run = active.run
+    if active.ctx.stop_reason is not None:
+        return None, None, True, False
+    scope = active.scope
+    if run.max_duration_s is not None:
+        scope.deadline = anyio.current_time() + run.max_duration_s
+    error: BaseException | None = None
+    result: Any = None
+    invalid_payload = False
+    with scope:
+        try:
+            payload = _decode_payload(run, definition)
+        except PayloadError as invalid:
+            error, invalid_payload = invalid, True
+        else:
+            try:
+                result = await _call(definition, active.ctx, payload, limiter)
+            except Exception as raised:
+                error = raised
+    return error, result, scope.cancelled_caught, invalid_payload
+
+
+def _decode_payload(run: ClaimedRun, definition: TaskDefinition | None) -> Any:
+    if definition is None or definition.payload_codec is None:
+        return run.payload
+    return definition.payload_codec.decode(run.payload)
+
+
+def _encode_result(definition: TaskDefinition | None, result: Any) -> str:
+    if result is None:
+        return "null"
+    codec = definition.result_codec if definition is not None else None
+    if codec is not None:
+        result = codec.encode(result)
+    return encode_json(result, what="result")
+
+
+async def _failed(
+    active: ActiveRun,
+    definition: TaskDefinition | None,
+    error: BaseException,
+    writer: OutcomeWriter,
+    limiter: anyio.CapacityLimiter,
+    final: RunStatus | None = None,
+    *,
+    code: str | None = None,
+) -> None:
+    """Hand a failure to the writer: a retry (DELAYED) while the task's policy allows one and
+    attempts are left, else a final status, after the ``on_failure`` hook."""
+    if final is not None:
+        failure = _final_failure(active, error, final, "MAX_DURATION_EXCEEDED")
+    elif code is not None:
+        failure = _final_failure(active, error, RunStatus.FAILED, code)
+    else:
+        failure = _failure(active, error, definition)
+    if failure.next_status != "DELAYED" and definition is not None:
+        await _hook(definition.on_failure, active.ctx, error, limiter)
+    writer.fail(failure)
 
 
 def _final_failure(
@@ -147,12 +226,15 @@ def _final_failure(
     return Failure(active.lease, encode_json(document, what="error"), status.value, None)
 
 
-def _failure(active: ActiveRun, error: BaseException, registry: TaskRegistry) -> Failure:
+def _failure(active: ActiveRun, error: BaseException, definition: TaskDefinition | None) -> Failure:
     run = active.run
+    if isinstance(error, AbortRun):
+        return _final_failure(active, error, RunStatus.FAILED, error.code)
     code = "UNKNOWN_TASK" if isinstance(error, UnknownTaskError) else None
-    if run.attempt >= run.max_attempts:
+    if run.attempt >= run.max_attempts or (
+        definition is not None and not definition.retryable(error)
+    ):
         return _final_failure(active, error, RunStatus.FAILED, code)
-    backoff = registry.get(run.task).backoff if run.task in registry else None
-    delay = backoff.delay(run.attempt) if backoff else 1.0
+    delay = definition.backoff.delay(run.attempt) if definition is not None else 1.0
     document = error_document(error, run.attempt, code)
     return Failure(active.lease, encode_json(document, what="error"), "DELAYED", delay)

@@ -85,6 +85,17 @@ class LeaseStore:
             self._claim_connections.add(conn)
         return await rows_async(conn, statement)
 
+    async def due_delayed(
+        self,
+        conn: AsyncConn,
+        *,
+        environments: Sequence[str] | None = None,
+        queues: Sequence[str] | None = None,
+    ) -> bool:
+        """Whether DELAYED runs there are due and only wait for the promotion job."""
+        found = await rows_async(conn, self._engine.scheduling.due_delayed(environments, queues))
+        return bool(found and found[0])
+
     async def heartbeat(self, conn: AsyncConn, leases: Sequence[Lease]) -> set[int]:
         """Extend every lease in one statement; returns the run ids whose lease is lost."""
         if not leases:
@@ -112,6 +123,15 @@ class LeaseStore:
             ids, tokens, [item.error_json for item in items],
             [item.next_status for item in items], [item.retry_delay_s for item in items],
         )  # fmt: skip
+        return set(await rows_async(conn, statement))
+
+    async def set_metadata(self, conn: AsyncConn, patches: Sequence[tuple[Lease, str]]) -> set[int]:
+        """Merge metadata patches (JSON objects) into held runs; returns the run ids the fence
+        accepted."""
+        if not patches:
+            return set()
+        ids, tokens = _lease_arrays([lease for lease, _ in patches])
+        statement = self._engine.leases.set_metadata(ids, tokens, [patch for _, patch in patches])
         return set(await rows_async(conn, statement))
 
     async def release(self, conn: AsyncConn, leases: Sequence[Lease]) -> set[int]:

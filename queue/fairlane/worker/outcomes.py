@@ -3,17 +3,27 @@
 Handlers hand their outcome to the writer and move on; one loop writes everything that
 accumulated while the previous write was in flight, so under load completions go out in
 large batches and when idle each goes out at once.
+
+Metadata a handler sets (``ctx.set_metadata``) is coalesced: the writer takes every run's
+pending fields at most once per ``metadata_interval`` (at once after a quiet spell), and with
+every batch of outcomes, metadata first, so a run's last progress lands before its outcome.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from fairlane.payload import encode_json
 from fairlane.worker.lease_store import AsyncConn, Completion, Failure, Lease, LeaseStore
 from fairlane.worker.stats import WorkerStats
+
+if TYPE_CHECKING:
+    from fairlane.worker.context import RunContext
 
 log = logging.getLogger("fairlane.worker")
 
@@ -24,6 +34,8 @@ class OutcomeWriter:
         store: LeaseStore,
         stats: WorkerStats,
         on_written: Callable[[set[Lease]], None],
+        *,
+        metadata_interval: float = 0.5,
     ) -> None:
         self._store = store
         self._stats = stats
@@ -33,6 +45,20 @@ class OutcomeWriter:
         self._failures: list[Failure] = []
         self._releases: list[Lease] = []
         self._pending = anyio.Event()
+        self.metadata_interval = metadata_interval
+        # Runs whose handler set metadata since the last take, and fields taken but not written.
+        self._metadata_runs: dict[Lease, RunContext] = {}
+        self._metadata: dict[Lease, dict[str, Any]] = {}
+        self._last_metadata_write = -math.inf
+        self._flush_lock = anyio.Lock()
+
+    def metadata_changed(self, lease: Lease, ctx: RunContext) -> None:
+        """A handler set metadata (on the event loop). Written within ``metadata_interval``,
+        or with the next outcomes."""
+        first = not self._metadata_runs
+        self._metadata_runs[lease] = ctx
+        if first:
+            self._pending.set()
 
     def complete(self, item: Completion) -> None:
         self._completions.append(item)
@@ -48,6 +74,16 @@ class OutcomeWriter:
 
     @property
     def has_pending(self) -> bool:
+        """Outcomes not written yet (metadata is not counted: an abandoned sync handler may
+        set it for ever; every flush writes what is pending of it)."""
+        return self._has_outcomes
+
+    @property
+    def has_metadata(self) -> bool:
+        return bool(self._metadata_runs or self._metadata)
+
+    @property
+    def _has_outcomes(self) -> bool:
         return bool(self._completions or self._failures or self._releases)
 
     async def run(self, conn: AsyncConn) -> None:
@@ -55,25 +91,70 @@ class OutcomeWriter:
         while True:
             await self._pending.wait()
             self._pending = anyio.Event()
+            if not self._has_outcomes:
+                # Only metadata: no sooner than metadata_interval after the last write of it;
+                # an outcome cuts the wait short (and takes the metadata along).
+                due = self._last_metadata_write + self.metadata_interval - anyio.current_time()
+                if due > 0:
+                    with anyio.move_on_after(due):
+                        await self._pending.wait()
             # A write cancelled mid-statement is cancelled in the server too and would be lost
             # (the shutdown cancels this loop right after its final flush): finish it first.
             with anyio.CancelScope(shield=True):
                 await self.flush(conn)
 
+    def _take_metadata(self) -> dict[Lease, dict[str, Any]]:
+        runs, self._metadata_runs = self._metadata_runs, {}
+        taken, self._metadata = self._metadata, {}
+        for lease, ctx in runs.items():
+            fields = ctx.take_metadata()
+            if fields:
+                taken[lease] = {**taken.get(lease, {}), **fields}
+        return taken
+
     async def flush(self, conn: AsyncConn) -> None:
+        # One flush at a time (the shutdown flushes while the loop may still be writing), so
+        # metadata taken later is never written before metadata taken earlier.
+        async with self._flush_lock:
+            await self._flush(conn)
+
+    async def _flush(self, conn: AsyncConn) -> None:
+        # Everything is taken at once, before any write: an outcome handed over while the
+        # metadata is written goes in the next flush, after the metadata its handler set last.
+        metadata = self._take_metadata()
         completions, self._completions = self._completions, []
         failures, self._failures = self._failures, []
         releases, self._releases = self._releases, []
         try:
+            await self._write_metadata(conn, metadata)
+            metadata = {}
             await self._write(conn, completions, failures, releases)
         except BaseException:
             # Not written, or not known to be: keep them for the next flush. Repeating a write
-            # that did land is harmless, the fence refuses it.
+            # that did land is harmless, the fence refuses it. Metadata set since is newer: it
+            # wins when the two are merged.
+            for lease, fields in self._metadata.items():
+                metadata[lease] = {**metadata.get(lease, {}), **fields}
+            self._metadata = metadata
             self._completions[:0] = completions
             self._failures[:0] = failures
             self._releases[:0] = releases
             self._pending.set()
             raise
+
+    async def _write_metadata(self, conn: AsyncConn, metadata: dict[Lease, dict[str, Any]]) -> None:
+        if not metadata:
+            return
+        self._last_metadata_write = anyio.current_time()
+        patches = [
+            (lease, encode_json(fields, what="metadata")) for lease, fields in metadata.items()
+        ]
+        accepted = await self._store.set_metadata(conn, patches)
+        self._stats.metadata_writes += 1
+        refused = [lease.run_id for lease in metadata if lease.run_id not in accepted]
+        if refused:
+            # The run ended, or its lease was lost: its progress no longer matters.
+            log.debug("fence refused metadata for runs %s", refused)
 
     async def _write(
         self,

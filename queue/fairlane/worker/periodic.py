@@ -3,18 +3,23 @@
 Every worker calls ``run_due_periodic_jobs`` (sql/maintenance/runner.sql) on an autocommit
 connection; it claims due jobs with SKIP LOCKED and runs each in a transaction of its own, so
 each tick runs exactly once however many workers there are, and a slow job holds back no other.
+Then it fires the due cron schedules (fairlane.scheduling.firing), each tick exactly once too;
+the schedules the worker's tasks declare are created when the loop starts.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
 import psycopg
 
+from fairlane import schedules
 from fairlane.engine import engine
 from fairlane.engine.statement import first_async
+from fairlane.scheduling.firing import fire_due_schedules
 from fairlane.worker.connections import LoopConnection
 from fairlane.worker.stats import WorkerStats
 
@@ -26,13 +31,29 @@ async def run_due_jobs(conn: psycopg.AsyncConnection[Any], schema: str) -> dict[
 
 
 async def periodic_loop(
-    connection: LoopConnection, schema: str, stats: WorkerStats, *, interval: float
+    connection: LoopConnection,
+    schema: str,
+    stats: WorkerStats,
+    *,
+    interval: float,
+    declared: Sequence[dict[str, Any]] = (),
 ) -> None:
+    """``declared``: the ``upsert_schedule`` parameters of the schedules the worker's tasks
+    declare, created (or updated) before the first tick."""
+    pending = list(declared)
     while True:
         try:
-            ran = await run_due_jobs(await connection.get(), schema)
+            conn = await connection.get()
+            if pending:
+                await schedules.declare_async(conn, schema, pending)
+                pending = []
+            ran = await run_due_jobs(conn, schema)
             stats.periodic_ticks += len(ran)
+            stats.scheduled_runs += await fire_due_schedules(conn, schema)
         except psycopg.Error:
             log.warning("periodic jobs failed; retrying next tick", exc_info=True)
             await connection.discard()
+        except Exception:
+            # A schedule that cannot be fired (a row edited by hand) must not stop the worker.
+            log.exception("firing schedules failed; retrying next tick")
         await anyio.sleep(interval)

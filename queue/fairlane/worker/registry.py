@@ -1,19 +1,35 @@
-"""Tasks registered by name with a decorator."""
+"""Tasks registered by name with a decorator, each with its retry policy, defaults and hooks.
+
+``@tasks.task()`` returns a typed handle (``fairlane.worker.handles.Task``) that triggers the
+task with its defaults; the worker finds the definition by name.
+"""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
-from fairlane.errors import DuplicateTaskError, UnknownTaskError
+from fairlane.codecs import Codec, handler_codecs
+from fairlane.durations import Duration, seconds
+from fairlane.errors import ConfigurationError, DuplicateTaskError, UnknownTaskError
 from fairlane.retry import DEFAULT_BACKOFF, Backoff
 from fairlane.worker.context import RunContext
 
+if TYPE_CHECKING:
+    from fairlane.worker.handles import Task
+
 AsyncHandler = Callable[[RunContext, Any], Awaitable[Any]]
 SyncHandler = Callable[[RunContext, Any], Any]
-H = TypeVar("H", bound=Callable[..., Any])
+# on_success(ctx, result) and on_failure(ctx, error); sync or async.
+SuccessHook = Callable[[RunContext, Any], Any]
+FailureHook = Callable[[RunContext, BaseException], Any]
+ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
+
+P = TypeVar("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +38,59 @@ class TaskDefinition:
     handler: Callable[[RunContext, Any], Any]
     is_async: bool
     backoff: Backoff
+    # A failure is retried (attempts left) when its exception is one of ``retry_on`` (empty:
+    # any) and none of ``dont_retry_on``. ``AbortRun`` is never retried.
+    retry_on: tuple[type[BaseException], ...] = ()
+    dont_retry_on: tuple[type[BaseException], ...] = ()
+    # Defaults of a trigger through the task's handle; None: the trigger's own default.
+    max_attempts: int | None = None
+    max_duration: Duration | None = None
+    queue: str | None = None
+    priority: int | None = None
+    on_success: SuccessHook | None = None
+    on_failure: FailureHook | None = None
+    # Typed payload and result (a dataclass or pydantic model), else None: plain JSON.
+    payload_codec: Codec | None = None
+    result_codec: Codec | None = None
+    # A schedule the task declares (fairlane.schedules): workers create it when they start.
+    cron: str | None = None
+    timezone: str | None = None
+
+    def retryable(self, error: BaseException) -> bool:
+        """Whether this task's policy retries ``error`` (when attempts are left)."""
+        if self.dont_retry_on and isinstance(error, self.dont_retry_on):
+            return False
+        return not self.retry_on or isinstance(error, self.retry_on)
+
+    def trigger_defaults(self) -> dict[str, Any]:
+        """The options a trigger through the handle fills in when not given."""
+        defaults = {
+            "max_attempts": self.max_attempts, "max_duration": self.max_duration,
+            "queue": self.queue, "priority": self.priority,
+        }  # fmt: skip
+        return {option: value for option, value in defaults.items() if value is not None}
+
+
+class TaskDecorator(Protocol):
+    """What ``TaskRegistry.task(...)`` returns: applied to a handler, a typed ``Task``."""
+
+    @overload
+    def __call__(
+        self, handler: Callable[[RunContext, P], Coroutine[Any, Any, R]], /
+    ) -> Task[P, R]: ...
+
+    @overload
+    def __call__(self, handler: Callable[[RunContext, P], R], /) -> Task[P, R]: ...
+
+
+def _exception_types(option: str, value: ExceptionTypes | None) -> tuple[type[BaseException], ...]:
+    if value is None:
+        return ()
+    types = value if isinstance(value, tuple) else (value,)
+    for kind in types:
+        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+            raise ConfigurationError(f"{option} takes exception classes, not {kind!r}")
+    return types
 
 
 class TaskRegistry:
@@ -34,25 +103,83 @@ class TaskRegistry:
     def __init__(self) -> None:
         self._tasks: dict[str, TaskDefinition] = {}
 
-    def task(self, name: str | None = None, *, backoff: Backoff | None = None) -> Callable[[H], H]:
-        def register(handler: H) -> H:
-            self.register(name or handler.__name__, handler, backoff=backoff)
-            return handler
+    def task(
+        self,
+        name: str | None = None,
+        *,
+        backoff: Backoff | None = None,
+        retry_on: ExceptionTypes | None = None,
+        dont_retry_on: ExceptionTypes | None = None,
+        max_attempts: int | None = None,
+        max_duration: Duration | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        on_success: SuccessHook | None = None,
+        on_failure: FailureHook | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+    ) -> TaskDecorator:
+        """Register the decorated handler (under its function's name unless ``name``) and
+        return its typed handle, ``Task``. See the README, "Tasks", for every option."""
+        # Names of the defining scope (a dataclass local to a function) resolve the handler's
+        # annotations under ``from __future__ import annotations``.
+        caller = sys._getframe(1)
+        namespace = {**caller.f_globals, **caller.f_locals}
+
+        def register(handler: Callable[[RunContext, Any], Any]) -> Task[Any, Any]:
+            from fairlane.worker.handles import Task
+
+            definition = self.register(
+                name or handler.__name__, handler, backoff=backoff, retry_on=retry_on,
+                dont_retry_on=dont_retry_on, max_attempts=max_attempts,
+                max_duration=max_duration, queue=queue, priority=priority,
+                on_success=on_success, on_failure=on_failure, cron=cron, timezone=timezone,
+                namespace=namespace,
+            )  # fmt: skip
+            return Task(definition)
 
         return register
 
     def register(
-        self, name: str, handler: Callable[[RunContext, Any], Any], *,
+        self,
+        name: str,
+        handler: Callable[[RunContext, Any], Any],
+        *,
         backoff: Backoff | None = None,
-    ) -> TaskDefinition:  # fmt: skip
+        retry_on: ExceptionTypes | None = None,
+        dont_retry_on: ExceptionTypes | None = None,
+        max_attempts: int | None = None,
+        max_duration: Duration | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        on_success: SuccessHook | None = None,
+        on_failure: FailureHook | None = None,
+        cron: str | None = None,
+        timezone: str | None = None,
+        namespace: Mapping[str, Any] | None = None,
+    ) -> TaskDefinition:
         if name in self._tasks:
             raise DuplicateTaskError(name)
+        payload_codec, result_codec = handler_codecs(handler, namespace)
         definition = TaskDefinition(
             name=name,
             handler=handler,
             is_async=inspect.iscoroutinefunction(handler),
             backoff=backoff or DEFAULT_BACKOFF,
+            retry_on=_exception_types("retry_on", retry_on),
+            dont_retry_on=_exception_types("dont_retry_on", dont_retry_on),
+            max_attempts=max_attempts,
+            max_duration=max_duration,
+            queue=queue,
+            priority=priority,
+            on_success=on_success,
+            on_failure=on_failure,
+            payload_codec=payload_codec,
+            result_codec=result_codec,
+            cron=cron,
+            timezone=timezone,
         )
+        _check_defaults(definition)
         self._tasks[name] = definition
         return definition
 
@@ -62,8 +189,27 @@ class TaskRegistry:
         except KeyError:
             raise UnknownTaskError(name) from None
 
+    def find(self, name: str) -> TaskDefinition | None:
+        return self._tasks.get(name)
+
     def names(self) -> list[str]:
         return sorted(self._tasks)
 
     def __contains__(self, name: object) -> bool:
         return name in self._tasks
+
+
+def _check_defaults(definition: TaskDefinition) -> None:
+    """The trigger defaults are checked when the task is registered, as a trigger checks
+    them (``TriggerOptionError``)."""
+    from fairlane.triggering.checks import check_request
+    from fairlane.triggering.request import TriggerRequest
+
+    check_request(TriggerRequest(definition.name, None, **definition.trigger_defaults()))
+    seconds("max_duration", definition.max_duration)
+    if definition.cron is not None:
+        from fairlane.scheduling.cron import check_cron
+
+        check_cron(definition.cron, definition.timezone or "UTC")
+    elif definition.timezone is not None:
+        raise ConfigurationError("timezone is the time zone of a cron schedule: give cron too")

@@ -23,6 +23,10 @@ class WorkerStats:
     heartbeats: int = 0
     wakeups: int = 0
     periodic_ticks: int = 0
+    # Runs the cron schedules this worker fired made.
+    scheduled_runs: int = 0
+    # Statements that wrote handlers' metadata (each for every run with fields pending).
+    metadata_writes: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

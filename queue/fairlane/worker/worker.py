@@ -27,6 +27,7 @@ import psycopg
 from anyio.abc import TaskGroup, TaskStatus
 from psycopg.conninfo import conninfo_to_dict
 
+from fairlane import schedules
 from fairlane.batches import processing as batch_processing
 from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.errors import ConfigurationError, SchemaMismatchError
@@ -71,6 +72,7 @@ class Worker:
         run_periodic_jobs: bool = True,
         periodic_interval: float = 0.25,
         batch_connections: int = batch_processing.BATCH_CONNECTIONS,
+        metadata_interval: float = 0.5,
     ) -> None:
         if concurrency < 1 or lease_seconds <= 0 or poll_interval <= 0 or batch_connections < 1:
             raise ConfigurationError(
@@ -103,7 +105,9 @@ class Worker:
             self.store, self.held, self.stats, self._lease_lost,
             interval=heartbeat_interval or lease_seconds / 3,
         )  # fmt: skip
-        self.writer = OutcomeWriter(self.store, self.stats, self._outcomes_written)
+        self.writer = OutcomeWriter(
+            self.store, self.stats, self._outcomes_written, metadata_interval=metadata_interval
+        )
         self.waits = WaitService(
             self.dsn, self.schema, poll_interval=poll_interval,
             release_slot=self._release_local_slot, reacquire_slot=self._reacquire_local_slot,
@@ -128,6 +132,9 @@ class Worker:
         self._thread: int | None = None
         # Raised by run() after a graceful stop: the schema changed under the worker.
         self._fatal: SchemaMismatchError | None = None
+        # run_until_idle: stop once nothing is due.
+        self._burst = False
+        self._nothing_was_due = False
 
     # -- control ------------------------------------------------------------------------
 
@@ -168,6 +175,34 @@ class Worker:
                 self._request_stop()
         if self._fatal is not None:
             raise self._fatal
+
+    async def run_until_idle(self) -> WorkerStats:
+        """Run until nothing is due, then stop gracefully and return the counters (burst mode,
+        ``fairlane worker --burst``; for tests and batch jobs).
+
+        Idle means: a claim over every environment and queue the worker serves found nothing,
+        the worker holds no run (every handler has returned and its outcome is written; a
+        handler waiting on children or a time keeps it going), and no DELAYED run there is due
+        already (the periodic jobs queue those first). A run not due yet, a delay or a retry's
+        backoff still to run, is left DELAYED; one the caps or a pause keep from being claimed
+        is left QUEUED.
+        """
+        self._burst = True
+        try:
+            await self.run()
+        finally:
+            self._burst = False
+        return self.stats
+
+    async def _nothing_due(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """In burst mode, after a full claim found nothing: whether there is nothing left."""
+        if self.held or self.writer.has_pending:
+            return False
+        if not self.run_periodic_jobs:
+            return True  # promotion is someone else's: due DELAYED runs are not ours to wait for
+        return not await self.store.due_delayed(
+            conn, environments=self.environments, queues=self.queues
+        )
 
     async def _check(self, conn: psycopg.AsyncConnection[Any]) -> None:
         await check_schema_async(conn, self.schema)
@@ -251,9 +286,29 @@ class Worker:
             self.stats.claimed += len(claimed)
             for run in claimed:
                 self._start(run, sent_at)
+            if self._burst and full_scan:
+                # Stop after a claim that found nothing following a check that nothing was
+                # due: a run the promotion job queued before the check is seen by the claim.
+                if claimed or not await self._burst_done(connection):
+                    self._nothing_was_due = False
+                elif self._nothing_was_due:
+                    log.info("worker %s: nothing is due; stopping (burst)", self.worker_id)
+                    self._request_stop()
+                    break
+                else:
+                    self._nothing_was_due = True
+                    continue
             if len(claimed) < asked and not self._stopping:
                 with anyio.move_on_after(self.poll_interval):
                     await self._wake.wait()
+
+    async def _burst_done(self, connection: LoopConnection) -> bool:
+        try:
+            return await self._nothing_due(await connection.get())
+        except psycopg.Error:
+            log.warning("burst: the idle check failed; trying again", exc_info=True)
+            await connection.discard()
+            return False
 
     def _full_scan_due(self, now: float) -> bool:
         """Whether this claim should look for environments that gained work. Notifications
@@ -263,6 +318,8 @@ class Worker:
         due = (
             self._work_announced
             or not self.listen
+            # In burst mode every claim made while nothing is held decides whether to stop.
+            or (self._burst and not self.held)
             or now - self._last_full_scan >= (self.poll_interval)
         )
         if due:
@@ -277,7 +334,10 @@ class Worker:
             # the earlier attempt is stale. Stop it; it must not touch the new attempt's entry.
             self._lease_lost(previous)
         lease = Lease(run.id, run.lease_token)
-        ctx = RunContext(run=run, worker_id=self.worker_id, _waits=self.waits)
+        ctx = RunContext(
+            run=run, worker_id=self.worker_id, _waits=self.waits,
+            _metadata_sink=self._metadata_changed,
+        )  # fmt: skip
         confirmed_until = sent_at + self.store.lease_seconds
         active = ActiveRun(run=run, lease=lease, ctx=ctx, confirmed_until=confirmed_until)
         ctx._active = active
@@ -319,13 +379,17 @@ class Worker:
 
     async def _flush_outcomes(self, connection: LoopConnection) -> None:
         with anyio.CancelScope(shield=True):
+            # The last metadata handlers set is written even with no outcome to go with it.
+            if self.writer.has_metadata:
+                await self.writer.flush(await connection.get())
             while self.writer.has_pending:
                 await self.writer.flush(await connection.get())
 
     async def _periodic_loop(self, connection: LoopConnection) -> None:
         await periodic.periodic_loop(
-            connection, self.schema, self.stats, interval=self.periodic_interval
-        )
+            connection, self.schema, self.stats, interval=self.periodic_interval,
+            declared=schedules.declared_params(self.registry),
+        )  # fmt: skip
 
     async def _write_loop(self, connection: LoopConnection) -> None:
         while True:
@@ -398,6 +462,23 @@ class Worker:
             self.stats.lost_leases += 1
             log.warning("run %s: lease lost; stopping its handler", active.run.id)
         active.stop(STOP_LEASE_LOST)
+
+    def _metadata_changed(self, ctx: RunContext) -> None:
+        """A handler set metadata: hand the run to the writer, on the event loop (a sync
+        handler calls from its thread)."""
+        active = ctx._active
+        if active is None:
+            return
+        if self._token is None or threading.get_ident() == self._thread:
+            self.writer.metadata_changed(active.lease, ctx)
+            return
+        try:
+            anyio.from_thread.run_sync(
+                self.writer.metadata_changed, active.lease, ctx, token=self._token
+            )
+        except RuntimeError:
+            # The worker's loop has ended (an abandoned sync handler): nothing is written.
+            log.debug("run %s: metadata set after the worker stopped", ctx.run_id)
 
     def _cancel_requested(self, run_id: int) -> None:
         """The run was cancelled while executing (the cancel channel): stop its handler."""

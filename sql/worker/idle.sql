@@ -1,0 +1,12 @@
+-- A worker in burst mode (Worker.run_until_idle, `fairlane worker --burst`) stops once a claim
+-- finds nothing, it holds no run, and nothing it serves is about to become claimable.
+
+-- name: due_delayed_runs
+-- Whether DELAYED runs of these environments and queues (NULL: any) are due already (a delay or
+-- a retry's backoff that has passed) and wait only for the promotion job to queue them.
+SELECT EXISTS (
+    SELECT 1 FROM {schema}.runs AS r
+    WHERE r.status = 'DELAYED' AND r.available_at <= now()
+      AND (%(environments)s::text[] IS NULL OR r.environment = ANY(%(environments)s::text[]))
+      AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+) AS due;
