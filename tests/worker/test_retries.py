@@ -293,3 +293,28 @@ async def test_an_unknown_task_carries_its_code_on_every_attempt(
         assert error["code"] == "UNKNOWN_TASK"
         assert error["type"] == "fairlane.errors.UnknownTaskError"
         assert error["attempt"] == attempt
+
+
+@pytest.mark.anyio
+async def test_each_run_event_is_one_log_line_with_structured_fields(
+    dsn: str, db: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    tasks = TaskRegistry()
+
+    @tasks.task("flaky", backoff=Backoff(min_s=0.01, max_s=0.01))
+    async def flaky(ctx: RunContext, payload: Any) -> str:
+        if ctx.attempt == 1:
+            raise RuntimeError("first try fails\nsecond line not logged")
+        return "ok"
+
+    with caplog.at_level("DEBUG", logger="fairlane.worker.runs"):
+        async with AsyncClient(dsn) as client, running(fast_worker(tasks, dsn)):
+            run_id = await client.trigger("flaky", None, environment="acme", queue="q")
+            await wait_until(lambda: run_status(db, run_id) is RunStatus.COMPLETED, what="done")
+    events = [vars(r) for r in caplog.records if vars(r).get("run_id") == run_id]
+    assert [e["event"] for e in events] == ["started", "retried", "started", "completed"]
+    retried, completed = events[1], events[3]
+    assert (retried["task"], retried["environment"], retried["queue"]) == ("flaky", "acme", "q")
+    assert (retried["attempt"], completed["attempt"]) == (1, 2)
+    assert (retried["error_type"], retried["error"]) == ("RuntimeError", "first try fails")
+    assert completed["duration_ms"] >= 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from fairlane.errors import AbortRun, MaxDurationExceededError, PayloadError, Un
 from fairlane.models import ClaimedRun, RunStatus
 from fairlane.payload import encode_json
 from fairlane.worker.context import RunContext
+from fairlane.worker.events import run_event
 from fairlane.worker.lease_store import Completion, Failure, Lease
 from fairlane.worker.outcomes import OutcomeWriter
 from fairlane.worker.registry import TaskDefinition, TaskRegistry
@@ -124,34 +126,41 @@ async def execute(
     """
     run, ctx = active.run, active.ctx
     definition = registry.find(run.task)
+    started = time.monotonic()
+    if ctx.stop_reason is None:
+        run_event("started", run, level=logging.DEBUG)
     with tracing.run_span(run) as span:
         error, result, cut_short, invalid_payload = await _run_handler(active, definition, limiter)
         ended = "FAILED" if error is not None else "COMPLETED"
         tracing.end_run_span(span, ctx.stop_reason or ("TIMED_OUT" if cut_short else ended), error)
     active.handler_done = True
+    took = (time.monotonic() - started) * 1000
     if ctx.stop_reason == STOP_SHUTDOWN and cut_short:
+        run_event("released", run, duration_ms=took)
         writer.release(active.lease)
     elif ctx.stop_reason == STOP_LEASE_LOST:
-        log.warning("run %s: lease lost, result of attempt %s discarded", run.id, run.attempt)
+        # Its result is discarded: the run was reclaimed or re-claimed meanwhile.
+        run_event("lease_lost", run, duration_ms=took, level=logging.WARNING)
     elif ctx.stop_reason == STOP_CANCELED:
         # Nothing to write: the cancel ended the run, and the fence would refuse it anyway.
-        log.info("run %s: canceled during attempt %s; handler stopped", run.id, run.attempt)
+        run_event("canceled", run, duration_ms=took)
     elif cut_short:
         # Nobody asked for a stop, so the deadline did.
         ctx.request_stop()
         timeout = MaxDurationExceededError(f"run exceeded max_duration of {run.max_duration_s}s")
-        await _failed(active, definition, timeout, writer, limiter, RunStatus.TIMED_OUT)
+        await _failed(active, definition, timeout, writer, limiter, RunStatus.TIMED_OUT, took=took)
     elif error is not None:
         code = "INVALID_PAYLOAD" if invalid_payload else None
-        await _failed(active, definition, error, writer, limiter, code=code)
+        await _failed(active, definition, error, writer, limiter, code=code, took=took)
     else:
         try:
             stored = _encode_result(definition, result)
         except PayloadError as bad_result:
-            await _failed(active, definition, bad_result, writer, limiter)
+            await _failed(active, definition, bad_result, writer, limiter, took=took)
             return
         if definition is not None:
             await _hook(definition.on_success, ctx, result, limiter)
+        run_event("completed", run, duration_ms=took)
         writer.complete(Completion(active.lease, stored))
 
 
@@ -205,6 +214,7 @@ async def _failed(
     final: RunStatus | None = None,
     *,
     code: str | None = None,
+    took: float | None = None,
 ) -> None:
     """Hand a failure to the writer: a retry (DELAYED) while the task's policy allows one and
     attempts are left, else a final status, after the ``on_failure`` hook."""
@@ -216,6 +226,9 @@ async def _failed(
         failure = _failure(active, error, definition)
     if failure.next_status != "DELAYED" and definition is not None:
         await _hook(definition.on_failure, active.ctx, error, limiter)
+    event = {"DELAYED": "retried", "TIMED_OUT": "timed_out"}.get(failure.next_status, "failed")
+    level = logging.INFO if event == "retried" else logging.WARNING
+    run_event(event, active.run, duration_ms=took, error=error, level=level)
     writer.fail(failure)
 
 
