@@ -13,16 +13,30 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
+import psycopg
 
 from fairlane.client import Client
 from fairlane.config import schema_name
-from fairlane.errors import FairlaneError, PayloadError, SchemaMismatchError
+from fairlane.connection import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_STATEMENT_TIMEOUT,
+    connect_failure,
+    unavailable,
+)
+from fairlane.errors import DatabaseUnavailable, FairlaneError, PayloadError, SchemaMismatchError
 from fairlane.schema import migrate
+from fairlane.schema.check import SCHEMA_REVISION
 from fairlane.worker import TaskRegistry, Worker
 
 Command = Callable[[argparse.Namespace], int]
 
-# Exit status when the database's schema is not migrated, or not this fairlane's.
+# Exit statuses (README, Command line): 0 done; 1 an unexpected error (with its traceback);
+# 2 refused: a bad argument or option, a malformed DSN, a refused login, a refused request;
+# 3 the database is unavailable (no connection within the connect timeout, connection lost,
+# no answer within the statement timeout); 4 its schema is not migrated, or not this
+# fairlane's (`fairlane migrate`).
+EXIT_REFUSED = 2
+EXIT_UNAVAILABLE = 3
 EXIT_SCHEMA = 4
 
 
@@ -99,7 +113,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds, poll_interval=args.poll_interval,
         listen=not args.no_listen, shutdown_grace=args.shutdown_grace,
         environments=args.environment or None, queues=args.queue or None,
-        batch_connections=args.batch_connections,
+        batch_connections=args.batch_connections, connect_timeout=args.connect_timeout,
+        statement_timeout=args.statement_timeout,
     )  # fmt: skip
     anyio.run(_run_worker, worker)
     print(json.dumps(worker.stats.as_dict()))
@@ -175,6 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-connections", type=int, default=4,
         help="most connections the worker's batch carriers hold at once (default: 4)",
     )  # fmt: skip
+    p.add_argument(
+        "--connect-timeout", type=float, default=DEFAULT_CONNECT_TIMEOUT,
+        help="seconds to open a connection (default: 5; libpq counts whole seconds, at least 2)",
+    )  # fmt: skip
+    p.add_argument(
+        "--statement-timeout", type=float, default=DEFAULT_STATEMENT_TIMEOUT,
+        help="seconds any statement of the worker may take (default: 30; heartbeats: less)",
+    )  # fmt: skip
     p.add_argument("--environment", action="append", help="claim only from these environments")
     p.add_argument(
         "--queue", action="append",
@@ -230,9 +253,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SchemaMismatchError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_SCHEMA
+    except DatabaseUnavailable as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     except FairlaneError as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_REFUSED
+    except psycopg.Error as error:
+        # A command on a plain connection (fairlane runs, limits, ...) met an outage.
+        failure = unavailable(error, sent=True) or connect_failure(error, SCHEMA_REVISION)
+        if failure is None:
+            raise
+        print(f"error: {failure}", file=sys.stderr)
+        if isinstance(failure, SchemaMismatchError):
+            return EXIT_SCHEMA
+        return EXIT_UNAVAILABLE if isinstance(failure, DatabaseUnavailable) else EXIT_REFUSED
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 import traceback
 from dataclasses import dataclass, field
 from functools import partial
@@ -38,6 +39,11 @@ class ActiveRun:
     confirmed_until: float
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     handler_done: bool = False
+    # Monotonic time the handler returned; whether an outcome went to the writer for it.
+    done_at: float = 0.0
+    outcome_queued: bool = False
+    # Whether the run holds one of the worker's slots (freed when its outcome is written).
+    slot_held: bool = False
 
     # What was left of max_duration when the handler started to wait (waiting does not count).
     paused_budget: float | None = None
@@ -111,6 +117,9 @@ async def execute(
                 error = raised
         cut_short = scope.cancelled_caught
     active.handler_done = True
+    active.done_at = time.monotonic()
+    # Every branch below but two hands the writer an outcome.
+    active.outcome_queued = ctx.stop_reason not in (STOP_LEASE_LOST, STOP_CANCELED)
     if ctx.stop_reason == STOP_SHUTDOWN and cut_short:
         writer.release(active.lease)
     elif ctx.stop_reason == STOP_LEASE_LOST:

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import psycopg
 
+from fairlane.connection import Outage
 from fairlane.engine import engine
 from fairlane.engine.statement import first_async
 from fairlane.worker.connections import LoopConnection
@@ -28,11 +29,15 @@ async def run_due_jobs(conn: psycopg.AsyncConnection[Any], schema: str) -> dict[
 async def periodic_loop(
     connection: LoopConnection, schema: str, stats: WorkerStats, *, interval: float
 ) -> None:
+    outage = Outage("periodic jobs", log)
     while True:
         try:
-            ran = await run_due_jobs(await connection.get(), schema)
+            async with connection.use() as conn:
+                ran = await run_due_jobs(conn, schema)
             stats.periodic_ticks += len(ran)
-        except psycopg.Error:
-            log.warning("periodic jobs failed; retrying next tick", exc_info=True)
+            outage.recovered()
+        except psycopg.Error as error:
+            # Retried next tick; logged once per outage.
+            outage.failed(error)
             await connection.discard()
         await anyio.sleep(interval)
