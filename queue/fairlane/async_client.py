@@ -1,30 +1,59 @@
 """The async client: ``Client``'s twin for asyncio code, method for method, with the same
-operations (fairlane.control) driven on an async connection.
+operations (fairlane.control) driven on async connections.
 
-It owns one connection, opened on first use, used one call at a time (a lock), in
-autocommit; a new connection is checked against the schema first.
+It draws them from a psycopg_pool ``AsyncConnectionPool``, its own or the caller's
+(``pool=``), with ``Client``'s guarantees: a connection checked before use, a call whose
+statement never went out (or is safe to repeat) repeated once on another connection, bounded
+connects and statements, ``DatabaseUnavailable`` or ``DatabaseTimeout`` on an outage. See
+fairlane.client.
 """
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import anyio
 import psycopg
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from fairlane import control
-from fairlane.client import bulk_filter, run_filter
+from fairlane.client import (
+    DEFAULT_MAX_CONNECTIONS,
+    bulk_filter,
+    client_options,
+    keyed_only,
+    retry_once,
+    run_filter,
+)
 from fairlane.config import database_url, psycopg_dsn, schema_name
+from fairlane.connection import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_STATEMENT_TIMEOUT,
+    Deadline,
+    bounded_async,
+    check_dsn,
+    pool_timeout,
+    unavailable,
+)
+from fairlane.connection.pools import (
+    CHECK_TIMEOUT_S,
+    ConnectFailures,
+    closed_while_idle,
+    recording_async_connection,
+)
 from fairlane.control import BulkResult, CancelResult, RunFilter
 from fairlane.durations import Duration
 from fairlane.engine import engine
-from fairlane.engine.statement import Operation, drive_async
+from fairlane.engine.statement import Operation, drive_async, rows_async
 from fairlane.engine.waits import WaitsOn
-from fairlane.errors import RunWaitTimeoutError
+from fairlane.errors import DatabaseUnavailable, RunWaitTimeoutError
 from fairlane.models import Run
 from fairlane.schema.check import check_schema_async
 from fairlane.triggering import api as triggering
@@ -32,71 +61,189 @@ from fairlane.triggering.request import TriggerRequest
 from fairlane.watching import POLL_INTERVAL_S, AsyncRunWatcher
 
 T = TypeVar("T")
+AsyncConn = psycopg.AsyncConnection[Any]
+
+log = logging.getLogger("fairlane.client")
 
 
 class AsyncClient:
-    def __init__(self, dsn: str | None = None, *, schema: str | None = None) -> None:
-        self.dsn = psycopg_dsn(database_url(dsn))
+    """``Client`` for asyncio: the same arguments, with an ``AsyncConnectionPool``."""
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str | None = None,
+        pool: AsyncConnectionPool[Any] | None = None,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
+        lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
+    ) -> None:
+        self.options = client_options(
+            dsn, pool, max_connections, connect_timeout=connect_timeout,
+            statement_timeout=statement_timeout, lock_timeout=lock_timeout,
+        )  # fmt: skip
         self.schema = schema_name(schema)
         self._engine = engine(self.schema)
-        self._conn: psycopg.AsyncConnection[Any] | None = None
-        self._lock = anyio.Lock()
+        self._connect_failures = ConnectFailures()
+        self.dsn: str | None
+        if pool is None:
+            self.dsn = check_dsn(psycopg_dsn(database_url(dsn)))
+            self._pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                self.dsn, connection_class=recording_async_connection(self._connect_failures),
+                kwargs=self.options.kwargs(self.dsn), min_size=0, max_size=max_connections,
+                open=False, timeout=connect_timeout,
+                name="fairlane-async-client", num_workers=1,
+            )  # fmt: skip
+        else:
+            self.dsn = None
+            self._pool = pool
+        self._owns_pool = pool is None
+        self._opened = not self._owns_pool
+        self._open_lock = anyio.Lock()
+        self._schema_checked = False
         self._watcher: AsyncRunWatcher | None = None
 
-    async def _connection(self) -> psycopg.AsyncConnection[Any]:
-        if self._conn is None or self._conn.closed:
-            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
-            try:
-                await check_schema_async(conn, self.schema)
-            except BaseException:
-                await conn.close()
-                raise
-            self._conn = conn
-        return self._conn
+    # -- connections ------------------------------------------------------------------------
 
-    async def _drive(self, operation: Operation[T]) -> T:
-        async with self._lock:
-            return await drive_async(await self._connection(), operation)
+    async def _usable(self, conn: AsyncConn, give_up_at: float) -> bool:
+        """Whether a connection from the pool may be used: one the server closed while it was
+        idle is noticed without a round trip; one of the client's own pool must also answer
+        an empty query within ``CHECK_TIMEOUT_S`` (a caller's pool checks as it was told)."""
+        if closed_while_idle(conn):
+            return False
+        if not self._owns_pool:
+            return True
+        within = min(CHECK_TIMEOUT_S, max(give_up_at - time.monotonic(), 0.05))
+        try:
+            async with bounded_async(conn, within):
+                await AsyncConnectionPool.check_connection(conn)
+        except psycopg.Error:
+            return False
+        return True
+
+    async def _getconn(self) -> AsyncConn:
+        """A checked connection within the connect timeout, or ``DatabaseUnavailable``."""
+        if not self._opened:
+            async with self._open_lock:
+                if not self._opened:
+                    await self._pool.open()
+                    self._opened = True
+        give_up_at = time.monotonic() + self.options.connect_timeout
+        while True:
+            remaining = give_up_at - time.monotonic()
+            try:
+                conn: AsyncConn = await self._pool.getconn(timeout=max(remaining, 0.001))
+            except PoolTimeout as error:
+                last = self._connect_failures.recent()
+                raise pool_timeout(self.options.connect_timeout, last) from error
+            try:
+                usable = await self._usable(conn, give_up_at)
+            except BaseException:
+                await self._putconn(conn)
+                raise
+            if usable:
+                return conn
+            # Broken: the pool discards it. Then the next one, or a new one, at once.
+            await self._putconn(conn)
+
+    async def _putconn(self, conn: AsyncConn) -> None:
+        # Shielded: a cancelled call must not keep its connection out of the pool.
+        with anyio.CancelScope(shield=True):
+            await self._pool.putconn(conn)
+
+    async def _once(self, work: Callable[[AsyncConn], Awaitable[T]]) -> T:
+        conn = await self._getconn()
+        sent = False
+        deadline: Deadline | None = None
+        try:
+            within = self.options.answer_within
+            if not self._schema_checked:
+                async with bounded_async(conn, within) as deadline:
+                    await check_schema_async(conn, self.schema)
+                self._schema_checked = True
+            sent = True
+            async with bounded_async(conn, within) as deadline:
+                result = await work(conn)
+                if not conn.autocommit:
+                    await conn.commit()
+            return result
+        except psycopg.Error as error:
+            failure = unavailable(error, sent=sent, deadline=deadline)
+            if failure is None:
+                raise
+            raise failure from error
+        finally:
+            await self._putconn(conn)
+
+    async def _call(
+        self, work: Callable[[AsyncConn], Awaitable[T]], *, repeatable: bool = False
+    ) -> T:
+        try:
+            return await self._once(work)
+        except DatabaseUnavailable as failure:
+            if not retry_once(failure, repeatable):
+                raise
+            log.info("%s; repeating the call once on another connection", failure)
+        return await self._once(work)
+
+    async def _drive(self, make: Callable[[], Operation[T]], *, repeatable: bool = False) -> T:
+        async def work(conn: AsyncConn) -> T:
+            return await drive_async(conn, make())
+
+        return await self._call(work, repeatable=repeatable)
 
     async def trigger(self, task: str, payload: Any = None, **options: Any) -> int:
         """``Client.trigger``: create a run, committed on return; returns its id."""
         return (await self.trigger_many([TriggerRequest(task, payload, **options)]))[0]
 
     async def trigger_many(self, requests: Sequence[TriggerRequest]) -> list[int]:
-        """Create many runs in one statement, all or none; returns ids in request order."""
-        async with self._lock:
-            conn = await self._connection()
-            return await triggering.trigger_many_async(conn, requests, schema=self.schema)
+        """``Client.trigger_many``: one statement, all or none; ids in request order."""
+        if not requests:
+            return []
+        statement = triggering.trigger_statement(requests, schema=self.schema)
+
+        async def work(conn: AsyncConn) -> list[int]:
+            return triggering.ids_in_order(requests, await rows_async(conn, statement))
+
+        return await self._call(work, repeatable=keyed_only(requests))
 
     async def create_failed_run(
         self, task: str, payload: Any = None, *, code: str, message: str, **options: Any
     ) -> int:
         """``Client.create_failed_run``."""
         params = control.failed_run_params(task, payload, code=code, message=message, **options)
-        return await self._drive(control.create_failed_run(self._engine, params))
+        return await self._drive(lambda: control.create_failed_run(self._engine, params))
 
     async def get_run(self, run_id: int) -> Run:
-        return await self._drive(control.get_run(self._engine, run_id))
+        return await self._drive(lambda: control.get_run(self._engine, run_id), repeatable=True)
 
     async def list_runs(self, filters: RunFilter | None = None, **by: Any) -> list[Run]:
-        return await self._drive(control.list_runs(self._engine, run_filter(filters, by)))
+        found = run_filter(filters, by)
+        return await self._drive(lambda: control.list_runs(self._engine, found), repeatable=True)
 
     async def waits_on(self, run_id: int) -> list[WaitsOn]:
         """What a run waits on (a WAITING run's children, times, tokens, batch)."""
-        return await self._drive(control.waits_on(self._engine, run_id))
+        return await self._drive(lambda: control.waits_on(self._engine, run_id), repeatable=True)
 
     async def retry_many(self, filters: RunFilter | None = None, **by: Any) -> BulkResult:
         """Retry every matching run that ended badly, 1,000 per statement (each its own
         transaction), newest first; refuses an empty filter (pass ``RunFilter`` fields)."""
-        return await self._drive(control.retry_many(self._engine, bulk_filter(filters, by)))
+        found = bulk_filter(filters, by)
+        return await self._drive(lambda: control.retry_many(self._engine, found))
 
     async def cancel_many(self, filters: RunFilter | None = None, **by: Any) -> BulkResult:
         """Cancel every matching run still going, with its descendants, 1,000 per statement."""
-        return await self._drive(control.cancel_many(self._engine, bulk_filter(filters, by)))
+        found = bulk_filter(filters, by)
+        return await self._drive(lambda: control.cancel_many(self._engine, found))
 
     async def count_matching(self, filters: RunFilter | None = None, **by: Any) -> int:
         """How many runs ``retry_many`` or ``cancel_many`` would take."""
-        return await self._drive(control.count_matching(self._engine, run_filter(filters, by)))
+        found = run_filter(filters, by)
+        return await self._drive(
+            lambda: control.count_matching(self._engine, found), repeatable=True
+        )
 
     async def wait_for_run(
         self,
@@ -110,7 +257,7 @@ class AsyncClient:
         if run.status.is_final:
             return run
         if self._watcher is None:
-            self._watcher = AsyncRunWatcher(self.dsn, self.schema)
+            self._watcher = AsyncRunWatcher(self._watch_dsn(), self.schema)
         watcher = self._watcher
         await watcher.start()
         deadline = math.inf if timeout is None else anyio.current_time() + max(timeout, 0.0)
@@ -132,30 +279,41 @@ class AsyncClient:
             finally:
                 watcher.unregister(run_id, event)
 
+    def _watch_dsn(self) -> str:
+        """Where the run watcher's LISTEN connection goes: the client's database."""
+        conninfo = self._pool.conninfo
+        return self.dsn or (
+            conninfo if isinstance(conninfo, str) else psycopg_dsn(database_url(None))
+        )
+
     async def _watch(self, run_id: int) -> Run:
-        async with self._lock:
-            conn = await self._connection()
+        async def watch(conn: AsyncConn) -> Run:
             async with conn.transaction():
                 return await drive_async(conn, control.watch_run(self._engine, run_id))
 
+        return await self._call(watch, repeatable=True)
+
     async def count_by_status(self) -> dict[str, int]:
-        return await self._drive(control.count_by_status(self._engine))
+        return await self._drive(lambda: control.count_by_status(self._engine), repeatable=True)
 
     async def cancel(self, run_id: int) -> CancelResult:
         """``Client.cancel``."""
-        return await self._drive(control.cancel(self._engine, run_id))
+        return await self._drive(lambda: control.cancel(self._engine, run_id))
 
     async def reschedule(self, run_id: int, delay: Duration | datetime) -> Run:
         """``Client.reschedule``."""
-        return await self._drive(control.reschedule(self._engine, run_id, delay))
+        return await self._drive(
+            lambda: control.reschedule(self._engine, run_id, delay), repeatable=True
+        )
 
     async def retry(self, run_id: int) -> Run:
         """``Client.retry``."""
-        return await self._drive(control.retry(self._engine, run_id))
+        return await self._drive(lambda: control.retry(self._engine, run_id))
 
     async def close(self) -> None:
-        if self._conn is not None:
-            await self._conn.close()
+        """Close the client's own pool (a caller's pool is left open)."""
+        if self._owns_pool and self._opened:
+            await self._pool.close()
         if self._watcher is not None:
             await self._watcher.close()
 

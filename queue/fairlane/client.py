@@ -1,33 +1,74 @@
 """The sync client: trigger runs, read them back and act on them from sync code (a WSGI view,
-a script, a thread). ``AsyncClient`` (fairlane.async_client) is its async twin, method for
+a script, threads). ``AsyncClient`` (fairlane.async_client) is its async twin, method for
 method.
 
-A client owns one connection, opened on first use, used one call at a time (a lock), in
-autocommit: every call is committed on return. A new connection is checked first: a database
-whose schema is not this fairlane's raises ``SchemaMismatchError``. To trigger inside your own
-transaction, use ``fairlane.trigger`` with your connection or session instead.
+A client draws its connections from a psycopg_pool ``ConnectionPool``: its own (at most
+``max_connections``, opened on first use), or one of the caller's (``pool=``). Every call
+runs in autocommit and is committed on return. Connections survive what a server does to
+them:
+
+- a connection is checked before use (the pool's ``check``; with a caller's pool that has
+  none, a connection the server closed while idle is noticed without a round trip), so a
+  connection the server dropped while idle (a restart, ``pg_terminate_backend``) is replaced
+  before a statement goes out;
+- a call whose connection failed before its statement was sent, or whose statement is safe to
+  repeat (reads, a reschedule, a trigger whose every request has an idempotency key), is
+  repeated once on another connection;
+- ``connect_timeout`` bounds getting a connection, ``statement_timeout`` and
+  ``lock_timeout`` every statement (connection parameters, so nothing is SET on the session);
+  a server that does not answer at all is given up on ``ABORT_GRACE_S`` after the statement
+  timeout. An outage raises ``DatabaseUnavailable``, a statement out of time
+  ``DatabaseTimeout``: never a hang, never a raw psycopg error.
+
+The first connection is checked against the schema: a database whose schema is not this
+fairlane's raises ``SchemaMismatchError``. To trigger inside your own transaction, use
+``fairlane.trigger`` with your connection or session instead.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from fairlane import control
 from fairlane.config import database_url, psycopg_dsn, schema_name
+from fairlane.connection import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_STATEMENT_TIMEOUT,
+    ConnectionOptions,
+    Deadline,
+    bounded,
+    check_dsn,
+    pool_timeout,
+    unavailable,
+)
+from fairlane.connection.pools import (
+    CHECK_TIMEOUT_S,
+    ConnectFailures,
+    closed_while_idle,
+    recording_connection,
+)
 from fairlane.control import BulkResult, CancelResult, RunFilter
 from fairlane.durations import Duration
 from fairlane.engine import engine
-from fairlane.engine.statement import Operation, drive
+from fairlane.engine.statement import Operation, drive, rows
 from fairlane.engine.waits import WaitsOn
-from fairlane.errors import ConfigurationError, RunWaitTimeoutError
+from fairlane.errors import (
+    ConfigurationError,
+    DatabaseTimeout,
+    DatabaseUnavailable,
+    RunWaitTimeoutError,
+)
 from fairlane.models import Run
 from fairlane.schema.check import check_schema
 from fairlane.triggering import api as triggering
@@ -35,6 +76,12 @@ from fairlane.triggering.request import TriggerRequest
 from fairlane.watching import POLL_INTERVAL_S, RunWatcher
 
 T = TypeVar("T")
+SyncConn = psycopg.Connection[Any]
+
+log = logging.getLogger("fairlane.client")
+
+# Connections a client's own pool holds at most.
+DEFAULT_MAX_CONNECTIONS = 4
 
 
 def run_filter(filters: RunFilter | None, by: dict[str, Any]) -> RunFilter:
@@ -52,30 +99,161 @@ def bulk_filter(filters: RunFilter | None, by: dict[str, Any]) -> RunFilter:
     return chosen
 
 
+def client_options(
+    dsn: str | None, pool: object | None, max_connections: int, **timeouts: Any
+) -> ConnectionOptions:
+    """The checks both clients make of their arguments, and their connection options."""
+    if dsn is not None and pool is not None:
+        raise ConfigurationError("pass a dsn or a pool, not both")
+    if isinstance(max_connections, bool) or not isinstance(max_connections, int):
+        raise ConfigurationError(f"max_connections must be an integer, not {max_connections!r}")
+    if max_connections < 1:
+        raise ConfigurationError(f"max_connections must be at least 1, not {max_connections}")
+    return ConnectionOptions(application_name="fairlane client", **timeouts)
+
+
+def keyed_only(requests: Sequence[TriggerRequest]) -> bool:
+    """Whether repeating the trigger is harmless: every request has an idempotency key, so a
+    repeat finds the runs the first attempt made, if it made them."""
+    return all(request.idempotency_key is not None for request in requests)
+
+
+def retry_once(failure: DatabaseUnavailable, repeatable: bool) -> bool:
+    """Whether a call that failed with ``failure`` is repeated on another connection: the
+    connection was lost (not a timeout, not a pool that gave none), and the statement had not
+    been sent or is safe to repeat."""
+    if isinstance(failure, DatabaseTimeout) or isinstance(failure.__cause__, PoolTimeout):
+        return False
+    return repeatable or not failure.sent
+
+
 class Client:
-    def __init__(self, dsn: str | None = None, *, schema: str | None = None) -> None:
-        self.dsn = psycopg_dsn(database_url(dsn))
+    """A client of the database at ``dsn`` (default: ``DATABASE_URL``), or of ``pool``.
+
+    ``max_connections`` (default 4) caps the client's own pool. ``connect_timeout`` (default
+    5 s) bounds getting a connection; ``statement_timeout`` (30 s) and ``lock_timeout``
+    (10 s) bound each statement (None: the server's setting). With a caller's pool, the
+    timeouts the server enforces are the pool's own connection parameters (see
+    ``ConnectionOptions.kwargs``); fairlane still gives up on a call at
+    ``statement_timeout`` plus ``ABORT_GRACE_S``. The pool should be autocommit (a call on a
+    connection that is not is committed on return) and have a ``check``.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str | None = None,
+        pool: ConnectionPool[Any] | None = None,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
+        lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
+    ) -> None:
+        self.options = client_options(
+            dsn, pool, max_connections, connect_timeout=connect_timeout,
+            statement_timeout=statement_timeout, lock_timeout=lock_timeout,
+        )  # fmt: skip
         self.schema = schema_name(schema)
         self._engine = engine(self.schema)
-        self._conn: psycopg.Connection[Any] | None = None
-        self._lock = threading.Lock()
+        self._connect_failures = ConnectFailures()
+        self.dsn: str | None
+        if pool is None:
+            self.dsn = check_dsn(psycopg_dsn(database_url(dsn)))
+            self._pool: ConnectionPool[Any] = ConnectionPool(
+                self.dsn, connection_class=recording_connection(self._connect_failures),
+                kwargs=self.options.kwargs(self.dsn), min_size=0, max_size=max_connections,
+                open=False, timeout=connect_timeout,
+                name="fairlane-client", num_workers=1,
+            )  # fmt: skip
+        else:
+            self.dsn = None
+            self._pool = pool
+        self._owns_pool = pool is None
+        self._opened = not self._owns_pool
+        self._open_lock = threading.Lock()
+        self._schema_checked = False
         self._watcher: RunWatcher | None = None
         self._watcher_lock = threading.Lock()
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed:
-            conn = psycopg.Connection.connect(self.dsn, autocommit=True)
-            try:
-                check_schema(conn, self.schema)
-            except BaseException:
-                conn.close()
-                raise
-            self._conn = conn
-        return self._conn
+    # -- connections ------------------------------------------------------------------------
 
-    def _drive(self, operation: Operation[T]) -> T:
-        with self._lock:
-            return drive(self._connection(), operation)
+    def _usable(self, conn: SyncConn, give_up_at: float) -> bool:
+        """Whether a connection from the pool may be used: one the server closed while it was
+        idle is noticed without a round trip; one of the client's own pool must also answer
+        an empty query within ``CHECK_TIMEOUT_S`` (a caller's pool checks as it was told)."""
+        if closed_while_idle(conn):
+            return False
+        if not self._owns_pool:
+            return True
+        within = min(CHECK_TIMEOUT_S, max(give_up_at - time.monotonic(), 0.05))
+        try:
+            with bounded(conn, within):
+                ConnectionPool.check_connection(conn)
+        except psycopg.Error:
+            return False
+        return True
+
+    def _getconn(self) -> SyncConn:
+        """A checked connection within the connect timeout, or ``DatabaseUnavailable``."""
+        if not self._opened:
+            with self._open_lock:
+                if not self._opened:
+                    self._pool.open()
+                    self._opened = True
+        give_up_at = time.monotonic() + self.options.connect_timeout
+        while True:
+            remaining = give_up_at - time.monotonic()
+            try:
+                conn: SyncConn = self._pool.getconn(timeout=max(remaining, 0.001))
+            except PoolTimeout as error:
+                last = self._connect_failures.recent()
+                raise pool_timeout(self.options.connect_timeout, last) from error
+            try:
+                usable = self._usable(conn, give_up_at)
+            except BaseException:
+                self._pool.putconn(conn)
+                raise
+            if usable:
+                return conn
+            # Broken: the pool discards it. Then the next one, or a new one, at once.
+            self._pool.putconn(conn)
+
+    def _once(self, work: Callable[[SyncConn], T]) -> T:
+        conn = self._getconn()
+        sent = False
+        deadline: Deadline | None = None
+        try:
+            within = self.options.answer_within
+            if not self._schema_checked:
+                with bounded(conn, within) as deadline:
+                    check_schema(conn, self.schema)
+                self._schema_checked = True
+            sent = True
+            with bounded(conn, within) as deadline:
+                result = work(conn)
+                if not conn.autocommit:
+                    conn.commit()
+            return result
+        except psycopg.Error as error:
+            failure = unavailable(error, sent=sent, deadline=deadline)
+            if failure is None:
+                raise
+            raise failure from error
+        finally:
+            self._pool.putconn(conn)
+
+    def _call(self, work: Callable[[SyncConn], T], *, repeatable: bool = False) -> T:
+        try:
+            return self._once(work)
+        except DatabaseUnavailable as failure:
+            if not retry_once(failure, repeatable):
+                raise
+            log.info("%s; repeating the call once on another connection", failure)
+        return self._once(work)
+
+    def _drive(self, make: Callable[[], Operation[T]], *, repeatable: bool = False) -> T:
+        return self._call(lambda conn: drive(conn, make()), repeatable=repeatable)
 
     # -- triggering -------------------------------------------------------------------------
 
@@ -90,9 +268,18 @@ class Client:
         return self.trigger_many([TriggerRequest(task, payload, **options)])[0]
 
     def trigger_many(self, requests: Sequence[TriggerRequest]) -> list[int]:
-        """Create many runs in one statement, all or none; returns ids in request order."""
-        with self._lock:
-            return triggering.trigger_many(self._connection(), requests, schema=self.schema)
+        """Create many runs in one statement, all or none; returns ids in request order.
+
+        Repeated once on another connection if the connection is lost and every request has an
+        idempotency key (the repeat finds the runs the first attempt made, if it made any)."""
+        if not requests:
+            return []
+        # Checked before a connection is taken: a bad option costs no round trip.
+        statement = triggering.trigger_statement(requests, schema=self.schema)
+        return self._call(
+            lambda conn: triggering.ids_in_order(requests, rows(conn, statement)),
+            repeatable=keyed_only(requests),
+        )
 
     def create_failed_run(
         self, task: str, payload: Any = None, *, code: str, message: str, **options: Any
@@ -101,35 +288,39 @@ class Client:
         ``PAYLOAD_TOO_LARGE``): it never runs, and whatever waits on it sees it final.
         ``options``: environment, queue, parent_run_id, tags, metadata, machine."""
         params = control.failed_run_params(task, payload, code=code, message=message, **options)
-        return self._drive(control.create_failed_run(self._engine, params))
+        return self._drive(lambda: control.create_failed_run(self._engine, params))
 
     # -- reading ----------------------------------------------------------------------------
 
     def get_run(self, run_id: int) -> Run:
         """Raises ``RunNotFoundError`` for an unknown id."""
-        return self._drive(control.get_run(self._engine, run_id))
+        return self._drive(lambda: control.get_run(self._engine, run_id), repeatable=True)
 
     def list_runs(self, filters: RunFilter | None = None, **by: Any) -> list[Run]:
         """Runs newest first, filtered by environment, queue, task, status, tags (all
         optional): pass a ``RunFilter`` or its fields as keywords."""
-        return self._drive(control.list_runs(self._engine, run_filter(filters, by)))
+        found = run_filter(filters, by)
+        return self._drive(lambda: control.list_runs(self._engine, found), repeatable=True)
 
     def waits_on(self, run_id: int) -> list[WaitsOn]:
         """What a run waits on (a WAITING run's children, times, tokens, batch)."""
-        return self._drive(control.waits_on(self._engine, run_id))
+        return self._drive(lambda: control.waits_on(self._engine, run_id), repeatable=True)
 
     def retry_many(self, filters: RunFilter | None = None, **by: Any) -> BulkResult:
         """Retry every matching run that ended badly, 1,000 per statement (each its own
         transaction), newest first; refuses an empty filter (pass ``RunFilter`` fields)."""
-        return self._drive(control.retry_many(self._engine, bulk_filter(filters, by)))
+        found = bulk_filter(filters, by)
+        return self._drive(lambda: control.retry_many(self._engine, found))
 
     def cancel_many(self, filters: RunFilter | None = None, **by: Any) -> BulkResult:
         """Cancel every matching run still going, with its descendants, 1,000 per statement."""
-        return self._drive(control.cancel_many(self._engine, bulk_filter(filters, by)))
+        found = bulk_filter(filters, by)
+        return self._drive(lambda: control.cancel_many(self._engine, found))
 
     def count_matching(self, filters: RunFilter | None = None, **by: Any) -> int:
         """How many runs ``retry_many`` or ``cancel_many`` would take."""
-        return self._drive(control.count_matching(self._engine, run_filter(filters, by)))
+        found = run_filter(filters, by)
+        return self._drive(lambda: control.count_matching(self._engine, found), repeatable=True)
 
     def wait_for_run(
         self, run_id: int, *, timeout: float | None = None,
@@ -145,7 +336,7 @@ class Client:
             return run
         with self._watcher_lock:
             if self._watcher is None:
-                self._watcher = RunWatcher(self.dsn, self.schema)
+                self._watcher = RunWatcher(self._watch_dsn(), self.schema)
             watcher = self._watcher
         watcher.start()
         deadline = math.inf if timeout is None else time.monotonic() + max(timeout, 0.0)
@@ -167,14 +358,22 @@ class Client:
             finally:
                 watcher.unregister(run_id, event)
 
+    def _watch_dsn(self) -> str:
+        """Where the run watcher's LISTEN connection goes: the client's database."""
+        conninfo = self._pool.conninfo
+        return self.dsn or (
+            conninfo if isinstance(conninfo, str) else psycopg_dsn(database_url(None))
+        )
+
     def _watch(self, run_id: int) -> Run:
-        with self._lock:
-            conn = self._connection()
+        def watch(conn: SyncConn) -> Run:
             with conn.transaction():
                 return drive(conn, control.watch_run(self._engine, run_id))
 
+        return self._call(watch, repeatable=True)
+
     def count_by_status(self) -> dict[str, int]:
-        return self._drive(control.count_by_status(self._engine))
+        return self._drive(lambda: control.count_by_status(self._engine), repeatable=True)
 
     # -- acting on runs ---------------------------------------------------------------------
 
@@ -184,25 +383,26 @@ class Client:
         A QUEUED or DELAYED run ends at once. An EXECUTING one ends at once too, and its worker
         is told to cancel the handler, whose outcome the lease fence then refuses.
         """
-        return self._drive(control.cancel(self._engine, run_id))
+        return self._drive(lambda: control.cancel(self._engine, run_id))
 
     def reschedule(self, run_id: int, delay: Duration | datetime) -> Run:
         """Move a DELAYED run's start to ``delay`` from now, or to an aware datetime.
 
         Raises ``RunNotDelayedError`` when the run is not DELAYED (it started or ended)."""
-        return self._drive(control.reschedule(self._engine, run_id, delay))
+        return self._drive(lambda: control.reschedule(self._engine, run_id, delay), repeatable=True)
 
     def retry(self, run_id: int) -> Run:
         """Requeue a run that ended FAILED, CRASHED, TIMED_OUT, EXPIRED or SYSTEM_FAILURE with
         one more attempt (sql/runs/control.sql). Raises ``RunNotRetryableError`` for other
         statuses and ``QueueSizeLimitExceeded`` when its queue is full."""
-        return self._drive(control.retry(self._engine, run_id))
+        return self._drive(lambda: control.retry(self._engine, run_id))
 
     # -- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
+        """Close the client's own pool (a caller's pool is left open)."""
+        if self._owns_pool and self._opened:
+            self._pool.close()
         if self._watcher is not None:
             self._watcher.close()
 

@@ -20,6 +20,26 @@ class ConfigurationError(FairlaneError):
     """A setting is missing or malformed."""
 
 
+class DatabaseUnavailable(FairlaneError):
+    """The database could not be reached or stopped answering: no connection within the
+    connect timeout, a connection lost during a call, or no answer in time
+    (``DatabaseTimeout``). The psycopg error, when there is one, is the ``__cause__``.
+
+    ``sent`` says whether the call had sent a statement: False, nothing reached the server
+    and the call can be repeated as it is; True, it may or may not have been applied.
+    """
+
+    def __init__(self, message: str, *, sent: bool = False) -> None:
+        self.sent = sent
+        super().__init__(message)
+
+
+class DatabaseTimeout(DatabaseUnavailable):
+    """A statement did not finish in time: the server cancelled it (``statement_timeout``,
+    ``lock_timeout``), or it did not answer within the statement timeout and the connection
+    was abandoned (a hung server or network)."""
+
+
 class SettingError(ConfigurationError):
     """A limit, scheduler knob, batch limit or maintenance setting was given a value out of
     its range; nothing was changed. ``setting`` names it, ``value`` is the value as given."""
@@ -369,19 +389,26 @@ class SchemaMismatchError(FairlaneError):
 
     ``found`` is the database's revision (None: not migrated), ``needed`` the revision this
     package needs, ``differing`` the SQL objects whose installed checksum differs from this
-    package's (revision equal). ``newer`` says the database is ahead of the package.
+    package's (revision equal). ``newer`` says the database is ahead of the package;
+    ``missing_database`` names a database that does not exist at all.
     """
 
     def __init__(
         self, found: str | None, needed: str, *, differing: tuple[str, ...] = (),
-        newer: bool = False,
+        newer: bool = False, missing_database: str | None = None,
     ) -> None:  # fmt: skip
         self.found = found
         self.needed = needed
         self.differing = differing
         self.newer = newer
+        self.missing_database = missing_database
         at = found or "none (not migrated)"
-        if newer:
+        if missing_database is not None:
+            message = (
+                f"database {missing_database!r} does not exist: run `fairlane migrate` "
+                "(it creates the database)"
+            )
+        elif newer:
             message = (
                 f"database schema is at {at}, newer than this fairlane ({needed}): upgrade fairlane"
             )

@@ -28,6 +28,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from fairlane.batches.items import item_request
+from fairlane.connection import ConnectionOptions
 from fairlane.control import BATCH_ITEM_COULD_NOT_TRIGGER
 from fairlane.engine import engine
 from fairlane.engine.statement import Statement, first_async, run_async
@@ -63,12 +64,17 @@ class BatchItemProcessor:
     """The handler's state in one worker: its database, and a small pool of connections,
     opened when the first carrier runs."""
 
-    def __init__(self, dsn: str, schema: str, *, max_connections: int = BATCH_CONNECTIONS) -> None:
+    def __init__(
+        self, dsn: str, schema: str, *, max_connections: int = BATCH_CONNECTIONS,
+        options: ConnectionOptions | None = None,
+    ) -> None:  # fmt: skip
         self.schema = schema
         self._batches = engine(schema).batches
+        options = options or ConnectionOptions(application_name="fairlane batches")
         self._pool = AsyncConnectionPool(
             dsn, min_size=0, max_size=max_connections, open=False,
-            kwargs={"autocommit": True}, name="fairlane-batch-carriers",
+            kwargs=options.kwargs(dsn), name="fairlane-batch-carriers",
+            timeout=options.connect_timeout,
         )  # fmt: skip
         self._opened = False
         self._open_lock = anyio.Lock()

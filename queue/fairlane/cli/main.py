@@ -30,6 +30,12 @@ from fairlane.cli.common import (
 )
 from fairlane.client import Client
 from fairlane.config import schema_name
+from fairlane.connection import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_STATEMENT_TIMEOUT,
+    connect_failure,
+    unavailable,
+)
 from fairlane.errors import (
     ApiKeyNotFoundError,
     BatchIndexError,
@@ -52,7 +58,7 @@ from fairlane.errors import (
     WaitpointNotFoundError,
 )
 from fairlane.schema import migrate
-from fairlane.schema.check import connect_checked
+from fairlane.schema.check import SCHEMA_REVISION, connect_checked
 from fairlane.worker import TaskRegistry, Worker
 
 Command = Callable[[argparse.Namespace], int]
@@ -128,7 +134,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds, poll_interval=args.poll_interval,
         listen=not args.no_listen, shutdown_grace=args.shutdown_grace,
         environments=args.environment or None, queues=args.queue or None,
-        batch_connections=args.batch_connections,
+        batch_connections=args.batch_connections, connect_timeout=args.connect_timeout,
+        statement_timeout=args.statement_timeout,
     )  # fmt: skip
     if args.metrics_port is not None:
         from fairlane.metrics import serve_worker_metrics
@@ -266,6 +273,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics at http://0.0.0.0:PORT/metrics (default: off)",
     )  # fmt: skip
     p.add_argument(
+        "--connect-timeout", type=float, default=DEFAULT_CONNECT_TIMEOUT,
+        help="seconds to open a connection (libpq counts whole seconds, at least 2)",
+    )  # fmt: skip
+    p.add_argument(
+        "--statement-timeout", type=float, default=DEFAULT_STATEMENT_TIMEOUT,
+        help="seconds any statement of the worker may take (heartbeats: less)",
+    )  # fmt: skip
+    p.add_argument(
         "--queue", action="append",
         help="claim only from these queues (and batch carriers, which any worker processes)",
     )  # fmt: skip
@@ -352,13 +367,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure("debug" if args.verbose else args.log_level, args.log_format)
     try:
         return int(args.func(args))
-    except (FairlaneError, psycopg.Error, OSError) as error:
-        # One line, no traceback: what went wrong is the message (-v shows the traceback).
-        if args.verbose:
-            logging.getLogger("fairlane").exception("command failed")
-        message = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-        print(f"error: {message}", file=sys.stderr)
-        return exit_code(error)
+    except psycopg.Error as error:
+        # A command on a plain connection (runs, limits, ...) met an outage, a refused login
+        # or a database that is not there: classified like the clients' errors.
+        failure = unavailable(error, sent=True) or connect_failure(error, SCHEMA_REVISION)
+        return _refused(failure or error, args.verbose)
+    except (FairlaneError, OSError) as error:
+        return _refused(error, args.verbose)
+
+
+def _refused(error: BaseException, verbose: bool) -> int:
+    """One line, no traceback (-v logs it): what went wrong is the message."""
+    if verbose:
+        logging.getLogger("fairlane").error("command failed", exc_info=error)
+    message = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+    print(f"error: {message}", file=sys.stderr)
+    return exit_code(error)
 
 
 if __name__ == "__main__":

@@ -78,7 +78,12 @@ async def check_schema_async(conn: psycopg.AsyncConnection[Any], schema: str) ->
 
 def connect_checked(dsn: str | None = None, schema: str | None = None) -> psycopg.Connection[Any]:
     """An autocommit connection to a database whose schema passed the check (for the CLI)."""
-    conn = psycopg.connect(psycopg_dsn(database_url(dsn)), autocommit=True)
+    from fairlane.connection import ConnectionOptions
+
+    url = psycopg_dsn(database_url(dsn))
+    # A connect timeout and keepalives; a command's statements may take as long as they take.
+    options = ConnectionOptions(statement_timeout=None, application_name="fairlane cli")
+    conn = psycopg.connect(url, **options.kwargs(url))
     try:
         check_schema(conn, schema_name(schema))
     except BaseException:

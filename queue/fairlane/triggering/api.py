@@ -49,7 +49,7 @@ def trigger_statement(
     return triggers.plain(runs_json)
 
 
-def _ids(requests: Sequence[TriggerRequest], rows: Sequence[TriggerRow]) -> list[int]:
+def ids_in_order(requests: Sequence[TriggerRequest], rows: Sequence[TriggerRow]) -> list[int]:
     """Run ids in request order, or the typed error of a rejected trigger (one row with no
     id). The keyed statement numbers its rows with the request index (``item``); the plain one
     inserts in request order, so there sorted ids follow it."""
@@ -98,11 +98,11 @@ def _trigger_many(
 ) -> list[int]:
     statement = trigger_statement(requests, schema=schema)
     if isinstance(conn, psycopg.Connection):
-        return _ids(requests, rows(conn, statement))
+        return ids_in_order(requests, rows(conn, statement))
     if isinstance(conn, Session):
         conn = conn.connection()
     if isinstance(conn, SAConnection):
-        return _ids(
+        return ids_in_order(
             requests, _sa_rows(statement, conn.exec_driver_sql(statement.sql, statement.params))
         )
     raise UnsupportedConnectionError(conn)
@@ -137,7 +137,7 @@ async def _trigger_many_async(
 ) -> list[int]:
     statement = trigger_statement(requests, schema=schema)
     if isinstance(conn, psycopg.AsyncConnection):
-        return _ids(requests, await rows_async(conn, statement))
+        return ids_in_order(requests, await rows_async(conn, statement))
     from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
     from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -145,7 +145,7 @@ async def _trigger_many_async(
         conn = await conn.connection()
     if isinstance(conn, SAAsyncConnection):
         result = await conn.exec_driver_sql(statement.sql, statement.params)
-        return _ids(requests, _sa_rows(statement, result))
+        return ids_in_order(requests, _sa_rows(statement, result))
     raise UnsupportedConnectionError(conn)
 
 

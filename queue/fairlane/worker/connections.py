@@ -1,50 +1,78 @@
-"""A worker loop's own connection, reopened after the server or network drops it."""
+"""A worker loop's own connection, reopened after the server or network drops it, with every
+statement bounded.
+
+Each connection is opened with the worker's ``ConnectionOptions``: a connect timeout, TCP
+keepalives, a ``statement_timeout``, and for the claim and heartbeat connections
+``synchronous_commit=off``, all as connection parameters (never a session-level SET, which
+would leak to other clients through a transaction-pooling PgBouncer). ``use`` arms a deadline
+past the statement timeout: a server that does not answer at all has its connection abandoned
+(fairlane.connection.deadline), the loop's statement fails, and the loop reconnects.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import psycopg
 
+from fairlane.connection import ConnectionOptions, bounded_async
+
 log = logging.getLogger("fairlane.worker")
+
+AsyncConn = psycopg.AsyncConnection[Any]
 
 
 class LoopConnection:
     """One autocommit connection per worker loop, so loops never wait on each other.
 
-    ``synchronous_commit`` may be turned off for statements whose loss in a server crash is
-    harmless: a lost claim leaves the run QUEUED, a lost heartbeat is repeated. Outcomes are
-    always written with the server's default durability.
+    ``synchronous_commit`` may be turned off (``options.settings``) for statements whose loss
+    in a server crash is harmless: a lost claim leaves the run QUEUED, a lost heartbeat is
+    repeated. Outcomes are always written with the server's default durability.
     """
 
     def __init__(
         self,
         dsn: str,
+        options: ConnectionOptions | None = None,
         *,
-        synchronous_commit: bool = True,
-        on_connect: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None = None,
+        on_connect: Callable[[AsyncConn], Awaitable[None]] | None = None,
     ) -> None:
         self._dsn = dsn
-        self._synchronous_commit = synchronous_commit
+        self.options = options or ConnectionOptions(application_name="fairlane worker")
+        self._kwargs = self.options.kwargs(dsn)
         # Run on every new connection before it is used (the worker's schema check).
         self._on_connect = on_connect
-        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._conn: AsyncConn | None = None
 
-    async def get(self) -> psycopg.AsyncConnection[Any]:
+    @property
+    def current(self) -> AsyncConn | None:
+        """The open connection, if any (for tests and diagnostics)."""
+        return self._conn
+
+    async def get(self) -> AsyncConn:
         if self._conn is None or self._conn.closed or self._conn.broken:
-            conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
+            conn = await psycopg.AsyncConnection.connect(self._dsn, **self._kwargs)
             try:
                 if self._on_connect is not None:
-                    await self._on_connect(conn)
-                if not self._synchronous_commit:
-                    await conn.execute("SET synchronous_commit = off")
+                    async with bounded_async(conn, self.options.answer_within):
+                        await self._on_connect(conn)
             except BaseException:
                 await conn.close()
                 raise
             self._conn = conn
         return self._conn
+
+    @contextlib.asynccontextmanager
+    async def use(self) -> AsyncIterator[AsyncConn]:
+        """The connection, for statements that must be answered within the statement timeout
+        (plus ``ABORT_GRACE_S``); past that the connection is abandoned and they fail with
+        ``psycopg.OperationalError``."""
+        conn = await self.get()
+        async with bounded_async(conn, self.options.answer_within):
+            yield conn
 
     async def discard(self) -> None:
         """Drop the connection after an error; the next ``get`` opens a new one."""

@@ -43,6 +43,11 @@ class ActiveRun:
     confirmed_until: float
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     handler_done: bool = False
+    # Monotonic time the handler returned; whether an outcome went to the writer for it.
+    done_at: float = 0.0
+    outcome_queued: bool = False
+    # Whether the run holds one of the worker's slots (freed when its outcome is written).
+    slot_held: bool = False
 
     # What was left of max_duration when the handler started to wait (waiting does not count).
     paused_budget: float | None = None
@@ -135,6 +140,9 @@ async def execute(
         tracing.end_run_span(span, ctx.stop_reason or ("TIMED_OUT" if cut_short else ended), error)
     active.handler_done = True
     took = (time.monotonic() - started) * 1000
+    active.done_at = time.monotonic()
+    # Every branch below but two hands the writer an outcome.
+    active.outcome_queued = ctx.stop_reason not in (STOP_LEASE_LOST, STOP_CANCELED)
     if ctx.stop_reason == STOP_SHUTDOWN and cut_short:
         run_event("released", run, duration_ms=took)
         writer.release(active.lease)

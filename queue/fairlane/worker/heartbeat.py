@@ -3,6 +3,12 @@
 A lease counts as ours only until the last confirmed beat plus the lease length. When the
 database says a lease is gone, or when no beat could confirm it in time (the database is
 unreachable), the handler is stopped: someone else may own the run by now.
+
+The deadlines are kept by a clock of their own (``enforce_deadlines``), which never waits on a
+beat: a heartbeat statement that hangs (a stopped backend, a partition) cannot keep a handler
+running past its lease. A beat itself is bounded by the heartbeat connection's statement
+timeout; one that goes unanswered has its connection abandoned, and the next beat goes out on
+a new one.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from collections.abc import Callable
 import anyio
 import psycopg
 
+from fairlane.connection import Outage
 from fairlane.worker.connections import LoopConnection
 from fairlane.worker.executor import ActiveRun
 from fairlane.worker.lease_store import LeaseStore
@@ -31,34 +38,44 @@ class Heartbeater:
         on_lost: Callable[[ActiveRun], None],
         *,
         interval: float,
+        on_abandoned: Callable[[ActiveRun], None] | None = None,
+        outcome_timeout: float | None = None,
     ) -> None:
         self._store = store
         self._held = held
         self._stats = stats
         self._on_lost = on_lost
         self.interval = interval
+        # A run whose handler returned is kept alive this long for its outcome to be written;
+        # then its lease may lapse, and ``on_abandoned`` is told when it has.
+        self.outcome_timeout = outcome_timeout
+        self._on_abandoned = on_abandoned
         self.paused = False
+        self._outage = Outage("heartbeat", log)
 
     async def run(self, connection: LoopConnection) -> None:
-        while True:
-            await anyio.sleep(self.interval)
-            if not self.paused:
-                await self.beat(connection)
-            self.expire_unconfirmed()
+        async with anyio.create_task_group() as group:
+            group.start_soon(self.enforce_deadlines)
+            while True:
+                await anyio.sleep(self.interval)
+                if not self.paused:
+                    await self.beat(connection)
 
     async def beat(self, connection: LoopConnection) -> set[int]:
         """Extend every held lease; stop the handlers whose lease is lost. Returns those."""
-        active = list(self._held.values())
+        sent_at = time.monotonic()
+        active = [run for run in self._held.values() if self._keep_alive(run, sent_at)]
         if not active:
             return set()
-        sent_at = time.monotonic()
         try:
-            conn = await connection.get()
-            lost = await self._store.heartbeat(conn, [run.lease for run in active])
-        except psycopg.Error:
-            log.warning("heartbeat failed; leases hold until their deadline", exc_info=True)
+            async with connection.use() as conn:
+                lost = await self._store.heartbeat(conn, [run.lease for run in active])
+        except psycopg.Error as error:
+            # Leases hold until their deadline; the deadline clock stops what lapses.
+            self._outage.failed(error)
             await connection.discard()
             return set()
+        self._outage.recovered()
         self._stats.heartbeats += 1
         for run in active:
             if self._held.get(run.run.id) is not run:
@@ -66,14 +83,45 @@ class Heartbeater:
             if run.run.id in lost:
                 self._on_lost(run)
             else:
-                run.confirmed_until = sent_at + self._store.lease_seconds
+                run.confirmed_until = max(run.confirmed_until, sent_at + self._store.lease_seconds)
         return lost
 
-    def expire_unconfirmed(self) -> None:
+    def _keep_alive(self, run: ActiveRun, now: float) -> bool:
+        """Whether a beat extends the run: while its handler runs, and for ``outcome_timeout``
+        after it returned (its outcome is being written). A writer that cannot write within
+        that stops extending the lease: the run goes back to the database's reclaim."""
+        if not run.handler_done or self.outcome_timeout is None:
+            return True
+        return now - run.done_at < self.outcome_timeout
+
+    async def enforce_deadlines(self) -> None:
+        """Stop every handler whose lease was not confirmed in time, on time: sleeps until the
+        earliest deadline (or a quarter lease), whatever the beats are doing."""
+        tick = self._store.lease_seconds / 4
+        while True:
+            earliest = self.expire_unconfirmed()
+            wait = tick if earliest is None else min(earliest - time.monotonic(), tick)
+            await anyio.sleep(max(wait, 0.001))
+
+    def expire_unconfirmed(self) -> float | None:
+        """Stop the handlers whose deadline passed; returns the earliest deadline still ahead
+        (None when no handler holds one)."""
         now = time.monotonic()
+        earliest: float | None = None
         for run in list(self._held.values()):
-            if run.confirmed_until < now and not run.handler_done:
-                log.warning(
-                    "run %s: lease deadline passed without a confirmed heartbeat", run.run.id
-                )
-                self._on_lost(run)
+            if run.handler_done:
+                if run.confirmed_until < now and self._on_abandoned is not None:
+                    self._on_abandoned(run)
+                elif earliest is None or run.confirmed_until < earliest:
+                    earliest = run.confirmed_until
+                continue
+            if run.confirmed_until < now:
+                if run.ctx.stop_reason is None:
+                    log.warning(
+                        "run %s: lease deadline passed without a confirmed heartbeat",
+                        run.run.id,
+                    )
+                    self._on_lost(run)
+            elif earliest is None or run.confirmed_until < earliest:
+                earliest = run.confirmed_until
+        return earliest

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import anyio
 import psycopg
 
+from fairlane.connection import Outage
 from fairlane.engine import engine
 from fairlane.engine.statement import run_async
 from fairlane.worker.connections import LoopConnection
@@ -48,17 +49,20 @@ async def listen(connection: LoopConnection, schema: str, listeners: Listeners) 
         channels.cancel_channel: lambda payload: _with_run_id(payload, listeners.cancel),
         channels.resume_channel: lambda payload: _with_run_id(payload, listeners.resume),
     }
+    outage = Outage("notification listener", log)
     while True:
         try:
-            conn = await connection.get()
-            for statement in (channels.runs(), channels.cancels(), channels.resumes()):
-                await run_async(conn, statement)
+            async with connection.use() as conn:
+                for statement in (channels.runs(), channels.cancels(), channels.resumes()):
+                    await run_async(conn, statement)
+            outage.recovered()
             listeners.new_runs(ANY_ENVIRONMENT)
             listeners.reconnected()
+            # Not a statement, so not bounded: TCP keepalives find a peer that went silent.
             async for notification in conn.notifies():
                 by_channel[notification.channel](notification.payload)
-        except psycopg.Error:
-            log.warning("notification listener lost its connection; reconnecting", exc_info=True)
+        except psycopg.Error as error:
+            outage.failed(error)
             await connection.discard()
             await anyio.sleep(RECONNECT_DELAY_S)
 

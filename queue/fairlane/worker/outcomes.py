@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from fairlane.payload import encode_json
+from fairlane.worker.connections import LoopConnection
 from fairlane.worker.lease_store import AsyncConn, Completion, Failure, Lease, LeaseStore
 from fairlane.worker.stats import WorkerStats
 
@@ -86,8 +87,15 @@ class OutcomeWriter:
     def _has_outcomes(self) -> bool:
         return bool(self._completions or self._failures or self._releases)
 
-    async def run(self, conn: AsyncConn) -> None:
-        """Write batches until cancelled; call ``flush`` afterwards to drain the remainder."""
+    @property
+    def pending_count(self) -> int:
+        return len(self._completions) + len(self._failures) + len(self._releases)
+
+    async def run(
+        self, connection: LoopConnection, *, on_written: Callable[[], None] | None = None
+    ) -> None:
+        """Write batches until cancelled; call ``flush`` afterwards to drain the remainder.
+        Each write is bounded by the connection's statement timeout."""
         while True:
             await self._pending.wait()
             self._pending = anyio.Event()
@@ -101,7 +109,10 @@ class OutcomeWriter:
             # A write cancelled mid-statement is cancelled in the server too and would be lost
             # (the shutdown cancels this loop right after its final flush): finish it first.
             with anyio.CancelScope(shield=True):
-                await self.flush(conn)
+                async with connection.use() as conn:
+                    await self.flush(conn)
+            if on_written is not None:
+                on_written()
 
     def _take_metadata(self) -> dict[Lease, dict[str, Any]]:
         runs, self._metadata_runs = self._metadata_runs, {}

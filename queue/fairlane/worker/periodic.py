@@ -17,6 +17,7 @@ import anyio
 import psycopg
 
 from fairlane import schedules
+from fairlane.connection import Outage
 from fairlane.engine import engine
 from fairlane.engine.statement import first_async
 from fairlane.scheduling.firing import fire_due_schedules
@@ -41,17 +42,20 @@ async def periodic_loop(
     """``declared``: the ``upsert_schedule`` parameters of the schedules the worker's tasks
     declare, created (or updated) before the first tick."""
     pending = list(declared)
+    outage = Outage("periodic jobs", log)
     while True:
         try:
-            conn = await connection.get()
-            if pending:
-                await schedules.declare_async(conn, schema, pending)
-                pending = []
-            ran = await run_due_jobs(conn, schema)
-            stats.periodic_ticks += len(ran)
-            stats.scheduled_runs += await fire_due_schedules(conn, schema)
-        except psycopg.Error:
-            log.warning("periodic jobs failed; retrying next tick", exc_info=True)
+            async with connection.use() as conn:
+                if pending:
+                    await schedules.declare_async(conn, schema, pending)
+                    pending = []
+                ran = await run_due_jobs(conn, schema)
+                stats.periodic_ticks += len(ran)
+                stats.scheduled_runs += await fire_due_schedules(conn, schema)
+            outage.recovered()
+        except psycopg.Error as error:
+            # Retried next tick; logged once per outage.
+            outage.failed(error)
             await connection.discard()
         except Exception:
             # A schedule that cannot be fired (a row edited by hand) must not stop the worker.

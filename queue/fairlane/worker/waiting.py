@@ -22,6 +22,7 @@ import anyio
 import psycopg
 
 from fairlane.batches.parent import BATCH_EDGE, batch_results, make_parent_batch
+from fairlane.connection import ConnectionOptions
 from fairlane.durations import seconds
 from fairlane.engine import engine
 from fairlane.engine.statement import first_async, one_async, rows_async, run_async
@@ -53,10 +54,11 @@ class WaitService:
         poll_interval: float,
         release_slot: Callable[[], None],
         reacquire_slot: Callable[[], Awaitable[None]],
+        options: ConnectionOptions | None = None,
     ) -> None:
         self._schema = schema
         self._waits = engine(schema).waits
-        self._connection = LoopConnection(dsn)
+        self._connection = LoopConnection(dsn, options)
         self._lock = anyio.Lock()
         self._poll_interval = poll_interval
         self._release_slot = release_slot
@@ -181,23 +183,21 @@ class WaitService:
         run_id, token = active.run.id, active.lease.token
         # Registered before the wait commits, so a wake-up right after it is not missed.
         self._ready[run_id] = anyio.Event()
-        async with self._lock:
-            conn = await self._connection.get()
-            async with conn.transaction():
-                if not await rows_async(conn, self._waits.edges_at(run_id, position)):
-                    edges = await make(conn)
-                    items = [item for item, _ in edges]
-                    waitpoint_ids = [waitpoint for _, waitpoint in edges]
-                    await self._lock_waitpoints(conn, waitpoint_ids)
-                    statement = self._waits.insert_edges(run_id, position, items, waitpoint_ids)
-                    await run_async(conn, statement)
-                    if after_edges is not None:
-                        await after_edges(conn)
-                state = await one_async(conn, self._waits.begin_waiting(run_id, token))
-                if state == "LOST":
-                    # Raised inside the transaction: the children this wait triggered and its
-                    # edges roll back with it (the run was cancelled or re-claimed meanwhile).
-                    raise LeaseLostError(run_id)
+        async with self._lock, self._connection.use() as conn, conn.transaction():
+            if not await rows_async(conn, self._waits.edges_at(run_id, position)):
+                edges = await make(conn)
+                items = [item for item, _ in edges]
+                waitpoint_ids = [waitpoint for _, waitpoint in edges]
+                await self._lock_waitpoints(conn, waitpoint_ids)
+                statement = self._waits.insert_edges(run_id, position, items, waitpoint_ids)
+                await run_async(conn, statement)
+                if after_edges is not None:
+                    await after_edges(conn)
+            state = await one_async(conn, self._waits.begin_waiting(run_id, token))
+            if state == "LOST":
+                # Raised inside the transaction: the children this wait triggered and its
+                # edges roll back with it (the run was cancelled or re-claimed meanwhile).
+                raise LeaseLostError(run_id)
         if state == "WAITING":
             await self._suspend(run_id, token)
         return await self._results(run_id, position)
@@ -230,8 +230,7 @@ class WaitService:
                 with anyio.move_on_after(self._poll_interval):
                     await event.wait()
                 self._ready.pop(run_id, None)
-                async with self._lock:
-                    conn = await self._connection.get()
+                async with self._lock, self._connection.use() as conn:
                     state = await one_async(conn, self._waits.resume(run_id, token))
                 if state == "RESUMED":
                     return
@@ -248,8 +247,7 @@ class WaitService:
 
     async def _results(self, run_id: int, position: int) -> list[tuple[int, WaitResult]]:
         """The results at this call position, by item."""
-        async with self._lock:
-            conn = await self._connection.get()
+        async with self._lock, self._connection.use() as conn:
             found = await rows_async(conn, self._waits.results(run_id, position))
         return [
             (row.item, WaitResult.from_row(row.is_error, row.output, row.run_id)) for row in found

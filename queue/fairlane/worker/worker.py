@@ -30,6 +30,14 @@ from psycopg.conninfo import conninfo_to_dict
 from fairlane import schedules
 from fairlane.batches import processing as batch_processing
 from fairlane.config import database_url, psycopg_dsn, schema_name
+from fairlane.connection import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_STATEMENT_TIMEOUT,
+    ConnectionOptions,
+    Outage,
+    check_dsn,
+    connect_failure,
+)
 from fairlane.errors import ConfigurationError, SchemaMismatchError
 from fairlane.models import ClaimedRun
 from fairlane.schema.check import SCHEMA_REVISION, check_schema_async
@@ -50,6 +58,13 @@ from fairlane.worker.stats import WorkerStats
 from fairlane.worker.waiting import WaitService
 
 log = logging.getLogger("fairlane.worker")
+
+# Claims and heartbeats are written without waiting for the WAL flush: a claim lost in a
+# server crash leaves its runs QUEUED, a lost beat is repeated. Outcomes are durable.
+NO_SYNC_COMMIT = {"synchronous_commit": "off"}
+# Start-up retries of an unreachable database: the first after this, doubling up to the cap.
+START_RETRY_MIN_S = 0.25
+START_RETRY_MAX_S = 10.0
 
 
 class Worker:
@@ -73,19 +88,35 @@ class Worker:
         periodic_interval: float = 0.25,
         batch_connections: int = batch_processing.BATCH_CONNECTIONS,
         metadata_interval: float = 0.5,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
+        heartbeat_timeout: float | None = None,
     ) -> None:
         if concurrency < 1 or lease_seconds <= 0 or poll_interval <= 0 or batch_connections < 1:
             raise ConfigurationError(
                 "concurrency, lease_seconds, poll_interval and batch_connections must be positive"
             )
         self.registry = registry
-        self.dsn = psycopg_dsn(database_url(dsn))
+        # A malformed DSN is refused here, in one line, before anything starts.
+        self.dsn = check_dsn(psycopg_dsn(database_url(dsn)))
         self.schema = schema_name(schema)
+        heartbeat_interval = heartbeat_interval or lease_seconds / 3
+        self.connection_options = ConnectionOptions(
+            connect_timeout=connect_timeout, statement_timeout=statement_timeout,
+            lock_timeout=None, application_name="fairlane worker",
+        )  # fmt: skip
+        # A beat that takes longer than an interval is better abandoned and sent again on a
+        # new connection while the leases still hold; never less than a second, though.
+        self.heartbeat_timeout = heartbeat_timeout or min(
+            statement_timeout, max(heartbeat_interval, 1.0)
+        )
+        self.connection_options.with_(statement_timeout=self.heartbeat_timeout)  # checks it
         # Batch items become runs through the built-in task fairlane.batch_item.
         batch_processing.install(registry)
         self.batch_items = batch_processing.BatchItemProcessor(
-            self.dsn, self.schema, max_connections=batch_connections
-        )
+            self.dsn, self.schema, max_connections=batch_connections,
+            options=self._options("batches"),
+        )  # fmt: skip
         self.concurrency = concurrency
         self.claim_batch = claim_batch or concurrency
         self.poll_interval = poll_interval
@@ -103,13 +134,15 @@ class Worker:
         self.held: dict[int, ActiveRun] = {}
         self.heartbeater = heartbeat.Heartbeater(
             self.store, self.held, self.stats, self._lease_lost,
-            interval=heartbeat_interval or lease_seconds / 3,
+            interval=heartbeat_interval, on_abandoned=self._outcome_abandoned,
+            # One whole write attempt, the abandoning of a hung connection included.
+            outcome_timeout=self.connection_options.answer_within or lease_seconds,
         )  # fmt: skip
         self.writer = OutcomeWriter(
             self.store, self.stats, self._outcomes_written, metadata_interval=metadata_interval
         )
         self.waits = WaitService(
-            self.dsn, self.schema, poll_interval=poll_interval,
+            self.dsn, self.schema, poll_interval=poll_interval, options=self._options("waits"),
             release_slot=self._release_local_slot, reacquire_slot=self._reacquire_local_slot,
         )  # fmt: skip
         self._limiter = anyio.CapacityLimiter(concurrency)
@@ -117,8 +150,12 @@ class Worker:
         self._runners: TaskGroup | None = None
         # Runners beyond ``concurrency``, left by handlers that waited and resumed.
         self._surplus_runners = 0
-        # Runs claimed and not yet finished: handed to a runner, or executing.
+        # Slots taken: runs claimed and not finished (handed to a runner, executing, or done
+        # with their outcome not yet written). A slot frees when the outcome is written.
         self._running = 0
+        # Handlers not yet returned (what the shutdown waits for once the grace is over).
+        self._executing = 0
+        self._handlers_idle = anyio.Event()
         self._wake = anyio.Event()
         # New work was announced since the last full scan (or may have been: at start).
         self._work_announced = True
@@ -135,6 +172,19 @@ class Worker:
         # run_until_idle: stop once nothing is due.
         self._burst = False
         self._nothing_was_due = False
+        # Each loop's connection, by loop name, while the worker runs (for tests and
+        # diagnostics): claim, heartbeat, writer, listener, periodic.
+        self.connections: dict[str, LoopConnection] = {}
+
+    def _options(self, loop: str, **changes: Any) -> ConnectionOptions:
+        """The connection options of one loop: the worker's, named after the loop (its
+        application_name, as pg_stat_activity shows it)."""
+        return self.connection_options.with_(application_name=f"fairlane {loop}", **changes)
+
+    def _loop_connection(self, loop: str, **changes: Any) -> LoopConnection:
+        connection = LoopConnection(self.dsn, self._options(loop, **changes))
+        self.connections[loop] = connection
+        return connection
 
     # -- control ------------------------------------------------------------------------
 
@@ -162,10 +212,17 @@ class Worker:
         claiming, gives handlers ``shutdown_grace``, hands the rest back, then lets the
         cancellation through. (The shutdown runs shielded, so a cancellation cannot cut short
         the writes that hand runs back.)"""
+        self._token = anyio.lowlevel.current_token()
+        self._thread = threading.get_ident()
         # The schema is checked when the claim connection opens: here, before anything starts,
         # and again whenever it reconnects.
-        claim_conn = LoopConnection(self.dsn, synchronous_commit=False, on_connect=self._check)
-        await claim_conn.get()
+        claim_conn = LoopConnection(
+            self.dsn, self._options("claim", settings=NO_SYNC_COMMIT), on_connect=self._check
+        )
+        self.connections["claim"] = claim_conn
+        if not await self._connect_at_start(claim_conn):
+            await claim_conn.close()
+            return  # stopped before the database answered
         async with anyio.create_task_group() as group:
             try:
                 await group.start(self._run_shielded, claim_conn)
@@ -207,6 +264,30 @@ class Worker:
     async def _check(self, conn: psycopg.AsyncConnection[Any]) -> None:
         await check_schema_async(conn, self.schema)
 
+    async def _connect_at_start(self, connection: LoopConnection) -> bool:
+        """Open the claim connection (and check the schema) before anything starts. An outage
+        is retried with capped backoff until the database answers or the worker is stopped
+        (then False), logged once when it starts and once when it ends. What waiting cannot
+        cure is raised at once: a malformed DSN or refused login (``ConfigurationError``), a
+        missing database or a schema that is not this fairlane's (``SchemaMismatchError``)."""
+        outage = Outage("start-up", log)
+        delay = START_RETRY_MIN_S
+        while not self._stopping:
+            try:
+                await connection.get()
+            except psycopg.Error as error:
+                fatal = connect_failure(error, SCHEMA_REVISION)
+                if fatal is not None:
+                    raise fatal from None
+                outage.failed(error)
+            else:
+                outage.recovered()
+                return True
+            with anyio.move_on_after(delay):
+                await self._stop_event.wait()
+            delay = min(delay * 2, START_RETRY_MAX_S)
+        return False
+
     async def _run_shielded(
         self, claim_conn: LoopConnection, *, task_status: TaskStatus[None]
     ) -> None:
@@ -214,14 +295,14 @@ class Worker:
             await self._run(claim_conn, task_status=task_status)
 
     async def _run(self, claim_conn: LoopConnection, *, task_status: TaskStatus[None]) -> None:
-        self._token = anyio.lowlevel.current_token()
-        self._thread = threading.get_ident()
         # Runner tasks started below inherit it: the batch item handler finds its worker.
         batch_processing.current_processor.set(self.batch_items)
-        beat_conn = LoopConnection(self.dsn, synchronous_commit=False)
-        write_conn = LoopConnection(self.dsn)
-        listen_conn = LoopConnection(self.dsn)
-        tick_conn = LoopConnection(self.dsn)
+        beat_conn = self._loop_connection(
+            "heartbeat", statement_timeout=self.heartbeat_timeout, settings=NO_SYNC_COMMIT
+        )
+        write_conn = self._loop_connection("writer")
+        listen_conn = self._loop_connection("listener")
+        tick_conn = self._loop_connection("periodic")
         listeners = notifier.Listeners(
             new_runs=self._notified, cancel=self._cancel_requested,
             resume=self.waits.resume, reconnected=self.waits.wake_all,
@@ -255,6 +336,7 @@ class Worker:
             log.info("worker %s stopped: %s", self.worker_id, self.stats.as_dict())
 
     async def _claim_loop(self, connection: LoopConnection) -> None:
+        outage = Outage("claim", log)
         while not self._stopping:
             free = self.concurrency - self._running
             if free <= 0:
@@ -266,18 +348,21 @@ class Worker:
             sent_at = time.monotonic()
             full_scan = self._full_scan_due(sent_at)
             try:
-                claimed = await self.store.claim(
-                    await connection.get(), asked,
-                    environments=self.environments, queues=self.queues, full_scan=full_scan,
-                )  # fmt: skip
+                async with connection.use() as conn:
+                    claimed = await self.store.claim(
+                        conn, asked,
+                        environments=self.environments, queues=self.queues, full_scan=full_scan,
+                    )  # fmt: skip
+                outage.recovered()
             except SchemaMismatchError as mismatch:
                 # Migrated under us while we were disconnected: stop, and say why.
                 log.error("stopping: %s", mismatch)
                 self._fatal = mismatch
                 self._request_stop()
                 break
-            except psycopg.Error:
-                log.warning("claim failed; retrying after the poll interval", exc_info=True)
+            except psycopg.Error as error:
+                # Retried after the poll interval; logged once per outage.
+                outage.failed(error)
                 await connection.discard()
                 claimed = []
                 # The scan this claim was to make is still owed.
@@ -333,6 +418,9 @@ class Worker:
             # The database took the lease back before we noticed and we claimed the run again:
             # the earlier attempt is stale. Stop it; it must not touch the new attempt's entry.
             self._lease_lost(previous)
+            if previous.handler_done:
+                # Its outcome, still unwritten, will not free its slot: the entry is replaced.
+                self._free_slot(previous)
         lease = Lease(run.id, run.lease_token)
         ctx = RunContext(
             run=run, worker_id=self.worker_id, _waits=self.waits,
@@ -343,6 +431,8 @@ class Worker:
         ctx._active = active
         self.held[run.id] = active
         self._running += 1
+        active.slot_held = True
+        self._executing += 1
         self._ready.put(active)
 
     async def _runner(self) -> None:
@@ -352,12 +442,14 @@ class Worker:
             try:
                 await execute(active, self.registry, self.writer, self._limiter)
             finally:
-                self._running -= 1
-                self._announce_free_slot()
-                if active.ctx.stop_reason in (STOP_LEASE_LOST, STOP_CANCELED):
+                self._executing -= 1
+                if self._executing == 0:
+                    self._handlers_idle.set()
+                if not active.outcome_queued:
+                    # Nothing to write (lease lost, canceled): the slot frees now. Otherwise
+                    # it frees when the writer has written the outcome (_outcomes_written).
+                    self._free_slot(active)
                     self._forget(active.lease)
-                if self._running == 0:
-                    self._idle.set()
             if self._surplus_runners > 0:
                 # A handler that waited has resumed on its own runner: the pool shrinks back.
                 self._surplus_runners -= 1
@@ -372,18 +464,34 @@ class Worker:
         for active in list(self.held.values()):
             if not active.handler_done:
                 active.stop(STOP_SHUTDOWN)
-        # Cancelled async handlers return at once; abandoned sync ones do not hold us up.
-        while self._running:
-            self._idle = anyio.Event()
-            await self._idle.wait()
+        # Cancelled async handlers return at once; abandoned sync ones do not hold us up. The
+        # outcomes still unwritten are flushed next, within a bound.
+        while self._executing:
+            self._handlers_idle = anyio.Event()
+            await self._handlers_idle.wait()
 
     async def _flush_outcomes(self, connection: LoopConnection) -> None:
+        """Write what is left at shutdown; give up after one connect and statement timeout
+        (the leases of what was not written lapse, and those runs are run again)."""
+        options = self.connection_options
+        give_up_at = time.monotonic() + options.connect_timeout + (options.answer_within or 0)
         with anyio.CancelScope(shield=True):
             # The last metadata handlers set is written even with no outcome to go with it.
             if self.writer.has_metadata:
                 await self.writer.flush(await connection.get())
             while self.writer.has_pending:
-                await self.writer.flush(await connection.get())
+                try:
+                    async with connection.use() as conn:
+                        await self.writer.flush(conn)
+                except psycopg.Error as error:
+                    await connection.discard()
+                    if time.monotonic() >= give_up_at:
+                        log.error(
+                            "stopping with %d outcomes unwritten (%s): their leases lapse and "
+                            "the runs are run again", self.writer.pending_count, error,
+                        )  # fmt: skip
+                        return
+                    await anyio.sleep(0.5)
 
     async def _periodic_loop(self, connection: LoopConnection) -> None:
         await periodic.periodic_loop(
@@ -392,13 +500,22 @@ class Worker:
         )  # fmt: skip
 
     async def _write_loop(self, connection: LoopConnection) -> None:
+        outage = Outage("writer", log)
         while True:
             try:
-                await self.writer.run(await connection.get())
-            except psycopg.Error:
-                log.warning("writing outcomes failed; retrying", exc_info=True)
+                await self.writer.run(connection, on_written=outage.recovered)
+            except psycopg.Error as error:
+                outage.failed(error)
                 await connection.discard()
                 await anyio.sleep(0.5)
+
+    def _free_slot(self, active: ActiveRun) -> None:
+        if active.slot_held:
+            active.slot_held = False
+            self._running -= 1
+            self._announce_free_slot()
+            if self._running == 0:
+                self._idle.set()
 
     def _announce_free_slot(self) -> None:
         # Wakes every task waiting for a slot (the claimer, resuming handlers); each re-checks.
@@ -490,8 +607,23 @@ class Worker:
         log.info("run %s: canceled; stopping its handler", run_id)
         active.stop(STOP_CANCELED)
 
+    def _outcome_abandoned(self, active: ActiveRun) -> None:
+        """The run's outcome was not written before its lease lapsed (the writer cannot reach
+        the database): this worker no longer vouches for it. The run will be reclaimed and run
+        again; the writer still tries, and the fence refuses it if someone else has the run."""
+        log.warning(
+            "run %s: outcome not written before the lease lapsed; the run will be run again",
+            active.run.id,
+        )
+        self.stats.lost_leases += 1
+        self._free_slot(active)
+        self._forget(active.lease)
+
     def _outcomes_written(self, leases: set[Lease]) -> None:
         for lease in leases:
+            active = self.held.get(lease.run_id)
+            if active is not None and active.lease == lease:
+                self._free_slot(active)
             self._forget(lease)
         # Written outcomes free database slots: a claim that came back short because of a cap
         # tries again now instead of sleeping out its poll interval.

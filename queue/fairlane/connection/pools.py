@@ -1,0 +1,97 @@
+"""What ``Client`` and ``AsyncClient`` need from their psycopg_pool: connection classes that
+remember why the last connection attempt failed (a pool only says it timed out), and a check,
+costing no round trip, for a connection the server closed while it sat idle.
+
+The clients check their own pool's connections themselves rather than through the pool's
+``check``: after consecutive failed checks psycopg_pool sleeps 1, 2, 4 s..., so a pool of a few
+connections that a server restart killed would outlast the connect timeout. ``CHECK_TIMEOUT_S``
+bounds a check; a connection that fails it is discarded and the next one tried at once.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from typing import Any, Self
+
+import psycopg
+from psycopg.pq import ConnStatus, TransactionStatus
+
+# A pooled connection that does not answer an empty query within this is replaced.
+CHECK_TIMEOUT_S = 1.0
+# A failure older than this says nothing about why a pool timed out now.
+_RECENT_S = 60.0
+
+
+class ConnectFailures:
+    """The last error a pool's connection attempts met, cleared by a success."""
+
+    def __init__(self) -> None:
+        self.last: BaseException | None = None
+        self._at = 0.0
+
+    def failed(self, error: BaseException) -> None:
+        self.last = error
+        self._at = time.monotonic()
+
+    def succeeded(self) -> None:
+        self.last = None
+
+    def recent(self) -> BaseException | None:
+        if self.last is not None and time.monotonic() - self._at < _RECENT_S:
+            return self.last
+        return None
+
+
+def recording_connection(failures: ConnectFailures) -> type[psycopg.Connection[Any]]:
+    class RecordingConnection(psycopg.Connection[Any]):
+        @classmethod
+        def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+            try:
+                conn = super().connect(conninfo, **kwargs)
+            except psycopg.Error as error:
+                failures.failed(error)
+                raise
+            failures.succeeded()
+            return conn
+
+    return RecordingConnection
+
+
+def recording_async_connection(failures: ConnectFailures) -> type[psycopg.AsyncConnection[Any]]:
+    class RecordingAsyncConnection(psycopg.AsyncConnection[Any]):
+        @classmethod
+        async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+            try:
+                conn = await super().connect(conninfo, **kwargs)
+            except psycopg.Error as error:
+                failures.failed(error)
+                raise
+            failures.succeeded()
+            return conn
+
+    return RecordingAsyncConnection
+
+
+def closed_while_idle(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether an idle connection is known dead before anything is sent on it: closed, or
+    its server has written to it while it was idle (a terminated backend sends its FATAL
+    and closes) and reading that shows the connection gone. No round trip."""
+    if conn.closed or conn.broken:
+        return True
+    pgconn = conn.pgconn
+    if pgconn.transaction_status != TransactionStatus.IDLE:
+        return False
+    # A terminated backend's FATAL message and its end of stream may come in two reads.
+    for _ in range(3):
+        try:
+            readable, _, _ = select.select([pgconn.socket], [], [], 0)
+        except (OSError, ValueError, psycopg.Error):
+            return False  # cannot tell: let the statement find out
+        if not readable:
+            break
+        try:
+            pgconn.consume_input()
+        except psycopg.OperationalError:
+            return True
+    return pgconn.status != ConnStatus.OK

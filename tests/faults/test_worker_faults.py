@@ -1,0 +1,311 @@
+"""A worker against hung and dropped connections: its connections carry their timeouts and
+keepalives as connection options, a hung heartbeat cannot keep a handler running past its
+lease (so two executions never overlap), and a hung heartbeat connection is replaced before
+the leases lapse."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+
+from fairlane import AsyncClient, RunContext, RunStatus, TaskRegistry
+from fairlane.worker.connections import LoopConnection
+from fairlane.worker.executor import ActiveRun
+from fairlane.worker.heartbeat import Heartbeater
+from fairlane.worker.lease_store import Lease, LeaseStore
+from fairlane.worker.stats import WorkerStats
+from tests.helpers import (
+    fast_worker,
+    run_row,
+    run_status,
+    running,
+    speed_up_periodic_jobs,
+    wait_until,
+)
+from tests.helpers.faults import can_signal_backends, stopped
+
+pytestmark = pytest.mark.anyio
+
+PACKAGE = Path(__file__).resolve().parents[2] / "queue" / "fairlane"
+
+
+@pytest.fixture
+def signals(db: psycopg.Connection[Any]) -> None:
+    if not can_signal_backends(db):
+        pytest.skip("needs to SIGSTOP the server's backends (same host, as root or postgres)")
+
+
+async def trigger(dsn: str, task: str, payload: Any = None, **options: Any) -> int:
+    async with AsyncClient(dsn) as client:
+        return await client.trigger(task, payload, **options)
+
+
+async def show(conn: psycopg.AsyncConnection[Any], name: str) -> str:
+    cursor = await conn.execute(f"SHOW {name}")
+    row = await cursor.fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_no_session_level_set_in_the_package() -> None:
+    """A session SET leaks to other clients through a transaction-pooling PgBouncer: settings
+    go in connection options, or SET LOCAL inside a transaction."""
+    session_set = re.compile(r"""execute\(\s*[rfb]?["']\s*SET\s+(?!LOCAL\b)""", re.IGNORECASE)
+    found = [
+        f"{path.relative_to(PACKAGE)}: {line.strip()}"
+        for path in PACKAGE.rglob("*.py")
+        for line in path.read_text().splitlines()
+        if session_set.search(line)
+    ]
+    assert not found, found
+
+
+async def test_worker_connections_carry_timeouts_and_keepalives(dsn: str) -> None:
+    tasks = TaskRegistry()
+    held = anyio.Event()
+
+    @tasks.task("hold")
+    async def hold(ctx: RunContext, payload: None) -> None:
+        held.set()
+        await anyio.sleep(1.5)
+
+    worker = fast_worker(
+        tasks, dsn, lease_seconds=3, heartbeat_interval=0.2, statement_timeout=12,
+        heartbeat_timeout=2,
+    )  # fmt: skip
+    await trigger(dsn, "hold")
+    async with running(worker):
+        await held.wait()
+        await wait_until(
+            lambda: all(
+                worker.connections[name].current is not None
+                for name in ("claim", "heartbeat", "writer", "listener", "periodic")
+            ),
+            within=10,
+            what="every loop to connect",
+        )
+        seen: dict[str, tuple[str, ...]] = {}
+        for name in ("claim", "heartbeat", "writer", "listener", "periodic"):
+            conn = worker.connections[name].current
+            assert conn is not None
+            parameters = conn.info.get_parameters()
+            assert parameters.get("keepalives_idle") == "15", parameters
+            assert parameters.get("connect_timeout") == "5", parameters
+            if name == "listener":
+                # Its connection is busy receiving notifications: its parameters say it all.
+                assert parameters.get("options") == "-c statement_timeout=12000", parameters
+                continue
+            seen[name] = (
+                await show(conn, "statement_timeout"),
+                await show(conn, "synchronous_commit"),
+                await show(conn, "application_name"),
+            )
+    assert seen == {
+        "claim": ("12s", "off", "fairlane claim"),
+        "heartbeat": ("2s", "off", "fairlane heartbeat"),
+        "writer": ("12s", "on", "fairlane writer"),
+        "periodic": ("12s", "on", "fairlane periodic"),
+    }
+
+
+@pytest.mark.usefixtures("signals")
+async def test_hung_heartbeat_cannot_keep_a_handler_past_its_lease(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """The heartbeat connection's backend is stopped, and the beat would wait 30 s for it: the
+    lease deadline still cancels the handler on time, and only then can another worker
+    re-claim the run. The two executions never overlap."""
+    speed_up_periodic_jobs(db, 0.1)
+    lease = 2.0
+    # (worker, attempt, start, end) of every execution.
+    executions: list[list[Any]] = []
+    tasks = TaskRegistry()
+
+    @tasks.task("job")
+    async def job(ctx: RunContext, payload: None) -> str:
+        execution = [ctx.worker_id, ctx.attempt, time.monotonic()]
+        executions.append(execution)
+        try:
+            if ctx.worker_id == "hung":
+                await anyio.sleep(60)
+            return ctx.worker_id
+        finally:
+            execution.append(time.monotonic())
+
+    hung = fast_worker(
+        tasks, dsn, lease_seconds=lease, heartbeat_interval=0.3, heartbeat_timeout=30,
+        worker_id="hung",
+    )  # fmt: skip
+    fresh = fast_worker(tasks, dsn, lease_seconds=30, worker_id="fresh")
+    # The hung worker may re-claim the run itself (its claims go out on another connection)
+    # and lose it again: enough attempts for the other worker to end it.
+    run_id = await trigger(dsn, "job", max_attempts=10)
+    async with running(hung):
+        await wait_until(lambda: bool(executions), within=10, what="the first execution")
+        beats = hung.stats.heartbeats
+        await wait_until(lambda: hung.stats.heartbeats > beats, within=5, what="a heartbeat")
+        conn = hung.connections["heartbeat"].current
+        assert conn is not None
+        with stopped(conn.info.backend_pid):
+            frozen_at = time.monotonic()
+            await wait_until(
+                lambda: len(executions[0]) == 4, within=lease + 2, what="the first to be cancelled"
+            )
+            async with running(fresh):
+                await wait_until(
+                    lambda: run_status(db, run_id) is RunStatus.COMPLETED,
+                    within=lease + 15,
+                    what="the other worker to re-claim and complete the run",
+                )
+    assert all(len(execution) == 4 for execution in executions), executions
+    # Cancelled by its deadline: the last beat confirmed before the freeze, plus the lease.
+    assert executions[0][3] - frozen_at < lease + 1.0, executions[0][3] - frozen_at
+    for earlier, later in itertools.pairwise(executions):
+        assert earlier[3] < later[2], f"two executions overlapped: {executions}"
+    assert [worker for worker, *_ in executions][-1] == "fresh"
+    assert hung.stats.lost_leases == len(executions) - 1
+    assert hung.stats.completed == 0
+    row = run_row(db, run_id)
+    assert (row["attempts"], row["result"]) == (len(executions), "fresh")
+
+
+@pytest.mark.usefixtures("signals")
+async def test_hung_heartbeat_connection_is_replaced_before_the_leases_lapse(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """With the default heartbeat timeout (the interval, at least 1 s), a beat the server does
+    not answer is abandoned, the next one goes out on a new connection, and the handler keeps
+    its lease."""
+    done = anyio.Event()
+    tasks = TaskRegistry()
+
+    @tasks.task("job")
+    async def job(ctx: RunContext, payload: None) -> str:
+        await done.wait()
+        return "kept"
+
+    worker = fast_worker(tasks, dsn, lease_seconds=6, heartbeat_interval=0.5)
+    assert worker.heartbeat_timeout == 1.0
+    run_id = await trigger(dsn, "job")
+    async with running(worker):
+        await wait_until(lambda: worker.stats.heartbeats > 0, within=10, what="a heartbeat")
+        conn = worker.connections["heartbeat"].current
+        assert conn is not None
+        frozen = conn.info.backend_pid
+        with stopped(frozen):
+            beats = worker.stats.heartbeats
+            await wait_until(
+                lambda: worker.stats.heartbeats > beats + 1, within=6, what="beats on a new one"
+            )
+            replacement = worker.connections["heartbeat"].current
+            assert replacement is not None
+            assert replacement.info.backend_pid != frozen
+            done.set()
+            await wait_until(
+                lambda: run_status(db, run_id) is RunStatus.COMPLETED, within=5, what="completion"
+            )
+    assert worker.stats.lost_leases == 0
+    row = run_row(db, run_id)
+    assert (row["attempts"], row["result"]) == (1, "kept")
+
+
+# -- the writer ------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("signals")
+async def test_slot_frees_when_the_outcome_is_written_and_a_hung_writer_is_replaced(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """The writer connection's backend is stopped while an outcome is being written: the
+    finished run keeps its slot (nothing more is claimed), its lease is kept, and the write
+    goes out again on a new connection once the old one is abandoned."""
+    tasks = TaskRegistry()
+
+    @tasks.task("quick")
+    async def quick(ctx: RunContext, payload: int) -> int:
+        return payload
+
+    timeout = 2.0
+    worker = fast_worker(tasks, dsn, concurrency=1, lease_seconds=10, statement_timeout=timeout)
+    async with running(worker):
+        first = await trigger(dsn, "quick", 0)
+        await wait_until(
+            lambda: run_status(db, first) is RunStatus.COMPLETED, within=10, what="a first run"
+        )
+        conn = worker.connections["writer"].current
+        assert conn is not None
+        frozen = conn.info.backend_pid
+        with stopped(frozen):
+            hung = await trigger(dsn, "quick", 1)
+            queued = await trigger(dsn, "quick", 2)
+            await wait_until(
+                lambda: hung in worker.held and worker.held[hung].handler_done,
+                within=5,
+                what="the handler to return",
+            )
+            await anyio.sleep(timeout / 2)
+            # Its outcome is not written: the run keeps its slot, and nothing else is claimed.
+            assert run_status(db, hung) is RunStatus.EXECUTING
+            assert run_status(db, queued) is RunStatus.QUEUED
+            await wait_until(
+                lambda: run_status(db, queued) is RunStatus.COMPLETED,
+                within=timeout + 5,
+                what="the write on a new connection, then the next run",
+            )
+            replacement = worker.connections["writer"].current
+            assert replacement is not None
+            assert replacement.info.backend_pid != frozen
+    for run_id, result in ((hung, 1), (queued, 2)):
+        row = run_row(db, run_id)
+        assert (row["status"], row["attempts"], row["result"]) == ("COMPLETED", 1, result)
+    assert worker.stats.lost_leases == 0
+
+
+async def test_heartbeats_stop_extending_a_finished_run_whose_outcome_is_not_written(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """A run whose handler returned is kept alive for the outcome timeout only: past it, a
+    beat leaves it out (its lease lapses, the database reclaims it), and once its deadline
+    passes the worker lets go of it."""
+    store = LeaseStore("fairlane", lease_seconds=30, worker_id="w")
+    run_id = await trigger(dsn, "t")
+    abandoned: list[int] = []
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        (claimed,) = await store.claim(conn, 1)
+    active = ActiveRun(
+        run=claimed, lease=Lease(claimed.id, claimed.lease_token),
+        ctx=RunContext(run=claimed, worker_id="w"), confirmed_until=time.monotonic() + 30,
+    )  # fmt: skip
+    held = {run_id: active}
+    beater = Heartbeater(
+        store, held, WorkerStats(), lambda run: None, interval=1.0,
+        on_abandoned=lambda run: abandoned.append(run.run.id), outcome_timeout=2.0,
+    )  # fmt: skip
+    connection = LoopConnection(dsn)
+
+    def lease_until() -> Any:
+        return run_row(db, run_id)["lease_until"]
+
+    try:
+        active.handler_done, active.done_at = True, time.monotonic()
+        before = lease_until()
+        await beater.beat(connection)
+        assert lease_until() > before, "within the outcome timeout, the lease is extended"
+        extended = lease_until()
+        active.done_at -= 3.0
+        await beater.beat(connection)
+        assert lease_until() == extended, "past it, the beat leaves the run out"
+        assert beater.expire_unconfirmed() == active.confirmed_until
+        assert abandoned == []
+        active.confirmed_until = time.monotonic() - 0.1
+        assert beater.expire_unconfirmed() is None
+        assert abandoned == [run_id]
+    finally:
+        await connection.close()

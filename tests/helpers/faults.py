@@ -1,0 +1,158 @@
+"""Faults to inject: a server backend stopped with SIGSTOP, a port nobody listens on, a port
+that accepts connections and never answers, and a TCP proxy that can be taken down.
+
+Stopping a backend needs the tests to run on the server's host as a user allowed to signal it
+(root, or the server's own user); ``can_signal_backends`` says whether they do, and the tests
+that need it are skipped otherwise. Every stopped backend is continued when the block ends,
+whatever happens in it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+
+
+def backend_pids(db: psycopg.Connection[Any], application_name: str) -> list[int]:
+    """The backends of the test's own database with that application_name."""
+    rows = db.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        " AND application_name = %s AND pid <> pg_backend_pid() ORDER BY backend_start",
+        (application_name,),
+    ).fetchall()
+    return [pid for (pid,) in rows]
+
+
+def backend_state(db: psycopg.Connection[Any], pid: int) -> tuple[str | None, str | None]:
+    """(state, wait_event_type) of a backend."""
+    row = db.execute(
+        "SELECT state, wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)
+    ).fetchone()
+    return (row[0], row[1]) if row else (None, None)
+
+
+def can_signal_backends(db: psycopg.Connection[Any]) -> bool:
+    """Whether this process may SIGSTOP the server's backends (same host, permitted)."""
+    address = db.info.host
+    local = address.startswith("/") or address in ("127.0.0.1", "::1", "localhost")
+    if not local:
+        return False
+    try:
+        os.kill(db.info.backend_pid, 0)
+    except (PermissionError, ProcessLookupError):
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def stopped(*pids: int) -> Iterator[None]:
+    """SIGSTOP the backends for the duration of the block; always SIGCONT them after."""
+    done: list[int] = []
+    try:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+            done.append(pid)
+        yield
+    finally:
+        for pid in done:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def closed_port() -> int:
+    """A local TCP port nothing listens on (connections are refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@contextlib.contextmanager
+def silent_port() -> Iterator[int]:
+    """A local TCP port that completes the handshake (the kernel does, from the backlog) and
+    then never says a word: a hung server."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        yield sock.getsockname()[1]
+
+
+class Proxy:
+    """A TCP forwarder to ``target`` on a local port, in threads: ``down()`` refuses new
+    connections and cuts the open ones (a server gone), ``up()`` serves again on the same
+    port."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self.port = closed_port()
+        self._listener: socket.socket | None = None
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    def dsn(self, dsn: str) -> str:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        params = conninfo_to_dict(dsn)
+        params.update(host="127.0.0.1", port=self.port)
+        return make_conninfo("", **params)
+
+    def up(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def down(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+        with self._lock:
+            sockets, self._open = self._open, set()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open.update((client, server))
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                sink.shutdown(socket.SHUT_WR)
+
+    def __enter__(self) -> Proxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
