@@ -22,7 +22,7 @@ import anyio
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from fairlane import control
+from fairlane import control, tracing
 from fairlane.client import (
     DEFAULT_MAX_CONNECTIONS,
     bulk_filter,
@@ -202,12 +202,15 @@ class AsyncClient:
         """``Client.trigger_many``: one statement, all or none; ids in request order."""
         if not requests:
             return []
-        statement = triggering.trigger_statement(requests, schema=self.schema)
+        with tracing.trigger_span(requests) as sent:
+            statement = triggering.trigger_statement(sent, schema=self.schema)
 
-        async def work(conn: AsyncConn) -> list[int]:
-            return triggering.ids_in_order(requests, await rows_async(conn, statement))
+            async def work(conn: AsyncConn) -> list[int]:
+                return triggering.ids_in_order(sent, await rows_async(conn, statement))
 
-        return await self._call(work, repeatable=keyed_only(requests))
+            ids = await self._call(work, repeatable=keyed_only(sent))
+            tracing.record_run_ids(ids)
+            return ids
 
     async def create_failed_run(
         self, task: str, payload: Any = None, *, code: str, message: str, **options: Any

@@ -39,7 +39,7 @@ from typing import Any, Self, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from fairlane import control
+from fairlane import control, tracing
 from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.connection import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -274,12 +274,15 @@ class Client:
         idempotency key (the repeat finds the runs the first attempt made, if it made any)."""
         if not requests:
             return []
-        # Checked before a connection is taken: a bad option costs no round trip.
-        statement = triggering.trigger_statement(requests, schema=self.schema)
-        return self._call(
-            lambda conn: triggering.ids_in_order(requests, rows(conn, statement)),
-            repeatable=keyed_only(requests),
-        )
+        with tracing.trigger_span(requests) as sent:
+            # Checked before a connection is taken: a bad option costs no round trip.
+            statement = triggering.trigger_statement(sent, schema=self.schema)
+            ids = self._call(
+                lambda conn: triggering.ids_in_order(sent, rows(conn, statement)),
+                repeatable=keyed_only(sent),
+            )
+            tracing.record_run_ids(ids)
+            return ids
 
     def create_failed_run(
         self, task: str, payload: Any = None, *, code: str, message: str, **options: Any

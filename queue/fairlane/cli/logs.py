@@ -36,3 +36,8 @@ def configure(level: str, log_format: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # psycopg_pool warns at every failed connection attempt; fairlane reports an outage once
+    # (when it starts and when it ends), so the pool's own lines show at debug level only.
+    logging.getLogger("psycopg.pool").setLevel(
+        logging.DEBUG if level.lower() == "debug" else logging.ERROR
+    )
