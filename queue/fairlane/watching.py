@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -93,10 +94,13 @@ class AsyncRunWatcher:
     async def _read(self, event: anyio.Event, within: float) -> None:
         try:
             conn = await self._connection()
-            async for notification in conn.notifies(timeout=within):
-                self._dispatch(notification.payload)
-                if event.is_set():
-                    break
+            # Never broken off mid-batch: notifications that arrive together come in one batch,
+            # and those left in a closed generator would be lost to the other waiters.
+            # stop_after ends the generator after the batch that holds the first one.
+            deadline = anyio.current_time() + within
+            while not event.is_set() and (left := deadline - anyio.current_time()) > 0:
+                async for notification in conn.notifies(timeout=left, stop_after=1):
+                    self._dispatch(notification.payload)
         except psycopg.OperationalError:
             # Announcements may have been lost with the connection: every waiter looks again.
             log.warning("the finished-run listener lost its connection", exc_info=True)
@@ -171,8 +175,6 @@ class RunWatcher:
                     del self._waiters[run_id]
 
     def wait(self, event: threading.Event, within: float) -> None:
-        import time
-
         deadline = time.monotonic() + within
         while not event.is_set():
             left = deadline - time.monotonic()
@@ -194,10 +196,11 @@ class RunWatcher:
     def _read(self, event: threading.Event, within: float) -> None:
         try:
             conn = self._connection()
-            for notification in conn.notifies(timeout=within):
-                self._dispatch(notification.payload)
-                if event.is_set():
-                    break
+            # As in AsyncRunWatcher: a batch is always read to its end.
+            deadline = time.monotonic() + within
+            while not event.is_set() and (left := deadline - time.monotonic()) > 0:
+                for notification in conn.notifies(timeout=left, stop_after=1):
+                    self._dispatch(notification.payload)
         except psycopg.OperationalError:
             log.warning("the finished-run listener lost its connection", exc_info=True)
             self._discard()
