@@ -30,6 +30,7 @@ from fairlane.client import (
     keyed_only,
     retry_once,
     run_filter,
+    watch_dsn,
 )
 from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.connection import (
@@ -260,7 +261,7 @@ class AsyncClient:
         if run.status.is_final:
             return run
         if self._watcher is None:
-            self._watcher = AsyncRunWatcher(self._watch_dsn(), self.schema)
+            self._watcher = AsyncRunWatcher(watch_dsn(self.dsn, self._pool.conninfo), self.schema)
         watcher = self._watcher
         await watcher.start()
         deadline = math.inf if timeout is None else anyio.current_time() + max(timeout, 0.0)
@@ -281,13 +282,6 @@ class AsyncClient:
                 await watcher.wait(event, min(left, poll_interval))
             finally:
                 watcher.unregister(run_id, event)
-
-    def _watch_dsn(self) -> str:
-        """Where the run watcher's LISTEN connection goes: the client's database."""
-        conninfo = self._pool.conninfo
-        return self.dsn or (
-            conninfo if isinstance(conninfo, str) else psycopg_dsn(database_url(None))
-        )
 
     async def _watch(self, run_id: int) -> Run:
         async def watch(conn: AsyncConn) -> Run:

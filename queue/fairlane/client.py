@@ -127,6 +127,14 @@ def retry_once(failure: DatabaseUnavailable, repeatable: bool) -> bool:
     return repeatable or not failure.sent
 
 
+def watch_dsn(dsn: str | None, pool_conninfo: object) -> str:
+    """Where a client's run watcher (its LISTEN connection) goes: the client's database, or
+    the caller's pool's."""
+    if dsn is not None:
+        return dsn
+    return pool_conninfo if isinstance(pool_conninfo, str) else psycopg_dsn(database_url(None))
+
+
 class Client:
     """A client of the database at ``dsn`` (default: ``DATABASE_URL``), or of ``pool``.
 
@@ -339,7 +347,7 @@ class Client:
             return run
         with self._watcher_lock:
             if self._watcher is None:
-                self._watcher = RunWatcher(self._watch_dsn(), self.schema)
+                self._watcher = RunWatcher(watch_dsn(self.dsn, self._pool.conninfo), self.schema)
             watcher = self._watcher
         watcher.start()
         deadline = math.inf if timeout is None else time.monotonic() + max(timeout, 0.0)
@@ -360,13 +368,6 @@ class Client:
                 watcher.wait(event, min(left, poll_interval))
             finally:
                 watcher.unregister(run_id, event)
-
-    def _watch_dsn(self) -> str:
-        """Where the run watcher's LISTEN connection goes: the client's database."""
-        conninfo = self._pool.conninfo
-        return self.dsn or (
-            conninfo if isinstance(conninfo, str) else psycopg_dsn(database_url(None))
-        )
 
     def _watch(self, run_id: int) -> Run:
         def watch(conn: SyncConn) -> Run:
