@@ -4,6 +4,7 @@ per run."""
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 from fairlane.tools.bench import batch, drain, enqueue, fairness, latency, promote, rate, retry
@@ -26,8 +27,21 @@ def add_parser(commands: Any) -> None:
     )
     common.add_argument("--keep-db", action="store_true", help="do not drop the database")
     common.add_argument(
+        "--run-lines",
+        action="store_true",
+        help="log the worker's line per run (off by default: the peers log none, and at "
+        "tens of thousands of runs a second the lines cost more than the runs)",
+    )
+    common.add_argument(
         "--loop", choices=LOOPS, default="asyncio", help="event loop (uvloop must be installed)"
     )
     scenarios = bench.add_subparsers(dest="scenario", required=True)
     for module in (enqueue, drain, latency, fairness, rate, batch, promote, retry):
         module.add_parser(scenarios, common)
+    bench.set_defaults(before=quiet_run_lines)
+
+
+def quiet_run_lines(args: argparse.Namespace) -> None:
+    """Without ``--run-lines`` the worker's per-run lines are off (warnings still show)."""
+    if not args.run_lines:
+        logging.getLogger("fairlane.worker.runs").setLevel(logging.WARNING)

@@ -365,6 +365,9 @@ def exit_code(error: BaseException) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logs.configure("debug" if args.verbose else args.log_level, args.log_format)
+    before = getattr(args, "before", None)
+    if before is not None:
+        before(args)
     try:
         return int(args.func(args))
     except psycopg.Error as error:

@@ -23,6 +23,8 @@ def run_event(
 ) -> None:
     """``event``: started, completed, failed, retried, timed_out, lease_lost, canceled,
     released, stale_write_refused."""
+    if not log.isEnabledFor(level):
+        return
     extra: dict[str, Any] = {
         "event": event, "run_id": run.id, "task": run.task, "environment": run.environment,
         "queue": run.queue, "attempt": run.attempt, **fields,
