@@ -8,6 +8,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from fairlane.cli import main
+from fairlane.cli.common import EXIT_USAGE
 from fairlane.tools.bench.common import percentile
 from fairlane.tools.bench.fairness import jain
 from fairlane.tools.bench.rate import max_in_window
@@ -40,7 +42,31 @@ def test_drain(
     assert result["claim_batch"] == (claim_batch or concurrency)
     assert_rate(result, 200, "runs_per_s", "seconds")
     assert result["ok"] is True, "not every run was COMPLETED"
+    assert result["worker_cpu_us_per_run"] > 0
+    assert result["loop"] in ("asyncio", "uvloop")
     assert bench_databases(db) == before
+
+
+def test_drain_statements(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With pg_stat_statements preloaded, the claim and the completion are reported per run;
+    without it, the command refuses with one line naming the setting."""
+    preloaded = "pg_stat_statements" in str(
+        db.execute("SELECT current_setting('shared_preload_libraries')").fetchone()
+    )
+    argv = ["bench", "drain", "--dsn", dsn, "--runs", "200", "--statements"]
+    if not preloaded:
+        assert main(argv) == EXIT_USAGE
+        assert "shared_preload_libraries" in capsys.readouterr().err
+        return
+    result = bench(capsys, *argv[1:])
+    claims = [row for row in result["statements"] if "lease_token, task" in row["statement"]]
+    completions = [row for row in result["statements"] if row["statement"].startswith("UPDATE")]
+    assert [claim["rows"] for claim in claims] == [200], "the claim's rows are the runs"
+    assert sum(row["rows"] for row in completions) == 200
+    assert all(row["wal_bytes_per_run"] > 0 for row in claims + completions)
+    assert result["server_us_per_run"] > 0
 
 
 def test_latency(dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]) -> None:

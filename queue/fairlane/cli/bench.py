@@ -33,7 +33,10 @@ def add_parser(commands: Any) -> None:
         "tens of thousands of runs a second the lines cost more than the runs)",
     )
     common.add_argument(
-        "--loop", choices=LOOPS, default="asyncio", help="event loop (uvloop must be installed)"
+        "--loop",
+        choices=LOOPS,
+        default="auto",
+        help="event loop, as `fairlane worker --loop`: auto takes uvloop when installed",
     )
     scenarios = bench.add_subparsers(dest="scenario", required=True)
     for module in (enqueue, drain, latency, fairness, rate, batch, promote, retry):

@@ -60,6 +60,7 @@ from fairlane.errors import (
 from fairlane.schema import migrate
 from fairlane.schema.check import SCHEMA_REVISION, connect_checked
 from fairlane.worker import TaskRegistry, Worker
+from fairlane.worker.process import LOOP_CHOICES, settle_heap, use_uvloop
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -143,7 +144,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         serve_worker_metrics(
             args.metrics_port, worker.stats, worker.worker_id, args.dsn, schema=args.schema
         )
-    anyio.run(_run_worker, worker, args.burst)
+    uvloop = use_uvloop(args.loop)
+    settle_heap()
+    anyio.run(_run_worker, worker, args.burst, backend_options={"use_uvloop": uvloop})
     print(json.dumps(worker.stats.as_dict()))
     return 0
 
@@ -267,6 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--environment", action="append",
         help="claim only from this environment (repeat for several; default: all)",
+    )  # fmt: skip
+    p.add_argument(
+        "--loop", choices=LOOP_CHOICES, default="auto",
+        help="event loop: auto takes uvloop when installed (the uvloop extra)",
     )  # fmt: skip
     p.add_argument(
         "--metrics-port", type=int,

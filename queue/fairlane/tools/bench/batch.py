@@ -23,6 +23,7 @@ import psycopg
 from fairlane import AsyncBatchClient
 from fairlane.tools.bench.common import SCHEMA, emit, fresh_database, run_async, server_url
 from fairlane.worker import RunContext, TaskRegistry, Worker
+from fairlane.worker.process import loop_name
 
 log = logging.getLogger("fairlane.tools.bench")
 
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     n = args.items
     return {
         "scenario": "batch",
-        "loop": args.loop,
+        "loop": loop_name(args.loop),
         "items": n,
         "concurrency": args.concurrency,
         "batch_concurrency": args.batch_concurrency,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
@@ -19,6 +18,7 @@ from psycopg.conninfo import make_conninfo
 
 from fairlane.config import psycopg_dsn
 from fairlane.schema import migrate
+from fairlane.worker.process import LOOP_CHOICES, LoopChoice, settle_heap, use_uvloop
 
 log = logging.getLogger("fairlane.tools.bench")
 
@@ -88,14 +88,14 @@ def percentile(values: list[float], p: float) -> float:
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
-LOOPS = ("asyncio", "uvloop")
+LOOPS = LOOP_CHOICES
 
 
-def run_async(func: Callable[[*Ts], Awaitable[T]], *args: *Ts, loop: str = "asyncio") -> T:
-    """``anyio.run`` on asyncio, or on uvloop when asked for (it must be installed)."""
-    if loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
-        raise SystemExit("--loop uvloop: uvloop is not installed")
-    options = {"use_uvloop": loop == "uvloop"}
+def run_async(func: Callable[[*Ts], Awaitable[T]], *args: *Ts, loop: LoopChoice = "auto") -> T:
+    """``anyio.run`` on the loop `fairlane worker --loop` would take, its heap settled as the
+    worker's is."""
+    options = {"use_uvloop": use_uvloop(loop)}
+    settle_heap()
     return anyio.run(func, *args, backend="asyncio", backend_options=options)
 
 

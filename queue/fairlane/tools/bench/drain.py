@@ -25,6 +25,7 @@ import psycopg
 
 from fairlane import AsyncClient
 from fairlane.scheduling.limits import set_environment, set_queue
+from fairlane.tools.bench import statements
 from fairlane.tools.bench.common import (
     SCHEMA,
     count_statuses,
@@ -36,6 +37,7 @@ from fairlane.tools.bench.common import (
 from fairlane.tools.bench.enqueue import BATCH, TASK, open_client, trigger_bulk
 from fairlane.triggering.request import TriggerRequest
 from fairlane.worker import RunContext, TaskRegistry, Worker
+from fairlane.worker.process import loop_name
 
 log = logging.getLogger("fairlane.tools.bench")
 
@@ -129,11 +131,15 @@ async def _drain(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     )  # fmt: skip
     probe = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     async with probe, anyio.create_task_group() as group:
+        if args.statements:
+            await probe.execute(statements.RESET_SQL)
+        cpu_started = time.process_time()
         started = time.perf_counter()
         await group.start(worker.run)
         with anyio.fail_after(TIMEOUT_S):
             await tracker.done.wait()
             done = await wait_all_done(probe)
+        cpu_s = time.process_time() - cpu_started
         worker.stop()
     seconds = done - started
     first = tracker.first_start or started
@@ -142,6 +148,7 @@ async def _drain(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         "startup_s": first - started,
         "process_s": done - first,
         "enqueue_s": enqueue_s,
+        "cpu_s": cpu_s,
         "stats": worker.stats.as_dict(),
     }
 
@@ -154,14 +161,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with fresh_database(server_url(args.dsn), "drain", keep=args.keep_db) as dsn:
         if args.tenants:
             set_caps(dsn, args.tenants, env_cap(args), args.runs)
+        if args.statements:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                statements.prepare(conn)
         timing = run_async(_drain, dsn, args, loop=args.loop)
         with psycopg.connect(dsn, autocommit=True) as conn:
             completed = count_statuses(conn).get("COMPLETED", 0)
+            server = statements.per_run(conn, args.runs) if args.statements else {}
     log.info("worker stats: %s", timing["stats"])
     n = args.runs
     return {
         "scenario": "drain",
-        "loop": args.loop,
+        "loop": loop_name(args.loop),
         "runs": n,
         "concurrency": args.concurrency,
         "claim_batch": args.claim_batch or args.concurrency,
@@ -173,6 +184,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "startup_s": round(timing["startup_s"], 3),
         "enqueue_runs_per_s": round(n / timing["enqueue_s"]),
         "claims": timing["stats"]["claims"],
+        # The worker process's CPU time (Python, psycopg, the event loop) per run drained.
+        "worker_cpu_us_per_run": round(timing["cpu_s"] * 1e6 / n, 1),
+        **server,
         "ok": completed == n,
     }
 
@@ -195,5 +209,10 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "--env-cap", type=int,
         help="with --tenants: each environment's and queue's concurrency_limit "
         f"(default: {ENV_CAP})",
+    )  # fmt: skip
+    p.add_argument(
+        "--statements", action="store_true",
+        help="report the server's time, WAL and buffers per run and statement "
+        "(pg_stat_statements must be preloaded)",
     )  # fmt: skip
     p.set_defaults(func=main)

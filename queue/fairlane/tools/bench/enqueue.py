@@ -21,6 +21,7 @@ from fairlane.tools.bench.common import (
     server_url,
 )
 from fairlane.triggering.request import TriggerRequest
+from fairlane.worker.process import loop_name
 
 TASK = "noop"
 BATCH = 1000
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             queued = count_statuses(conn).get("QUEUED", 0)
     return {
         "scenario": "enqueue",
-        "loop": args.loop,
+        "loop": loop_name(args.loop),
         "runs": args.runs,
         "runs_per_s": round(args.runs / seconds),
         "concurrency": args.concurrency,

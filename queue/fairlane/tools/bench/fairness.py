@@ -38,6 +38,7 @@ from fairlane.tools.bench.drain import TIMEOUT_S, wait_all_done
 from fairlane.tools.bench.enqueue import BATCH, open_client
 from fairlane.triggering.request import TriggerRequest
 from fairlane.worker import RunContext, TaskRegistry, Worker
+from fairlane.worker.process import loop_name
 
 TASK = "fair"
 BIG = "A"
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     total = args.big + len(SMALL) * args.small
     return {
         "scenario": "fairness",
-        "loop": args.loop,
+        "loop": loop_name(args.loop),
         "runs": {BIG: args.big, **{env: args.small for env in SMALL}},
         "concurrency": args.concurrency,
         "claim_batch": args.claim_batch or args.concurrency,

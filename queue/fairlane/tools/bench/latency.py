@@ -27,6 +27,7 @@ from fairlane.tools.bench.common import (
 )
 from fairlane.tools.bench.enqueue import open_client
 from fairlane.worker import RunContext, TaskRegistry, Worker
+from fairlane.worker.process import loop_name
 
 TASK = "latency"
 WARMUP = 5
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ms = [s * 1000 for s in seconds]
     return {
         "scenario": "latency",
-        "loop": args.loop,
+        "loop": loop_name(args.loop),
         "runs": len(ms),
         "concurrency": args.concurrency,
         "gap_ms": args.gap_ms,

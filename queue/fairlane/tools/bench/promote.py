@@ -31,6 +31,7 @@ from fairlane.tools.bench.common import (
 from fairlane.tools.bench.enqueue import BATCH, TASK, open_client
 from fairlane.triggering.request import TriggerRequest
 from fairlane.worker.periodic import run_due_jobs
+from fairlane.worker.process import loop_name
 
 POLL_S = 0.005
 TIMEOUT_S = 280.0
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ticks: Ticks = timing["ticks"]
     return {
         "scenario": "promote",
-        "loop": args.loop,
+        "loop": loop_name(args.loop),
         "runs": args.runs,
         "batch_size": settings.get("promote_batch_size"),
         "max_batches": settings.get("promote_max_batches"),

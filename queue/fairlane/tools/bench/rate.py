@@ -29,6 +29,7 @@ from fairlane.tools.bench.common import (
 from fairlane.tools.bench.drain import TIMEOUT_S, wait_all_done
 from fairlane.tools.bench.enqueue import BATCH, TASK, open_client, trigger_bulk
 from fairlane.worker import RunContext, TaskRegistry, Worker
+from fairlane.worker.process import loop_name
 
 
 def max_in_window(times: list[float], window: float = 1.0) -> int:
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     burst = settings.rate_burst if settings.rate_burst is not None else args.rate
     return {
         "scenario": "rate",
-        "loop": args.loop,
+        "loop": loop_name(args.loop),
         "runs": args.runs,
         "rate_limit_per_s": args.rate,
         "rate_burst": burst,
