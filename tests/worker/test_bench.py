@@ -154,3 +154,22 @@ def test_bulk_retry(
     assert_rate(result, 1500, "runs_per_s", "seconds")
     assert result["ok"] is True, "not every failed run was QUEUED again"
     assert bench_databases(db) == before
+
+
+def test_transitions(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each state change reports what it wrote; a claim is not HOT (status is in the partial
+    indexes' predicates), so every run gets a new entry in the primary key and the two indexes
+    of running runs."""
+    before = bench_databases(db)
+    result = bench(capsys, "transitions", "--dsn", dsn, "--runs", "50")
+    by_name = {figures["transition"]: figures for figures in result["transitions"]}
+    assert list(by_name) == ["trigger", "claim", "complete", "fail_retry"]
+    assert by_name["trigger"]["index_entries_per_run"] == {"runs_pkey": 1.0, "runs_queued_idx": 1.0}
+    assert by_name["claim"]["index_entries_per_run"] == {
+        "runs_executing_idx": 1.0, "runs_leased_idx": 1.0, "runs_pkey": 1.0,
+    }  # fmt: skip
+    assert by_name["complete"]["index_entries_per_run"]["runs_prunable_idx"] == 1.0
+    assert all(figures["wal_bytes_per_run"] > 0 for figures in by_name.values())
+    assert bench_databases(db) == before

@@ -7,7 +7,17 @@ import argparse
 import logging
 from typing import Any
 
-from fairlane.tools.bench import batch, drain, enqueue, fairness, latency, promote, rate, retry
+from fairlane.tools.bench import (
+    batch,
+    drain,
+    enqueue,
+    fairness,
+    latency,
+    promote,
+    rate,
+    retry,
+    transitions,
+)
 from fairlane.tools.bench.common import LOOPS
 
 
@@ -39,7 +49,7 @@ def add_parser(commands: Any) -> None:
         help="event loop, as `fairlane worker --loop`: auto takes uvloop when installed",
     )
     scenarios = bench.add_subparsers(dest="scenario", required=True)
-    for module in (enqueue, drain, latency, fairness, rate, batch, promote, retry):
+    for module in (enqueue, drain, latency, fairness, rate, batch, promote, retry, transitions):
         module.add_parser(scenarios, common)
     bench.set_defaults(before=quiet_run_lines)
 
