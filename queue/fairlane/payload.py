@@ -40,12 +40,24 @@ def encode_json(value: Any, *, what: str = "payload", index: int | None = None) 
     return text
 
 
+def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` nests more than ``limit`` arrays and objects (walks only containers
+    that hold containers: a flat payload costs one look at its values)."""
+    if not isinstance(value, dict | list | tuple):
+        return False
+    return _walk_deeper_than(value, limit)
+
+
 def _deeper_than(value: Any, text: str, limit: int) -> bool:
     """Whether ``value`` (encoded as ``text``) nests more than ``limit`` arrays and objects."""
     # Each level opens one bracket, so text with few of them (most payloads) needs no walk;
     # counting is C speed, the walk is not.
     if not isinstance(value, dict | list | tuple) or text.count("[") + text.count("{") <= limit:
         return False
+    return _walk_deeper_than(value, limit)
+
+
+def _walk_deeper_than(value: Any, limit: int) -> bool:
     pending: list[tuple[Any, int]] = [(value, 1)]
     while pending:
         node, depth = pending.pop()
