@@ -19,6 +19,7 @@ transaction) and never crashes the encoder. The limits are the documented ones
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from fairlane.errors import TriggerOptionError
@@ -44,16 +45,24 @@ def check_text(option: str, value: object, most: int | None = None) -> None:
     PostgreSQL text cannot hold), that encodes to UTF-8 (all psycopg sends)."""
     if not isinstance(value, str) or not value:
         raise TriggerOptionError(option, value, "must be a non-empty string")
+    problem = _text_problem(value, most)
+    if problem is not None:
+        raise TriggerOptionError(option, value, problem)
+
+
+@lru_cache(maxsize=4096)
+def _text_problem(value: str, most: int | None) -> str | None:
+    """Why ``value`` cannot be stored, or None. Cached: a bulk trigger names the same few tasks,
+    environments and queues over and over."""
     if most is not None and len(value) > most:
-        raise TriggerOptionError(
-            option, value, f"must be at most {most} characters, not {len(value)}"
-        )
+        return f"must be at most {most} characters, not {len(value)}"
     if "\x00" in value:
-        raise TriggerOptionError(option, value, "must not contain a NUL character")
+        return "must not contain a NUL character"
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise TriggerOptionError(option, value, f"is not valid Unicode: {error.reason}") from None
+        return f"is not valid Unicode: {error.reason}"
+    return None
 
 
 def _check_integer(option: str, value: object, low: int, high: int, wanted: str) -> None:
