@@ -69,6 +69,22 @@ def test_drain_statements(
     assert result["server_us_per_run"] > 0
 
 
+def test_drain_sizes(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The runs table's bytes at each moment; pruning every finished run leaves the heap
+    empty, and VACUUM gives the empty pages back."""
+    before = bench_databases(db)
+    result = bench(capsys, "drain", "--dsn", dsn, "--runs", "300", "--sizes")
+    table = result["runs_table"]
+    assert list(table) == ["before", "drained", "vacuumed", "pruned"]
+    assert table["before"]["table_bytes"] > 0
+    assert table["before"]["index_bytes"] > 0
+    assert table["drained"]["table_bytes"] >= table["before"]["table_bytes"]
+    assert table["pruned"]["table_bytes"] < table["vacuumed"]["table_bytes"]
+    assert bench_databases(db) == before
+
+
 def test_latency(dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]) -> None:
     before = bench_databases(db)
     result = bench(capsys, "latency", "--dsn", dsn, "--runs", "20", "--gap-ms", "5")

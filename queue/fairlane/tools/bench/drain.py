@@ -25,7 +25,7 @@ import psycopg
 
 from fairlane import AsyncClient
 from fairlane.scheduling.limits import set_environment, set_queue
-from fairlane.tools.bench import statements
+from fairlane.tools.bench import sizes, statements
 from fairlane.tools.bench.common import (
     SCHEMA,
     count_statuses,
@@ -131,6 +131,7 @@ async def _drain(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     )  # fmt: skip
     probe = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     async with probe, anyio.create_task_group() as group:
+        before = await sizes.measure_async(probe) if args.sizes else None
         if args.statements:
             await probe.execute(statements.RESET_SQL)
         cpu_started = time.process_time()
@@ -141,6 +142,7 @@ async def _drain(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
             done = await wait_all_done(probe)
         cpu_s = time.process_time() - cpu_started
         worker.stop()
+        drained = await sizes.measure_async(probe) if args.sizes else None
     seconds = done - started
     first = tracker.first_start or started
     return {
@@ -149,6 +151,7 @@ async def _drain(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         "process_s": done - first,
         "enqueue_s": enqueue_s,
         "cpu_s": cpu_s,
+        "sizes": {"before": before, "drained": drained} if args.sizes else None,
         "stats": worker.stats.as_dict(),
     }
 
@@ -168,6 +171,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with psycopg.connect(dsn, autocommit=True) as conn:
             completed = count_statuses(conn).get("COMPLETED", 0)
             server = statements.per_run(conn, args.runs) if args.statements else {}
+        table_sizes = {**timing["sizes"], **sizes.after_maintenance(dsn)} if args.sizes else None
     log.info("worker stats: %s", timing["stats"])
     n = args.runs
     return {
@@ -187,6 +191,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # The worker process's CPU time (Python, psycopg, the event loop) per run drained.
         "worker_cpu_us_per_run": round(timing["cpu_s"] * 1e6 / n, 1),
         **server,
+        **({"runs_table": table_sizes} if table_sizes else {}),
         "ok": completed == n,
     }
 
@@ -214,5 +219,10 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "--statements", action="store_true",
         help="report the server's time, WAL and buffers per run and statement "
         "(pg_stat_statements must be preloaded)",
+    )  # fmt: skip
+    p.add_argument(
+        "--sizes", action="store_true",
+        help="report the runs table's and its indexes' bytes before and after the drain, "
+        "after a VACUUM, and after pruning every finished run",
     )  # fmt: skip
     p.set_defaults(func=main)

@@ -1,0 +1,57 @@
+"""drain ``--sizes``: how much room the runs table takes before a drain, after it, and after
+the maintenance that follows it.
+
+Reported in bytes: the table (heap, TOAST and their maps: ``pg_table_size``) and its indexes
+(``pg_indexes_size``), at four moments: with the backlog queued (``before``), once it is drained
+(``drained``), after a VACUUM with every finished run kept as history (``vacuumed``: what
+autovacuum leaves), and after pruning every finished run (retention 0, the pruning job run
+until it finds nothing) and a VACUUM (``pruned``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from fairlane.maintenance import run_now, set_setting
+from fairlane.tools.bench.common import SCHEMA
+
+SIZES_SQL = f"""
+SELECT pg_table_size('{SCHEMA}.runs') AS table_bytes,
+       pg_indexes_size('{SCHEMA}.runs') AS index_bytes
+"""
+
+
+def sizes_of(row: tuple[Any, ...] | None) -> dict[str, int]:
+    table_bytes, index_bytes = row or (0, 0)
+    return {"table_bytes": int(table_bytes), "index_bytes": int(index_bytes)}
+
+
+def measure(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    return sizes_of(conn.execute(SIZES_SQL).fetchone())
+
+
+async def measure_async(conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
+    cursor = await conn.execute(SIZES_SQL)
+    return sizes_of(await cursor.fetchone())
+
+
+def after_maintenance(dsn: str) -> dict[str, dict[str, int]]:
+    """``vacuumed`` and ``pruned`` (the database is the benchmark's own: its settings change)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"VACUUM (ANALYZE) {SCHEMA}.runs")
+        vacuumed = measure(conn)
+        set_setting(conn, "prune_retention_s", 0, schema=SCHEMA)
+        while _pruned_rows(run_now(conn, "prune_finished_runs", schema=SCHEMA)):
+            pass
+        conn.execute(f"VACUUM (ANALYZE) {SCHEMA}.runs")
+        pruned = measure(conn)
+    return {"vacuumed": vacuumed, "pruned": pruned}
+
+
+def _pruned_rows(outcome: Any) -> int:
+    """Runs a pruning tick deleted (its outcome is a JSON object with ``deleted``)."""
+    if isinstance(outcome, dict):
+        return int(outcome.get("deleted") or 0)
+    return 0
