@@ -247,7 +247,7 @@ BEGIN
             RETURN QUERY SELECT * FROM {schema}.claim_from_environment(
                 names[i], take, lease_s, claimer, only_queues);
             GET DIAGNOSTICS claimed = ROW_COUNT;
-            PERFORM {schema}.charge_environment(names[i], served[i], claimed);
+            PERFORM {schema}.charge_environment(names[i], served[i], claimed, take);
             charged := charged || names[i];
             remaining := remaining - claimed;
             total := total + claimed;
@@ -350,9 +350,13 @@ $$;
 
 -- function: charge_environment
 -- Record the service an environment got; it is drained when it has no queued run left.
+-- A claim that got every run it asked for leaves it active without looking: the look walks
+-- the queued index from the environment's first entry, through every entry of a run claimed
+-- since the last vacuum (a deep backlog's drain leaves hundreds of thousands). At worst an
+-- environment that just emptied stays active until the next claim finds nothing there.
 -- plpgsql so that its plan is cached (a LANGUAGE sql function is planned on every call).
 CREATE OR REPLACE FUNCTION {schema}.charge_environment(
-    env_name text, effective_served bigint, claimed integer)
+    env_name text, effective_served bigint, claimed integer, asked integer)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
@@ -363,11 +367,11 @@ BEGIN
         last_served_at = CASE WHEN claimed > 0 THEN clock_timestamp() ELSE e.last_served_at END,
         -- A scalar subquery keeps its ORDER BY (EXISTS would drop it), and that order matches
         -- the queued index, so even a generic plan walks the index.
-        drained = (
+        drained = CASE WHEN claimed >= asked THEN false ELSE (
             SELECT r.id FROM {schema}.runs r
             WHERE r.environment = env_name AND r.status = 'QUEUED'
             ORDER BY r.environment, r.queue, r.queue_order, r.id
-            LIMIT 1) IS NULL
+            LIMIT 1) IS NULL END
     WHERE e.name = env_name;
 END;
 $$;
