@@ -1,5 +1,5 @@
-"""``fairlane bench enqueue|drain|latency|fairness|rate|batch|promote``: one JSON line on stdout
-per run."""
+"""``fairlane bench enqueue|drain|latency|fairness|rate|batch|promote|retry``: one JSON line on
+stdout per run; ``fairlane bench suite``: the side-by-side table."""
 
 from __future__ import annotations
 
@@ -7,7 +7,17 @@ import argparse
 import logging
 from typing import Any
 
-from fairlane.tools.bench import batch, drain, enqueue, fairness, latency, promote, rate, retry
+from fairlane.tools.bench import (
+    batch,
+    drain,
+    enqueue,
+    fairness,
+    latency,
+    promote,
+    rate,
+    retry,
+    suite,
+)
 from fairlane.tools.bench.common import LOOPS
 
 
@@ -16,7 +26,7 @@ def add_parser(commands: Any) -> None:
     bench = commands.add_parser(
         "bench",
         help="benchmarks on a fresh database: enqueue, drain, latency, fairness, rate, batch, "
-        "promote, retry",
+        "promote, retry; suite: all of them beside the peer harness, as one table",
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -36,7 +46,7 @@ def add_parser(commands: Any) -> None:
         "--loop", choices=LOOPS, default="asyncio", help="event loop (uvloop must be installed)"
     )
     scenarios = bench.add_subparsers(dest="scenario", required=True)
-    for module in (enqueue, drain, latency, fairness, rate, batch, promote, retry):
+    for module in (enqueue, drain, latency, fairness, rate, batch, promote, retry, suite):
         module.add_parser(scenarios, common)
     bench.set_defaults(before=quiet_run_lines)
 
