@@ -74,9 +74,11 @@ migrate: runtime ## apply fairlane's migrations to DATABASE_URL (creates the dat
 demo: runtime ## a multi-tenant workload with live progress (embedded PostgreSQL if none answers)
 	$(BIN)/fairlane demo $(DEMO_ARGS)
 
+SUITE_ARGS = --out '$(BENCH_OUT)' --reps '$(REPS)' $(if $(QUICK),--quick) \
+	$(if $(BENCH_SIZES),--sizes '$(BENCH_SIZES)') $(BENCH_ARGS)
+
 bench: install ## fairlane beside the peer harness (PEERS_DIR): one JSON line per step, a table
-	$(BIN)/fairlane bench suite --out '$(BENCH_OUT)' --reps '$(REPS)' $(if $(QUICK),--quick) \
-		$(if $(BENCH_SIZES),--sizes '$(BENCH_SIZES)') $(BENCH_ARGS)
+	$(BIN)/fairlane bench suite $(strip $(SUITE_ARGS))
 
 clean: ## stop the embedded server if it runs; remove .venv, .pgdata and caches
 	@if [ -f .pgdata/postmaster.pid ] && [ -x $(BIN)/python ]; then \
