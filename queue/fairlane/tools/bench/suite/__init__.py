@@ -27,6 +27,7 @@ from fairlane.tools.bench.suite.table import summarize
 
 DEFAULT_SIZES = "20k,100k,1M"
 RESULTS_DIR = Path("bench") / "results"
+INTERRUPTED = 130  # the shell's status for a command ended by SIGINT
 
 
 def main(args: argparse.Namespace) -> int:
@@ -35,7 +36,11 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write(summarize(json.loads(line) for line in text.splitlines() if line.strip()))
         return 0
     sitting = sitting_from(args, os.environ)
-    lines = run_sitting(sitting, os.environ)
+    try:
+        lines = run_sitting(sitting, os.environ)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"interrupted: the lines of the steps that ended are in {sitting.out}\n")
+        return INTERRUPTED
     sys.stdout.write(summarize(lines))
     sys.stdout.write(f"\n{len(lines) - 1} step lines appended to {sitting.out}\n")
     return 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Mapping
@@ -48,7 +47,7 @@ def run_step(
     errors.flush()
     process = subprocess.Popen(
         launch.argv, cwd=launch.cwd, env=None if launch.env is None else dict(launch.env),
-        stdout=subprocess.PIPE, stderr=errors, text=True, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=errors, text=True,
     )  # fmt: skip
     try:
         out, _ = process.communicate(timeout=timeout)
@@ -56,6 +55,11 @@ def run_step(
         _stop(process)
         drop_leftovers(server, process.pid)
         return _line(step, process.pid, {"error": f"stopped after {timeout:g}s", "cmd": shown})
+    except KeyboardInterrupt:
+        # The step got the interrupt too; it is not left running, nor is its database.
+        _stop(process)
+        drop_leftovers(server, process.pid)
+        raise
     result = _last_json(out)
     if process.returncode != 0 or result is None:
         drop_leftovers(server, process.pid)
@@ -92,17 +96,13 @@ def _last_json(out: str) -> dict[str, Any] | None:
 
 
 def _stop(process: subprocess.Popen[str]) -> None:
-    """SIGTERM to the step's process group, SIGKILL if it is still there after a grace."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=STOP_GRACE_S)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    """SIGTERM, then SIGKILL if the step is still there after a grace."""
+    process.terminate()
+    try:
+        process.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def drop_leftovers(server: str, pid: int) -> list[str]:
