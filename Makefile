@@ -2,8 +2,14 @@
 # set everything up on first use (a virtualenv in .venv/, the package installed editable).
 #
 # Variables: PYTHON (the interpreter that creates .venv, default python3), DATABASE_URL (for
-# migrate, demo and the tests; see queue/fairlane/settings.py), PYTEST_ARGS, DEMO_ARGS and
-# BENCH_ARGS (passed through to pytest, `fairlane demo` and each `fairlane bench` step).
+# migrate, demo, bench and the tests; see queue/fairlane/settings.py), PYTEST_ARGS, DEMO_ARGS and
+# BENCH_ARGS (passed through to pytest, `fairlane demo` and `fairlane bench suite`).
+#
+# `make bench` (bench/README.md, "make bench: the side-by-side table"): PEERS_DIR is the peer
+# harness, a directory outside this repository (empty, the default: fairlane's steps alone; also
+# read from the environment); PEERS_VENV and PEERS_NODE its interpreters (empty: what its
+# run_all.sh uses); BENCH_OUT the results file appended to; REPS the repetitions (medians when
+# more than one); QUICK=1 the 20k sizes only; BENCH_SIZES the drain sizes (default 20k,100k,1M).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -18,6 +24,14 @@ LINT_PATHS := queue tests migrations
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
 BENCH_ARGS ?=
+PEERS_DIR ?=
+PEERS_VENV ?=
+PEERS_NODE ?=
+export PEERS_DIR PEERS_VENV PEERS_NODE
+BENCH_OUT ?= bench/results/$(shell date +%F).jsonl
+REPS ?= 1
+QUICK ?=
+BENCH_SIZES ?=
 
 .PHONY: help install runtime lint test stress migrate demo bench clean
 
@@ -60,10 +74,11 @@ migrate: runtime ## apply fairlane's migrations to DATABASE_URL (creates the dat
 demo: runtime ## a multi-tenant workload with live progress (embedded PostgreSQL if none answers)
 	$(BIN)/fairlane demo $(DEMO_ARGS)
 
-bench: install ## fairlane bench enqueue, drain and latency, with BENCH_ARGS
-	$(BIN)/fairlane bench enqueue $(BENCH_ARGS)
-	$(BIN)/fairlane bench drain $(BENCH_ARGS)
-	$(BIN)/fairlane bench latency $(BENCH_ARGS)
+SUITE_ARGS = --out '$(BENCH_OUT)' --reps '$(REPS)' $(if $(QUICK),--quick) \
+	$(if $(BENCH_SIZES),--sizes '$(BENCH_SIZES)') $(BENCH_ARGS)
+
+bench: install ## fairlane beside the peer harness (PEERS_DIR): one JSON line per step, a table
+	$(BIN)/fairlane bench suite $(strip $(SUITE_ARGS))
 
 clean: ## stop the embedded server if it runs; remove .venv, .pgdata and caches
 	@if [ -f .pgdata/postmaster.pid ] && [ -x $(BIN)/python ]; then \

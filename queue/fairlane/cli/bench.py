@@ -1,5 +1,5 @@
-"""``fairlane bench enqueue|drain|latency|fairness|rate|batch|promote``: one JSON line on stdout
-per run."""
+"""``fairlane bench enqueue|drain|latency|fairness|rate|batch|promote|retry``: one JSON line on
+stdout per run; ``fairlane bench suite``: the side-by-side table."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from fairlane.tools.bench import (
     promote,
     rate,
     retry,
+    suite,
     transitions,
 )
 from fairlane.tools.bench.common import LOOPS
@@ -26,7 +27,7 @@ def add_parser(commands: Any) -> None:
     bench = commands.add_parser(
         "bench",
         help="benchmarks on a fresh database: enqueue, drain, latency, fairness, rate, batch, "
-        "promote, retry",
+        "promote, retry, transitions; suite: all of them beside the peer harness, as one table",
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -49,7 +50,10 @@ def add_parser(commands: Any) -> None:
         help="event loop, as `fairlane worker --loop`: auto takes uvloop when installed",
     )
     scenarios = bench.add_subparsers(dest="scenario", required=True)
-    for module in (enqueue, drain, latency, fairness, rate, batch, promote, retry, transitions):
+    scenario_modules = (
+        enqueue, drain, latency, fairness, rate, batch, promote, retry, transitions, suite,
+    )  # fmt: skip
+    for module in scenario_modules:
         module.add_parser(scenarios, common)
     bench.set_defaults(before=quiet_run_lines)
 

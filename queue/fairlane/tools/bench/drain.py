@@ -35,6 +35,7 @@ from fairlane.tools.bench.common import (
     server_url,
 )
 from fairlane.tools.bench.enqueue import BATCH, TASK, open_client, trigger_bulk
+from fairlane.tools.bench.sizes import flat_sizes
 from fairlane.triggering.request import TriggerRequest
 from fairlane.worker import RunContext, TaskRegistry, Worker
 from fairlane.worker.process import loop_name
@@ -191,7 +192,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # The worker process's CPU time (Python, psycopg, the event loop) per run drained.
         "worker_cpu_us_per_run": round(timing["cpu_s"] * 1e6 / n, 1),
         **server,
-        **({"runs_table": table_sizes} if table_sizes else {}),
+        **({"runs_table": table_sizes, **flat_sizes(table_sizes)} if table_sizes else {}),
         "ok": completed == n,
     }
 

@@ -55,3 +55,15 @@ def _pruned_rows(outcome: Any) -> int:
     if isinstance(outcome, dict):
         return int(outcome.get("deleted") or 0)
     return 0
+
+
+def flat_sizes(table: dict[str, dict[str, int]]) -> dict[str, int]:
+    """The figures `fairlane bench suite` tabulates: before the drain, and after it and the
+    VACUUM that autovacuum would run, finished runs kept (pruning removes them only once the
+    retention has passed)."""
+    return {
+        "runs_table_bytes_before": table["before"]["table_bytes"],
+        "runs_table_bytes_after": table["vacuumed"]["table_bytes"],
+        "runs_index_bytes_before": table["before"]["index_bytes"],
+        "runs_index_bytes_after": table["vacuumed"]["index_bytes"],
+    }

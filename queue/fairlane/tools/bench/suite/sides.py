@@ -1,0 +1,98 @@
+"""Who the suite measures, and which of their steps fill which cell of the table.
+
+fairlane's own scenarios run beside two peers of the peer harness (a set of scripts kept
+outside this repository, one JSON line per run): graphile-worker, the fastest peer, and
+PgQueuer, the Python one. A peer's cases are named like the harness labels its steps
+(``graphile/throughput/tuned``), so a suite results file reads like one of the harness's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Side:
+    """One column of the table."""
+
+    name: str  # the first part of a step label
+    title: str  # the column heading
+    best: str  # case of the drain at the side's high-throughput setting
+    c10: str  # case of the drain at concurrency 10
+    rate_field: str  # a drain line's runs per second, timed from the first handler call
+    enqueue_field: str  # a line's bulk enqueue rate (fairlane: its own enqueue step)
+    max_best_size: int | None = None  # larger drains are not run (minutes each)
+    script: str = ""  # the harness file that runs a peer's steps
+    runtime: str = ""  # "python" or "node": the harness interpreter the script needs
+    package: str = ""  # what must import (Python) or resolve (Node) for the peer to run
+
+
+FAIRLANE = Side(
+    name="fairlane",
+    title="fairlane",
+    best="drain/best",
+    c10="drain/c10",
+    rate_field="process_runs_per_s",
+    enqueue_field="runs_per_s",
+)
+GRAPHILE = Side(
+    name="graphile",
+    title="graphile-worker",
+    best="throughput/tuned",
+    c10="throughput/c10",
+    rate_field="process_jobs_per_s",
+    enqueue_field="enqueue_jobs_per_s",
+    script="graphile_bench.js",
+    runtime="node",
+    package="graphile-worker",
+)
+PGQUEUER = Side(
+    name="pgqueuer",
+    title="PgQueuer",
+    best="throughput/batch100",
+    c10="throughput/c10",
+    rate_field="process_jobs_per_s",
+    enqueue_field="enqueue_jobs_per_s",
+    # The harness stops at 100k for PgQueuer: about 8k jobs/s there, two minutes at 1M.
+    max_best_size=100_000,
+    script="pgqueuer_bench.py",
+    runtime="python",
+    package="pgqueuer",
+)
+PEERS = (GRAPHILE, PGQUEUER)
+SIDES = (FAIRLANE, *PEERS)
+
+ENQUEUE = "enqueue"
+LATENCY = "latency"
+TENANTS = (1, 50)
+# The harness's default job count: its labels carry no size suffix at this size.
+DEFAULT_SIZE = 20_000
+
+
+def tenants_case(tenants: int) -> str:
+    return f"drain/tenants{tenants}"
+
+
+def size_text(size: int) -> str:
+    """20000 -> 20k, 1000000 -> 1M, 2500 -> 2500."""
+    if size >= 1_000_000 and size % 1_000_000 == 0:
+        return f"{size // 1_000_000}M"
+    if size >= 1000 and size % 1000 == 0:
+        return f"{size // 1000}k"
+    return str(size)
+
+
+def parse_size(text: str) -> int:
+    """``20000``, ``20k`` or ``1M``; a clear ValueError otherwise."""
+    cleaned = text.strip().replace("_", "")
+    factor = {"k": 1000, "m": 1_000_000}.get(cleaned[-1:].lower(), 1)
+    digits = cleaned[:-1] if factor > 1 else cleaned
+    if not digits.isdigit() or int(digits) * factor <= 0:
+        raise ValueError(f"not a size: {text!r} (examples: 20000, 20k, 1M)")
+    return int(digits) * factor
+
+
+def label(side: Side, case: str, size: int | None) -> str:
+    """``graphile/throughput/tuned@100k`` as the harness names it; no suffix at 20k."""
+    suffix = "" if size is None or size == DEFAULT_SIZE else f"@{size_text(size)}"
+    return f"{side.name}/{case}{suffix}"

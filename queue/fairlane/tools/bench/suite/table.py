@@ -1,0 +1,224 @@
+"""The side-by-side table from a sitting's JSON lines: a pure function of the lines.
+
+One row per workload with a column per side (medians of the runs), then the ratios the
+performance targets are stated in: fairlane against each peer at each drain size, at
+concurrency 10 and for enqueue and pickup; each side's rate at one drain size against the next
+smaller; fairlane with 50 environments against one; and, when a step reports them, the runs
+table's bytes before and after pruning and vacuum.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from typing import Any
+
+from fairlane.tools.bench.suite.results import (
+    INSTALLED,
+    Line,
+    Results,
+    Value,
+    field_value,
+    group,
+)
+from fairlane.tools.bench.suite.sides import (
+    ENQUEUE,
+    FAIRLANE,
+    LATENCY,
+    PEERS,
+    SIDES,
+    TENANTS,
+    Side,
+    size_text,
+    tenants_case,
+)
+
+Row = tuple[str, list[str]]
+TIMES = "\u00d7"  # the multiplication sign after a ratio
+P50 = field_value("p50_ms")
+P99 = field_value("p99_ms")
+BYTES = ("runs_table_bytes", "runs_index_bytes")  # + _before / _after
+
+
+def summarize(lines: Iterable[Line]) -> str:
+    """The markdown table, a line on how it was measured, and why any column is empty."""
+    results = group(lines)
+    rows = [*_workload_rows(results), *_ratio_rows(results)]
+    header = "| workload | " + " | ".join(side.title for side in SIDES) + " |"
+    out = [header, "|---|" + "---:|" * len(SIDES)]
+    out += ["| " + title + " | " + " | ".join(cells) + " |" for title, cells in rows]
+    out += ["", _legend()]
+    out += [
+        f"{side.title}: not installed ({results.status[side.name]})"
+        for side in PEERS
+        if results.status.get(side.name, INSTALLED) != INSTALLED
+    ]
+    return "\n".join(out) + "\n"
+
+
+def _legend() -> str:
+    return (
+        "Medians of the runs (each run's figure in brackets when there are several). Drains in "
+        "runs/s, timed from the first handler call until the database shows no run pending, as "
+        "the peer harness times them; enqueue in runs/s, 1,000 per call; pickup in ms."
+    )
+
+
+def _workload_rows(results: Results) -> list[Row]:
+    rows: list[Row] = []
+    for size in _sizes(results, "best"):
+        cells = [_drain_cell(results, side, side.best, size) for side in SIDES]
+        rows.append((f"drain {size_text(size)}, best setting (runs/s)", cells))
+    for size in _sizes(results, "c10"):
+        cells = [_drain_cell(results, side, side.c10, size) for side in SIDES]
+        rows.append((f"drain {size_text(size)}, concurrency 10 (runs/s)", cells))
+    for size in results.sizes(FAIRLANE, ENQUEUE):
+        cells = [_enqueue_cell(results, side, size) for side in SIDES]
+        rows.append((f"bulk enqueue {size_text(size)}, 1,000 per call (runs/s)", cells))
+    if any(results.sizes(side, LATENCY) for side in SIDES):
+        rows.append(("pickup p50 / p99 (ms)", [_latency_cell(results, side) for side in SIDES]))
+    return rows
+
+
+def _ratio_rows(results: Results) -> list[Row]:
+    rows: list[Row] = []
+    for size in _sizes(results, "best"):
+        title = f"fairlane ÷ peer, drain {size_text(size)} best"
+        rows.append((title, _against_peers(results, "best", size)))
+    for size in _sizes(results, "c10"):
+        title = f"fairlane ÷ peer, drain {size_text(size)} concurrency 10"
+        rows.append((title, _against_peers(results, "c10", size)))
+    rows += _enqueue_and_pickup_ratios(results)
+    sizes = _sizes(results, "best")
+    for smaller, larger in itertools.pairwise(sizes):
+        title = f"drain {size_text(larger)} ÷ drain {size_text(smaller)}, best setting"
+        rows.append((title, [_own_ratio(results, side, smaller, larger) for side in SIDES]))
+    rows += _tenants_rows(results)
+    rows += _runs_table_rows(results)
+    return [(title, cells) for title, cells in rows if any(cell for cell in cells)]
+
+
+def _sizes(results: Results, kind: str) -> list[int]:
+    return sorted({size for side in SIDES for size in results.sizes(side, getattr(side, kind))})
+
+
+def _drain_cell(results: Results, side: Side, case: str, size: int) -> str:
+    lines = results.lines(side, case, size)
+    return results.cell(side, case, size, field_value(side.rate_field), _rate, _setting(lines))
+
+
+def _setting(lines: list[Line]) -> str:
+    """``400/200: `` for fairlane (concurrency / claim batch), ``tuned: `` for a peer."""
+    for line in lines:
+        if "config" in line:
+            return f"{line['config']}: "
+        if "claim_batch" in line:
+            return f"{line['concurrency']}/{line['claim_batch']}: "
+    return ""
+
+
+def _enqueue_cell(results: Results, side: Side, size: int) -> str:
+    if side is FAIRLANE:
+        return results.cell(side, ENQUEUE, size, field_value(side.enqueue_field), _rate)
+    # A peer's bulk enqueue is timed inside its throughput step (the same 1,000 per call).
+    prefix = f"from {side.best.rsplit('/', 1)[1]}: "
+    return results.cell(side, side.best, size, field_value(side.enqueue_field), _rate, prefix)
+
+
+def _latency_cell(results: Results, side: Side) -> str:
+    p50 = results.cell(side, LATENCY, 0, P50, _ms)
+    p99 = results.cell(side, LATENCY, 0, P99, _ms)
+    return p50 if p50 == p99 else f"{p50} / {p99}"
+
+
+def _against_peers(results: Results, kind: str, size: int) -> list[str]:
+    ours = results.median(FAIRLANE, getattr(FAIRLANE, kind), size, field_value(FAIRLANE.rate_field))
+    cells = [""]
+    for peer in PEERS:
+        theirs = results.median(peer, getattr(peer, kind), size, field_value(peer.rate_field))
+        cells.append(_ratio(ours, theirs))
+    return cells
+
+
+def _enqueue_and_pickup_ratios(results: Results) -> list[Row]:
+    rows: list[Row] = []
+    for size in results.sizes(FAIRLANE, ENQUEUE):
+        ours = results.median(FAIRLANE, ENQUEUE, size, field_value(FAIRLANE.enqueue_field))
+        cells = [""] + [
+            _ratio(ours, results.median(peer, peer.best, size, field_value(peer.enqueue_field)))
+            for peer in PEERS
+        ]
+        rows.append((f"fairlane ÷ peer, bulk enqueue {size_text(size)}", cells))
+    pickup = [""]
+    for peer in PEERS:
+        p50, p99 = (_pickup_ratio(results, peer, value) for value in (P50, P99))
+        pickup.append(f"{p50} / {p99}" if p50 and p99 else "")
+    rows.append(("fairlane ÷ peer, pickup p50 / p99", pickup))
+    return rows
+
+
+def _pickup_ratio(results: Results, peer: Side, value: Value) -> str:
+    return _ratio(
+        results.median(FAIRLANE, LATENCY, 0, value), results.median(peer, LATENCY, 0, value)
+    )
+
+
+def _own_ratio(results: Results, side: Side, smaller: int, larger: int) -> str:
+    rate = field_value(side.rate_field)
+    return _ratio(
+        results.median(side, side.best, larger, rate),
+        results.median(side, side.best, smaller, rate),
+    )
+
+
+def _tenants_rows(results: Results) -> list[Row]:
+    few, many = TENANTS
+    rows: list[Row] = []
+    rate = field_value(FAIRLANE.rate_field)
+    for size in results.sizes(FAIRLANE, tenants_case(many)):
+        one = results.median(FAIRLANE, tenants_case(few), size, rate)
+        fifty = results.median(FAIRLANE, tenants_case(many), size, rate)
+        ratio = _ratio(fifty, one)
+        cell = f"{_rate(fifty)} ÷ {_rate(one)} = {ratio}" if ratio else ""
+        title = f"--tenants {many} ÷ --tenants {few}, drain {size_text(size)} best setting"
+        rows.append((title, [cell] + [""] * len(PEERS)))
+    return rows
+
+
+def _runs_table_rows(results: Results) -> list[Row]:
+    """Filled only when a fairlane step reports the runs table's bytes (drain --sizes)."""
+    reported = [
+        (size, line)
+        for (name, _case, size), lines in results.cells.items()
+        if name == FAIRLANE.name
+        for line in lines
+        if f"{BYTES[0]}_before" in line and f"{BYTES[0]}_after" in line
+    ]
+    if not reported:
+        return []
+    size, line = max(reported, key=lambda found: found[0])
+    parts = [
+        f"{name.split('_')[1]} {_bytes(line[f'{name}_before'])} → {_bytes(line[f'{name}_after'])}"
+        for name in BYTES
+        if f"{name}_before" in line and f"{name}_after" in line
+    ]
+    title = f"runs table; indexes: queued → drained and vacuumed (history kept), {size_text(size)}"
+    return [(title, ["; ".join(parts)] + [""] * len(PEERS))]
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> str:
+    if numerator is None or not denominator:
+        return ""
+    return f"{numerator / denominator:.2f}{TIMES}"
+
+
+def _rate(value: float | None) -> str:
+    return f"{round(value):,}" if value is not None else ""
+
+
+def _ms(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def _bytes(value: Any) -> str:
+    return f"{float(value) / 1_000_000:,.1f} MB"
