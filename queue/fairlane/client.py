@@ -280,7 +280,8 @@ class Client:
         """Create many runs in one statement, all or none; returns ids in request order.
 
         Repeated once on another connection if the connection is lost and every request has an
-        idempotency key (the repeat finds the runs the first attempt made, if it made any)."""
+        idempotency key (the repeat finds the runs the first attempt made, if it made any).
+        In eager mode (``fairlane.testing.eager``) the runs execute in-process instead."""
         if not requests:
             return []
         mode = eager.active()
@@ -308,7 +309,8 @@ class Client:
     # -- reading ----------------------------------------------------------------------------
 
     def get_run(self, run_id: int) -> Run:
-        """Raises ``RunNotFoundError`` for an unknown id."""
+        """Raises ``RunNotFoundError`` for an unknown id. In eager mode, an eager run's id
+        (negative) reads the eager run."""
         eager_run = eager.eager_run(run_id)
         if eager_run is not None:
             return eager_run
