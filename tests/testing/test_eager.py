@@ -91,7 +91,14 @@ class Shop:
         async def slow(ctx: RunContext, payload: None) -> None:
             await anyio.sleep(30)
 
+        @tasks.task()
+        def notify(ctx: RunContext, payload: int) -> str:
+            with Client(NOWHERE) as client:  # fire and forget a child that fails
+                send_receipt.trigger(client, Order(payload))
+            return "notified"
+
         self.send_receipt, self.flaky, self.slow = send_receipt, flaky, slow
+        self.notify = notify
 
 
 @pytest.fixture
@@ -188,8 +195,14 @@ def test_propagate_raises_the_error_that_ended_the_run(shop: Shop) -> None:
         with pytest.raises(ConnectionError):
             shop.flaky.trigger(client, {"fail": 9})
         assert shop.flaky.trigger(client, {"fail": 1}) < 0
-    assert [run.status for run in runs] == [RunStatus.FAILED, RunStatus.FAILED,
-                                            RunStatus.COMPLETED]  # fmt: skip
+        # A child's error does not reach the parent that triggered it: it never does.
+        parent = shop.notify.trigger(client, 9)
+    assert [(run.task, run.status) for run in runs] == [
+        ("send_receipt", RunStatus.FAILED), ("flaky", RunStatus.FAILED),
+        ("flaky", RunStatus.COMPLETED), ("notify", RunStatus.COMPLETED),
+        ("send_receipt", RunStatus.FAILED),
+    ]  # fmt: skip
+    assert runs.get(parent).result == "notified"
 
 
 def test_what_eager_mode_refuses(shop: Shop, runs: EagerRuns) -> None:
