@@ -229,6 +229,24 @@ class AbortRun(FairlaneError):
         super().__init__(message)
 
 
+class MetadataRemovalError(FairlaneError, TypeError):
+    """A handler tried to remove a key of ``ctx.metadata`` (``del``, ``pop``, ``clear``). A run's
+    metadata is merged, never pruned: set the key to None instead."""
+
+    def __init__(self, key: object = None) -> None:
+        self.key = key
+        which = f"key {_shown(key)}" if key is not None else "keys"
+        super().__init__(
+            f"a run's metadata keeps its {which}: set a key to None instead of removing it"
+        )
+
+
+class EagerModeError(FairlaneError):
+    """Eager mode (``fairlane.testing.eager``) does not simulate what was asked: debounce, a
+    wait for a token or a batch, a wait on a run that has not finished or that is not an eager
+    run. Test it against a database and a worker instead (the ``fairlane.testing`` fixtures)."""
+
+
 class RunFailedError(FairlaneError):
     """A run waited on through a task handle (``await task.trigger_and_wait(ctx, ...)``) did
     not complete. ``status`` is its final status (FAILED, CRASHED, TIMED_OUT, EXPIRED,

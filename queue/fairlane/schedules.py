@@ -25,7 +25,7 @@ from fairlane.errors import ConfigurationError, ScheduleNotFoundError
 from fairlane.models import Schedule
 from fairlane.payload import encode_json
 from fairlane.scheduling.cron import check_cron, next_tick
-from fairlane.triggering.api import trigger_many, trigger_many_async
+from fairlane.triggering.api import insert_runs, insert_runs_async
 from fairlane.triggering.request import TriggerRequest, insert_params
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ def trigger(
     """Trigger the schedule's run now, outside its ticks (its next tick is unchanged); returns
     the run id."""
     schedule = get(conn, external_id, environment=environment, schema=schema)
-    return trigger_many(conn, [_now_request(schedule)], schema=schema)[0]
+    return insert_runs(conn, [_now_request(schedule)], schema=schema)[0]
 
 
 # -- async ---------------------------------------------------------------------------------
@@ -241,7 +241,7 @@ async def trigger_async(
     conn: AsyncConn, external_id: str, *, environment: str = "default", schema: str | None = None
 ) -> int:
     schedule = await get_async(conn, external_id, environment=environment, schema=schema)
-    return (await trigger_many_async(conn, [_now_request(schedule)], schema=schema))[0]
+    return (await insert_runs_async(conn, [_now_request(schedule)], schema=schema))[0]
 
 
 # -- declared on tasks ---------------------------------------------------------------------

@@ -4,8 +4,11 @@ tight loop does not write per call), written before the outcome, and fenced by t
 
 from __future__ import annotations
 
+import copy
+import json
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,7 +16,15 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import AsyncClient, PayloadError, RunContext, RunStatus, TaskRegistry
+from fairlane import (
+    AsyncClient,
+    ClaimedRun,
+    MetadataRemovalError,
+    PayloadError,
+    RunContext,
+    RunStatus,
+    TaskRegistry,
+)
 from fairlane.worker.lease_store import Completion, Lease, LeaseStore
 from tests.helpers import fast_worker, run_row, run_status, running, wait_until
 
@@ -100,6 +111,89 @@ async def test_a_tight_loop_is_coalesced(
     assert last["n"] > 100, "the sync handler called many times"
     # One second at one write per 0.2 s, plus the first, plus the ones with the outcomes.
     assert worker.stats.metadata_writes <= 10, worker.stats.metadata_writes
+
+
+async def test_ctx_metadata_update_is_set_metadata(
+    dsn: str, db: psycopg.Connection[Any], client: AsyncClient
+) -> None:
+    """``ctx.metadata.update(...)`` and ``ctx.metadata[key] = value``: visible through
+    ``get_run`` while the handler runs, coalesced in a tight loop, the last value written before
+    the outcome; keys are never removed and a non-JSON value changes nothing."""
+    tasks = TaskRegistry()
+    go_on = anyio.Event()
+    refused: list[BaseException] = []
+
+    @tasks.task()
+    async def import_rows(ctx: RunContext, payload: int) -> str:
+        ctx.metadata.update({"done": 0}, total=payload)
+        await go_on.wait()
+        for n in range(1, 20_001):
+            ctx.metadata.update(done=n)
+        ctx.metadata["phase"] = "finished"
+        try:
+            ctx.metadata.pop("source")
+        except MetadataRemovalError as error:
+            refused.append(error)
+        try:
+            ctx.metadata.clear()
+        except MetadataRemovalError as error:
+            refused.append(error)
+        try:
+            ctx.metadata.update(when=threading.Event())
+        except PayloadError as error:
+            refused.append(error)
+        return json.dumps(ctx.metadata, sort_keys=True)  # a real dict
+
+    run_id = await client.trigger("import_rows", 40, metadata={"source": "upload"})
+    worker = fast_worker(tasks, dsn, metadata_interval=0.2)
+    async with running(worker):
+
+        async def progress_shown() -> bool:
+            return (await client.get_run(run_id)).metadata.get("total") == 40
+
+        await wait_until(progress_shown, within=5, what="the progress to be written")
+        assert (await client.get_run(run_id)).metadata == {"source": "upload", "done": 0,
+                                                           "total": 40}  # fmt: skip
+        writes_before = worker.stats.metadata_writes
+        go_on.set()
+        await wait_until(lambda: run_status(db, run_id).is_final, within=10, what="completion")
+    final = await client.get_run(run_id)
+    expected = {"source": "upload", "done": 20_000, "total": 40, "phase": "finished"}
+    assert final.status is RunStatus.COMPLETED
+    assert final.metadata == expected, "the last fields are written with the outcome"
+    assert json.loads(final.result) == expected, "ctx.metadata had them at once"
+    assert [type(error) for error in refused] == [MetadataRemovalError, MetadataRemovalError,
+                                                  PayloadError]  # fmt: skip
+    # 20,000 updates without a yield: coalesced into the write that goes with the outcome.
+    assert worker.stats.metadata_writes - writes_before <= 2
+
+
+def test_ctx_metadata_writes_take_the_set_metadata_path() -> None:
+    """Every write of ``ctx.metadata`` is a patch of pending fields for the worker's writer
+    (which writes them fenced by the lease token), the writer told once per batch of them."""
+    run = ClaimedRun(7, uuid.uuid4(), "t", None, 1, 3, "default", "default", {"a": 1}, None, None)
+    told: list[RunContext] = []
+    ctx = RunContext(run=run, worker_id="w", _metadata_sink=told.append)
+    ctx.metadata.update(b=2)
+    ctx.metadata["c"] = 3
+    ctx.metadata |= {"d": 4}
+    assert ctx.metadata.setdefault("a", 9) == 1
+    assert ctx.metadata.setdefault("e", 5) == 5
+    assert told == [ctx], "the writer is told once until it takes the fields"
+    assert ctx.take_metadata() == {"b": 2, "c": 3, "d": 4, "e": 5}
+    ctx.set_metadata(b=20)
+    ctx.metadata.update()  # nothing to merge: nothing pending
+    assert told == [ctx, ctx]
+    assert ctx.take_metadata() == {"b": 20}
+    assert ctx.metadata == run.metadata == {"a": 1, "b": 20, "c": 3, "d": 4, "e": 5}
+    assert type(copy.copy(ctx.metadata)) is dict
+    with pytest.raises(MetadataRemovalError):
+        del ctx.metadata["a"]
+    with pytest.raises(TypeError, match="metadata keys are strings"):
+        ctx.metadata.update({1: "x"})  # type: ignore[arg-type]
+    with pytest.raises(AttributeError, match="cannot be replaced"):
+        ctx.metadata = {}  # type: ignore[assignment]
+    assert ctx.take_metadata() == {}
 
 
 async def test_metadata_must_be_json(

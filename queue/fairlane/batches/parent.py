@@ -24,7 +24,7 @@ from fairlane.engine import engine
 from fairlane.engine.statement import run_async
 from fairlane.errors import FairlaneError, PayloadError, QueueSizeLimitExceeded, TriggerOptionError
 from fairlane.payload import encode_json
-from fairlane.triggering.api import trigger_many_async
+from fairlane.triggering.api import insert_runs_async
 from fairlane.triggering.request import TriggerRequest, insert_params
 from fairlane.waitpoints import WaitResult
 
@@ -81,7 +81,7 @@ async def make_parent_batch(
     if triggerable:
         try:
             async with conn.transaction():
-                made = await trigger_many_async(
+                made = await insert_runs_async(
                     conn, [requests[index] for index in triggerable], schema=schema
                 )
         except QueueSizeLimitExceeded:

@@ -34,7 +34,7 @@ from fairlane.engine import engine
 from fairlane.engine.statement import Statement, first_async, run_async
 from fairlane.errors import BatchItemNotTriggered, FairlaneError
 from fairlane.retry import Backoff
-from fairlane.triggering.api import trigger_many_async
+from fairlane.triggering.api import insert_runs_async
 from fairlane.triggering.request import BATCH_QUEUE
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ class BatchItemProcessor:
             return self._fail(batch_id, index, f"invalid trigger options: {error}")
         try:
             async with conn.transaction():
-                (run_id,) = await trigger_many_async(conn, [request], schema=self.schema)
+                (run_id,) = await insert_runs_async(conn, [request], schema=self.schema)
         except Exception as error:
             # A full queue, a refused option, a failed statement (rolled back to the
             # savepoint): retried, and on the last attempt the item fails for good.

@@ -26,7 +26,7 @@ from fairlane.engine.schedules import DueSchedule
 from fairlane.engine.statement import rows_async
 from fairlane.errors import FairlaneError
 from fairlane.scheduling.cron import last_tick, next_tick
-from fairlane.triggering.api import trigger_many_async
+from fairlane.triggering.api import insert_runs_async
 from fairlane.triggering.request import TriggerRequest
 
 log = logging.getLogger("fairlane.worker")
@@ -93,7 +93,7 @@ async def _fire(conn: psycopg.AsyncConnection[Any], schema: str, schedule: DueSc
         run_id: int | None = None
         try:
             async with conn.transaction():  # a savepoint: a refused trigger takes nothing else
-                (run_id,) = await trigger_many_async(conn, [request], schema=schema)
+                (run_id,) = await insert_runs_async(conn, [request], schema=schema)
         except FairlaneError as refused:
             # A full queue, a payload no longer valid: the tick is spent without a run.
             log.warning("schedule %s: tick %s made no run: %s", schedule.key, tick, refused)

@@ -25,6 +25,7 @@ from fairlane.engine import engine
 from fairlane.engine.statement import Statement, rows, rows_async
 from fairlane.engine.triggers import TriggerRow
 from fairlane.errors import QueueSizeLimitExceeded, UnsupportedConnectionError
+from fairlane.triggering import eager
 from fairlane.triggering.request import TriggerRequest, insert_params
 
 if TYPE_CHECKING:
@@ -84,7 +85,19 @@ def _sa_rows(statement: Statement[TriggerRow], result: Any) -> list[TriggerRow]:
 def trigger_many(
     conn: SyncConnection, requests: Sequence[TriggerRequest], *, schema: str | None = None
 ) -> list[int]:
-    """Create every run in ``requests`` with one statement; returns their ids in order."""
+    """Create every run in ``requests`` with one statement; returns their ids in order. In
+    eager mode (``fairlane.testing.eager``) the runs are executed in-process instead."""
+    mode = eager.active()
+    if mode is not None and requests:
+        return mode.trigger_many(requests)
+    return insert_runs(conn, requests, schema=schema)
+
+
+def insert_runs(
+    conn: SyncConnection, requests: Sequence[TriggerRequest], *, schema: str | None = None
+) -> list[int]:
+    """``trigger_many`` always on the database, even in eager mode (for fairlane's own
+    triggers: a worker's children, schedule ticks, batch items)."""
     if not requests:
         return []
     with tracing.trigger_span(requests) as sent:
@@ -123,7 +136,17 @@ def trigger(
 async def trigger_many_async(
     conn: AsyncConnectionLike, requests: Sequence[TriggerRequest], *, schema: str | None = None
 ) -> list[int]:
-    """The async twin of ``trigger_many``: same statement, same checks."""
+    """The async twin of ``trigger_many``: same statement, same checks, same eager mode."""
+    mode = eager.active()
+    if mode is not None and requests:
+        return await mode.trigger_many_async(requests)
+    return await insert_runs_async(conn, requests, schema=schema)
+
+
+async def insert_runs_async(
+    conn: AsyncConnectionLike, requests: Sequence[TriggerRequest], *, schema: str | None = None
+) -> list[int]:
+    """The async twin of ``insert_runs``: always the database."""
     if not requests:
         return []
     with tracing.trigger_span(requests) as sent:

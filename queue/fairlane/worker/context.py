@@ -13,6 +13,7 @@ from fairlane.models import ClaimedRun
 from fairlane.payload import encode_json
 from fairlane.triggering.request import TriggerRequest
 from fairlane.waitpoints import WaitResult
+from fairlane.worker.metadata import RunMetadata
 
 if TYPE_CHECKING:
     from fairlane.worker.executor import ActiveRun
@@ -64,17 +65,28 @@ class RunContext:
     # Fields set since the writer last took them, and whether the sink was told of them.
     _metadata_pending: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    # ``ctx.metadata``, made on first use.
+    _metadata_view: RunMetadata | None = field(default=None, init=False, repr=False)
+
     def set_metadata(self, **fields: Any) -> None:
         """Merge ``fields`` into the run's metadata (progress, counters, ...): ``ctx.metadata``
         has them at once, ``get_run`` once the worker wrote them. Writes are coalesced: the
         worker writes a run's pending fields at most every ``metadata_interval`` seconds, and
         always before the run's outcome, so a tight loop may call this freely. Every write is
-        fenced by the run's lease token. Values must be JSON-serialisable (``PayloadError``)."""
+        fenced by the run's lease token. Values must be JSON-serialisable (``PayloadError``).
+        ``ctx.metadata.update(...)`` and ``ctx.metadata[key] = value`` do the same."""
+        self._merge_metadata(fields)
+
+    def _merge_metadata(self, fields: dict[str, Any]) -> None:
+        if not fields:
+            return
         encode_json(fields, what="metadata")
         with _EVENT_LOCK:
             first = not self._metadata_pending
             self._metadata_pending.update(fields)
             self.run.metadata.update(fields)
+            if self._metadata_view is not None:
+                self._metadata_view.absorb(fields)
         if first and self._metadata_sink is not None:
             self._metadata_sink(self)
 
@@ -118,8 +130,24 @@ class RunContext:
         return self.run.queue
 
     @property
-    def metadata(self) -> dict[str, Any]:
-        return self.run.metadata
+    def metadata(self) -> RunMetadata:
+        """The run's metadata: a dict whose writes (``update``, ``[key] = value``) merge into
+        the stored metadata exactly as ``set_metadata`` does (fairlane.worker.metadata)."""
+        view = self._metadata_view
+        if view is None:
+            with _EVENT_LOCK:
+                if self._metadata_view is None:
+                    self._metadata_view = RunMetadata(self.run.metadata, self._merge_metadata)
+                view = self._metadata_view
+        return view
+
+    @metadata.setter
+    def metadata(self, value: RunMetadata) -> None:
+        # ``ctx.metadata |= {...}`` merges in place, then assigns the same object back.
+        if value is not self._metadata_view:
+            raise AttributeError(
+                "ctx.metadata cannot be replaced: merge fields with ctx.metadata.update(...)"
+            )
 
     @property
     def machine(self) -> str | None:

@@ -85,7 +85,7 @@ def error_document(error: BaseException, attempt: int, code: str | None = None) 
     }
 
 
-async def _call(
+async def call_handler(
     definition: TaskDefinition | None, ctx: RunContext, payload: Any, limiter: anyio.CapacityLimiter
 ) -> Any:
     if definition is None:
@@ -96,7 +96,7 @@ async def _call(
     return await anyio.to_thread.run_sync(call, abandon_on_cancel=True, limiter=limiter)
 
 
-async def _hook(
+async def run_hook(
     hook: Callable[[RunContext, Any], Any] | None, ctx: RunContext, value: Any,
     limiter: anyio.CapacityLimiter,
 ) -> None:  # fmt: skip
@@ -162,12 +162,12 @@ async def execute(
         await _failed(active, definition, error, writer, limiter, code=code, took=took)
     else:
         try:
-            stored = _encode_result(definition, result)
+            stored = encode_result(definition, result)
         except PayloadError as bad_result:
             await _failed(active, definition, bad_result, writer, limiter, took=took)
             return
         if definition is not None:
-            await _hook(definition.on_success, ctx, result, limiter)
+            await run_hook(definition.on_success, ctx, result, limiter)
         run_event("completed", run, duration_ms=took)
         writer.complete(Completion(active.lease, stored))
 
@@ -187,24 +187,24 @@ async def _run_handler(
     invalid_payload = False
     with scope:
         try:
-            payload = _decode_payload(run, definition)
+            payload = decode_payload(run, definition)
         except PayloadError as invalid:
             error, invalid_payload = invalid, True
         else:
             try:
-                result = await _call(definition, active.ctx, payload, limiter)
+                result = await call_handler(definition, active.ctx, payload, limiter)
             except Exception as raised:
                 error = raised
     return error, result, scope.cancelled_caught, invalid_payload
 
 
-def _decode_payload(run: ClaimedRun, definition: TaskDefinition | None) -> Any:
+def decode_payload(run: ClaimedRun, definition: TaskDefinition | None) -> Any:
     if definition is None or definition.payload_codec is None:
         return run.payload
     return definition.payload_codec.decode(run.payload)
 
 
-def _encode_result(definition: TaskDefinition | None, result: Any) -> str:
+def encode_result(definition: TaskDefinition | None, result: Any) -> str:
     if result is None:
         return "null"
     codec = definition.result_codec if definition is not None else None
@@ -233,7 +233,7 @@ async def _failed(
     else:
         failure = _failure(active, error, definition)
     if failure.next_status != "DELAYED" and definition is not None:
-        await _hook(definition.on_failure, active.ctx, error, limiter)
+        await run_hook(definition.on_failure, active.ctx, error, limiter)
     event = {"DELAYED": "retried", "TIMED_OUT": "timed_out"}.get(failure.next_status, "failed")
     level = logging.INFO if event == "retried" else logging.WARNING
     run_event(event, active.run, duration_ms=took, error=error, level=level)
@@ -247,15 +247,26 @@ def _final_failure(
     return Failure(active.lease, encode_json(document, what="error"), status.value, None)
 
 
-def _failure(active: ActiveRun, error: BaseException, definition: TaskDefinition | None) -> Failure:
-    run = active.run
+def failure_decision(
+    run: ClaimedRun, error: BaseException, definition: TaskDefinition | None
+) -> tuple[RunStatus, str | None, float | None]:
+    """How a handler's error ends an attempt: (DELAYED, code, the backoff's delay) for a retry,
+    while the task's policy retries the error and attempts are left; else (FAILED, code, None).
+    ``AbortRun`` is never retried and stores its own code."""
     if isinstance(error, AbortRun):
-        return _final_failure(active, error, RunStatus.FAILED, error.code)
+        return RunStatus.FAILED, error.code, None
     code = "UNKNOWN_TASK" if isinstance(error, UnknownTaskError) else None
     if run.attempt >= run.max_attempts or (
         definition is not None and not definition.retryable(error)
     ):
-        return _final_failure(active, error, RunStatus.FAILED, code)
+        return RunStatus.FAILED, code, None
     delay = definition.backoff.delay(run.attempt) if definition is not None else 1.0
-    document = error_document(error, run.attempt, code)
-    return Failure(active.lease, encode_json(document, what="error"), "DELAYED", delay)
+    return RunStatus.DELAYED, code, delay
+
+
+def _failure(active: ActiveRun, error: BaseException, definition: TaskDefinition | None) -> Failure:
+    status, code, delay = failure_decision(active.run, error, definition)
+    if status is not RunStatus.DELAYED:
+        return _final_failure(active, error, status, code)
+    document = error_document(error, active.run.attempt, code)
+    return Failure(active.lease, encode_json(document, what="error"), status.value, delay)

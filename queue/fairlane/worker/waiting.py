@@ -32,7 +32,7 @@ from fairlane.errors import (
     RunNotFoundError,
     WaitpointNotFoundError,
 )
-from fairlane.triggering.api import trigger_many_async
+from fairlane.triggering.api import insert_runs_async
 from fairlane.triggering.request import TriggerRequest
 from fairlane.waitpoints import WaitResult
 from fairlane.worker.connections import LoopConnection
@@ -75,7 +75,7 @@ class WaitService:
         (child,) = _linked(active, [request])
 
         async def make(conn: psycopg.AsyncConnection[Any]) -> Edges:
-            (run_id,) = await trigger_many_async(conn, [child], schema=self._schema)
+            (run_id,) = await insert_runs_async(conn, [child], schema=self._schema)
             waitpoints = await self._run_waitpoints(conn, [run_id])
             return [(0, waitpoints[run_id])]
 

@@ -17,7 +17,7 @@ from starlette.routing import Route
 from fairlane import control
 from fairlane.engine.statement import drive_async
 from fairlane.errors import RunNotFoundError
-from fairlane.triggering.api import trigger_many_async
+from fairlane.triggering.api import insert_runs_async
 from fairlane.triggering.request import TriggerRequest
 from fairlane.web.api.options import trigger_request
 from fairlane.web.auth import Caller, authenticate, state_of
@@ -47,7 +47,7 @@ async def _trigger(
     async with state.connection() as conn:
         if any(request.parent_run_id is not None for request in requests):
             await _check_parents(state, conn, caller, requests)
-        return await trigger_many_async(conn, requests, schema=state.schema)
+        return await insert_runs_async(conn, requests, schema=state.schema)
 
 
 def _unknown_fields(document: dict[str, object], allowed: set[str], index: int | None) -> None:

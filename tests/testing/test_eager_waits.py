@@ -1,0 +1,145 @@
+"""Waiting inside an eager handler: children run right there and the wait returns their
+results; what lives in the database (tokens, streamed batches) raises EagerModeError."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from fairlane import (
+    AbortRun,
+    AsyncClient,
+    EagerModeError,
+    RunContext,
+    RunFailedError,
+    RunStatus,
+    TaskRegistry,
+    TriggerOptionError,
+    TriggerRequest,
+    WaitResult,
+)
+from fairlane.testing import eager
+
+pytestmark = pytest.mark.anyio
+
+NOWHERE = "postgresql://127.0.0.1:9/nowhere?connect_timeout=2"
+
+
+def registry(log: list[str]) -> TaskRegistry:
+    tasks = TaskRegistry()
+
+    @tasks.task()
+    async def square(ctx: RunContext, payload: int) -> int:
+        log.append(f"square {payload}")
+        if payload < 0:
+            raise AbortRun("negative")
+        return payload * payload
+
+    @tasks.task()
+    async def fan_out(ctx: RunContext, payload: list[int]) -> dict[str, Any]:
+        log.append("fan_out")
+        one = await square.trigger_and_wait(ctx, payload[0])
+        results = await ctx.batch_trigger_and_wait(square.requests(payload))
+        try:
+            await square.trigger_and_wait(ctx, -1)
+        except RunFailedError as failed:
+            child_failure = failed.status
+        await ctx.wait_until(timedelta(hours=1))
+        await ctx.wait_until(datetime.now(UTC) + timedelta(days=1))
+        return {"one": one, "batch": [r.output for r in results], "failed": child_failure}
+
+    @tasks.task()
+    async def fire_and_wait(ctx: RunContext, payload: None) -> list[Any]:
+        async with AsyncClient(NOWHERE) as client:
+            started = await client.trigger("square", 4)  # fire and forget: runs right here
+        waited = await ctx.wait_for_runs([started])
+        return [waited[0].run_id == started, waited[0].output]
+
+    @tasks.task()
+    async def batch_with_a_bad_item(ctx: RunContext, payload: None) -> list[dict[str, Any]]:
+        requests = [TriggerRequest("square", 2), TriggerRequest("square", 3, priority="x"),  # type: ignore[arg-type]
+                    TriggerRequest("square", -1)]  # fmt: skip
+        results = await ctx.batch_trigger_and_wait(requests)
+        return [_shown(result) for result in results]
+
+    @tasks.task()
+    async def mixed_environments(ctx: RunContext, payload: None) -> None:
+        await ctx.batch_trigger_and_wait(
+            [TriggerRequest("square", 1), TriggerRequest("square", 2, environment="other")]
+        )
+
+    @tasks.task()
+    async def waits_for_token(ctx: RunContext, payload: None) -> None:
+        await ctx.wait_for_token(1)
+
+    @tasks.task()
+    async def waits_for_batch(ctx: RunContext, payload: None) -> None:
+        await ctx.wait_for_batch(1)
+
+    @tasks.task()
+    async def waits_for_a_stored_run(ctx: RunContext, payload: None) -> None:
+        await ctx.wait_for_runs([12345])
+
+    return tasks
+
+
+def _shown(result: WaitResult) -> dict[str, Any]:
+    if result.ok:
+        return {"ok": result.output}
+    error = result.error or {}
+    return {"status": error["status"], "code": error["error"]["code"]}
+
+
+async def test_children_run_at_once_and_the_wait_returns_their_results() -> None:
+    log: list[str] = []
+    tasks = registry(log)
+    with eager(tasks) as runs:
+        async with AsyncClient(NOWHERE) as client:
+            run = await client.wait_for_run(await client.trigger("fan_out", [2, 3]))
+            fired = await client.wait_for_run(await client.trigger("fire_and_wait"))
+    assert run.status is RunStatus.COMPLETED, run.error
+    assert run.result == {"one": 4, "batch": [4, 9], "failed": "FAILED"}
+    assert log == ["fan_out", "square 2", "square 2", "square 3", "square -1", "square 4"]
+    children = [child for child in runs if child.parent_run_id == run.id]
+    assert [(child.payload, child.status) for child in children] == [
+        (2, RunStatus.COMPLETED), (2, RunStatus.COMPLETED), (3, RunStatus.COMPLETED),
+        (-1, RunStatus.FAILED),
+    ]  # fmt: skip
+    assert fired.result == [True, 16]
+
+
+async def test_a_batch_item_that_cannot_trigger_is_pre_failed() -> None:
+    tasks = registry([])
+    with eager(tasks) as runs:
+        async with AsyncClient(NOWHERE) as client:
+            run = await client.wait_for_run(await client.trigger("batch_with_a_bad_item"))
+            mixed = await client.wait_for_run(await client.trigger("mixed_environments"))
+    assert run.result == [
+        {"ok": 4},
+        {"status": "SYSTEM_FAILURE", "code": "BATCH_ITEM_COULD_NOT_TRIGGER"},
+        {"status": "FAILED", "code": "ABORTED"},
+    ]
+    assert [child.status for child in runs if child.parent_run_id == run.id] == [
+        RunStatus.COMPLETED, RunStatus.SYSTEM_FAILURE, RunStatus.FAILED,
+    ]  # fmt: skip
+    assert mixed.status is RunStatus.FAILED
+    assert mixed.error is not None
+    assert mixed.error["type"] == f"{TriggerOptionError.__module__}.TriggerOptionError"
+
+
+@pytest.mark.parametrize(
+    ("task", "says"),
+    [("waits_for_token", "tokens live in the database"),
+     ("waits_for_batch", "batches live in the database"),
+     ("waits_for_a_stored_run", "not a run of this eager block")],
+)  # fmt: skip
+async def test_waits_eager_mode_cannot_simulate_fail_the_run(task: str, says: str) -> None:
+    with eager(registry([])):
+        async with AsyncClient(NOWHERE) as client:
+            run = await client.wait_for_run(await client.trigger(task))
+    assert run.status is RunStatus.FAILED
+    assert run.error is not None
+    assert run.error["type"] == f"{EagerModeError.__module__}.EagerModeError"
+    assert says in run.error["message"]
