@@ -140,9 +140,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.metrics_port is not None:
         from fairlane.metrics import serve_worker_metrics
 
-        serve_worker_metrics(
-            args.metrics_port, worker.stats, worker.worker_id, args.dsn, schema=args.schema
-        )
+        serve_worker_metrics(args.metrics_port, worker.metrics, args.dsn, schema=args.schema)
     anyio.run(_run_worker, worker, args.burst)
     print(json.dumps(worker.stats.as_dict()))
     return 0
