@@ -1,5 +1,5 @@
 """The database-side series, and the autoscaling query the README gives KEDA, read indexes and
-never scan the runs table at 1,000,000 runs (the fill takes about 15 s).
+never scan the runs table at 1,000,000 runs (the fill takes 15 to 25 s on a 2-core machine).
 
 The runs are what a busy deployment holds: mostly finished history, a deep backlog in one
 tenant's queue, work spread over a hundred more, delayed, executing and waiting runs. Only
