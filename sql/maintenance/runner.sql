@@ -5,19 +5,28 @@
 
 -- function: run_due_periodic_jobs
 -- Runs each due job once, committing after each (so CALL it outside a transaction block; it is
--- a procedure). Returns what each job returned, by name.
-CREATE OR REPLACE PROCEDURE {schema}.run_due_periodic_jobs(INOUT ran jsonb DEFAULT NULL)
+-- a procedure). Returns what each job returned, by name, and how long each took in seconds
+-- (`took`, what a worker's fairlane_periodic_job_duration_seconds observes: every tick is run,
+-- and so observed, by exactly one session).
+CREATE OR REPLACE PROCEDURE {schema}.run_due_periodic_jobs(
+    INOUT ran jsonb DEFAULT NULL, INOUT took jsonb DEFAULT NULL)
 LANGUAGE plpgsql
 AS $$
 DECLARE
     one jsonb;
     done text[] := '{{}}';
+    started timestamptz;
 BEGIN
     ran := '{{}}'::jsonb;
+    took := '{{}}'::jsonb;
     LOOP
+        started := clock_timestamp();
         one := {schema}.run_next_due_job(done);
         EXIT WHEN one IS NULL;
         ran := ran || one;
+        took := took || (SELECT jsonb_object_agg(k.job,
+                                                 extract(epoch FROM clock_timestamp() - started))
+                         FROM jsonb_object_keys(one) AS k(job));
         done := done || ARRAY(SELECT jsonb_object_keys(one));
         COMMIT;
     END LOOP;
@@ -73,7 +82,7 @@ $$;
 
 -- name: run_due_periodic_jobs
 -- On an autocommit connection: the procedure commits after each job.
-CALL {schema}.run_due_periodic_jobs(NULL);
+CALL {schema}.run_due_periodic_jobs(NULL, NULL);
 
 -- name: list_periodic_jobs
 SELECT name, function, interval_s, enabled, next_due_at, last_started_at, last_finished_at,

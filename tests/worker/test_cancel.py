@@ -23,6 +23,7 @@ from fairlane import (
 )
 from fairlane.worker.lease_store import Completion, Lease, LeaseStore
 from tests.helpers import fast_worker, run_row, run_status, running, wait_until
+from tests.helpers.metrics import scrape
 
 pytestmark = pytest.mark.anyio
 
@@ -144,6 +145,14 @@ async def test_executing_handler_is_cancelled_through_its_worker(
     assert worker.stats.canceled == 1
     assert worker.stats.stale_writes == 0
     assert worker.stats.lost_leases == 0
+    # The attempt ended CANCELED, with no outcome written for it.
+    found = scrape(worker.metrics.registry)
+    ended = {
+        (dict(labels)["task"], dict(labels)["status"]): value
+        for (name, labels), value in found.items()
+        if name == "fairlane_runs_finished_total"
+    }
+    assert ended == {("long", "CANCELED"): 1, ("short", "COMPLETED"): 1}
     assert run_status(db, run_id) is RunStatus.CANCELED, "a cancelled run was retried"
     assert run_row(db, run_id)["result"] is None
 

@@ -21,6 +21,7 @@ import pytest
 import fairlane
 from fairlane import AsyncClient, RunContext, RunStatus, TaskRegistry, Worker
 from tests.helpers import run_row, run_status, running, speed_up_periodic_jobs, wait_until
+from tests.helpers.metrics import labelled, scrape
 
 pytestmark = pytest.mark.anyio
 
@@ -118,6 +119,11 @@ async def test_shutdown_releases_what_outlives_the_grace_period(
     assert worker.stats.released == 1
     assert worker.stats.completed == 1
     assert not worker.held
+    found = scrape(worker.metrics.registry)
+    for status in ("RELEASED", "COMPLETED"):
+        done = {"task": "sleep", "status": status}
+        assert labelled(found, "fairlane_runs_finished_total", **done) == 1
+        assert labelled(found, "fairlane_run_duration_seconds_count", **done) == 1
 
     # Released runs are claimable at once, with their attempt still unspent.
     attempts: list[int] = []

@@ -19,8 +19,9 @@ registry and gives it a small pool of connections of its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -60,15 +61,28 @@ def with_batch_queue(queues: Iterable[str]) -> list[str]:
     return chosen if BATCH_QUEUE in chosen else [*chosen, BATCH_QUEUE]
 
 
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    """What a carrier made of its item: the carrier's result, the state the item reached
+    (None: left alone, it was decided before), and the statement that records it (sent with
+    the COMMIT)."""
+
+    result: dict[str, Any]
+    state: str | None = None
+    record: Statement[Any] | None = None
+
+
 class BatchItemProcessor:
     """The handler's state in one worker: its database, and a small pool of connections,
-    opened when the first carrier runs."""
+    opened when the first carrier runs. ``on_item`` is told the state each item reached once
+    its transaction has committed (the worker's fairlane_batch_items_total)."""
 
     def __init__(
         self, dsn: str, schema: str, *, max_connections: int = BATCH_CONNECTIONS,
-        options: ConnectionOptions | None = None,
+        options: ConnectionOptions | None = None, on_item: Callable[[str], None] | None = None,
     ) -> None:  # fmt: skip
         self.schema = schema
+        self._on_item = on_item
         self._batches = engine(schema).batches
         options = options or ConnectionOptions(application_name="fairlane batches")
         self._pool = AsyncConnectionPool(
@@ -111,7 +125,8 @@ class BatchItemProcessor:
             # No wait for the flush either. Safe: the carrier's completion is written later
             # with a synchronous commit, which flushes this WAL first; a lost commit is redone.
             await conn.execute("SET LOCAL synchronous_commit = off")
-            result, final = await self._decide(conn, ctx, batch_id, index)
+            decision = await self._decide(conn, ctx, batch_id, index)
+            final = decision.record
             if final is None:
                 await conn.execute("COMMIT")
             else:
@@ -123,20 +138,21 @@ class BatchItemProcessor:
                 with anyio.CancelScope(shield=True):
                     await conn.execute("ROLLBACK")
             raise
-        return result
+        if decision.state is not None and self._on_item is not None:
+            self._on_item(decision.state)
+        return decision.result
 
     async def _decide(
         self, conn: AsyncConn, ctx: RunContext, batch_id: int, index: int
-    ) -> tuple[dict[str, Any], Statement[Any] | None]:
-        """What became of the item, and the statement that records it (sent with COMMIT)."""
+    ) -> _Decision:
         item = await first_async(conn, self._batches.lock_item(batch_id, index))
         if item is None:
-            return {"skipped": "no such item"}, None
+            return _Decision({"skipped": "no such item"})
         if item.state != "PENDING":
-            return {"skipped": f"item already {item.state}"}, None
+            return _Decision({"skipped": f"item already {item.state}"})
         if item.status == "ABORTED":
             await run_async(conn, self._batches.skip_item(batch_id, index))
-            return {"skipped": "batch aborted"}, None
+            return _Decision({"skipped": "batch aborted"}, "SKIPPED")
         try:
             request = item_request(
                 item.task, item.payload, item.options or {}, item.environment, item.parent_run_id
@@ -152,13 +168,12 @@ class BatchItemProcessor:
             if not ctx.is_last_attempt or conn.broken:
                 raise BatchItemNotTriggered(str(error)) from error
             return self._fail(batch_id, index, str(error))
-        return {"run_id": run_id}, self._batches.record_item(batch_id, index, run_id)
+        record = self._batches.record_item(batch_id, index, run_id)
+        return _Decision({"run_id": run_id}, "TRIGGERED", record)
 
-    def _fail(
-        self, batch_id: int, index: int, reason: str
-    ) -> tuple[dict[str, Any], Statement[Any]]:
+    def _fail(self, batch_id: int, index: int, reason: str) -> _Decision:
         fail = self._batches.fail_item(batch_id, index, BATCH_ITEM_COULD_NOT_TRIGGER, reason)
-        return {"failed": BATCH_ITEM_COULD_NOT_TRIGGER, "reason": reason}, fail
+        return _Decision({"failed": BATCH_ITEM_COULD_NOT_TRIGGER, "reason": reason}, "FAILED", fail)
 
 
 current_processor: ContextVar[BatchItemProcessor | None] = ContextVar(

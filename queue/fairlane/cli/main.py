@@ -141,9 +141,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.metrics_port is not None:
         from fairlane.metrics import serve_worker_metrics
 
-        serve_worker_metrics(
-            args.metrics_port, worker.stats, worker.worker_id, args.dsn, schema=args.schema
-        )
+        serve_worker_metrics(args.metrics_port, worker.metrics, args.dsn, schema=args.schema)
     uvloop = use_uvloop(args.loop)
     settle_heap()
     anyio.run(_run_worker, worker, args.burst, backend_options={"use_uvloop": uvloop})

@@ -3,17 +3,31 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from fairlane.engine.section import Section
-from fairlane.engine.statement import Statement, scalar
+from fairlane.engine.statement import Row, Statement, scalar
 from fairlane.models import PeriodicJob, Setting
 
 
+@dataclass(frozen=True, slots=True)
+class JobsRan:
+    """What one call of the runner did: each job's result and how long it took, by name."""
+
+    results: dict[str, Any]
+    seconds: dict[str, float]
+
+
+def _jobs_ran(row: Row) -> JobsRan:
+    took = row["took"] or {}
+    return JobsRan(dict(row["ran"] or {}), {name: float(s) for name, s in took.items()})
+
+
 class Maintenance(Section):
-    def run_due(self) -> Statement[dict[str, Any]]:
+    def run_due(self) -> Statement[JobsRan]:
         """Every due job once, each in a transaction of its own: on an autocommit connection."""
-        return self._statement("run_due_periodic_jobs", None, lambda row: dict(row["ran"] or {}))
+        return self._statement("run_due_periodic_jobs", None, _jobs_ran)
 
     def run_one(self, name: str) -> Statement[Any]:
         """The job's result; None when it was not due or another session holds it."""

@@ -31,7 +31,7 @@ def _list_jobs(schema: str | None) -> Operation[list[PeriodicJob]]:
 
 def _run_due(schema: str | None) -> Operation[dict[str, Any]]:
     found = yield engine(schema_name(schema)).maintenance.run_due()
-    return found[0] if found else {}
+    return found[0].results if found else {}
 
 
 def _run_now(name: str, schema: str | None) -> Operation[Any]:

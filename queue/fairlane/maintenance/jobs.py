@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from fairlane.maintenance.template import JobSpec, SettingSpec, count, flag, seconds
 
 JOBS: tuple[JobSpec, ...] = (
@@ -9,6 +12,7 @@ JOBS: tuple[JobSpec, ...] = (
         "reclaim_expired_leases", "reclaim_expired_leases", "reclaim.sql",
         "Runs whose lease lapsed go back to QUEUED (or CRASHED on their last attempt).",
         (count("reclaim_batch_size"), count("reclaim_max_batches")),
+        repairs=(("requeued", "expired_lease"), ("crashed", "expired_lease")),
     ),
     JobSpec(
         "promote_delayed_runs", "promote_delayed_runs", "promotion.sql",
@@ -29,6 +33,11 @@ JOBS: tuple[JobSpec, ...] = (
         "Repairs what a crash can leave: leases past max_lease_s, environments wrongly marked"
         " drained, WAITING runs whose waitpoints all completed.",
         (seconds("max_lease_s"), flag("sweep_repair_waiting")),
+        repairs=(
+            ("repaired_runs", "executing_without_lease"),
+            ("environments_fixed", "environment_marked_drained"),
+            ("waiting_repaired", "missed_wakeup"),
+        ),
     ),
     JobSpec(
         "prune_finished_runs", "prune_finished_runs", "pruning.sql",
@@ -42,7 +51,9 @@ JOBS: tuple[JobSpec, ...] = (
     ),
     JobSpec(
         "abort_unsealed_batches", "abort_unsealed_batches", "batches.sql",
-        "Aborts batches whose items did not all arrive by their seal deadline.",
+        "Aborts batches whose items did not all arrive by their seal deadline, and fails items"
+        " whose carrier run ended without making their run.",
+        repairs=(("orphaned_items", "orphaned_batch_item"),),
     ),
     JobSpec(
         "prune_finished_batches", "prune_finished_batches", "pruning.sql",
@@ -70,3 +81,21 @@ SETTINGS: dict[str, SettingSpec] = {
     for spec in (*ENGINE_SETTINGS, *(setting for job in JOBS for setting in job.settings))
 }
 JOBS_BY_NAME: dict[str, JobSpec] = {job.name: job for job in JOBS}
+REPAIR_KINDS: tuple[str, ...] = tuple(
+    dict.fromkeys(kind for job in JOBS for _, kind in job.repairs)
+)
+
+
+def repairs_in(results: Mapping[str, Any]) -> dict[str, int]:
+    """The repairs that the jobs' results (by job name, as the runner returns them) report,
+    by kind. A job that failed, or one not described here, reports none."""
+    found: dict[str, int] = {}
+    for name, result in results.items():
+        job = JOBS_BY_NAME.get(name)
+        if job is None or not isinstance(result, dict):
+            continue
+        for key, kind in job.repairs:
+            value = result.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+                found[kind] = found.get(kind, 0) + int(value)
+    return found

@@ -60,6 +60,10 @@ class JobSpec:
     file: str
     summary: str
     settings: tuple[SettingSpec, ...] = ()
+    # The counts of its result that are repairs, each with its kind (a worker adds them to
+    # fairlane_repairs_total): what a crash, a missed wake-up or a row edited by hand left
+    # wrong, put right. Routine work (promotion, expiry, pruning) is not a repair.
+    repairs: tuple[tuple[str, str], ...] = ()
 
 
 def count(name: str, minimum: int = 1) -> SettingSpec:

@@ -1,9 +1,11 @@
 """Series read from the database at each scrape, by cheap statements on partial indexes
 (sql/metrics/series.sql): what every worker of a deployment would report alike, so any one
-of them, or ``fairlane metrics``, can serve them."""
+of them, or ``fairlane metrics``, can serve them. A scrape while the database does not answer
+reports ``fairlane_database_up 0`` (and the worker's own series as ever), not an error."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,11 +14,20 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from fairlane.config import database_url, psycopg_dsn, schema_name
+from fairlane.connection import ConnectionOptions, Outage
 from fairlane.engine import engine
 from fairlane.engine.metrics import JobSeries, QueueSeries
 from fairlane.engine.statement import rows
 
-CONNECT_TIMEOUT_S = 5
+log = logging.getLogger("fairlane.metrics")
+
+# A scrape gives up rather than hang. JIT is off: the series' plans cost enough, past a few
+# hundred thousand live runs, for PostgreSQL to compile them, and compiling took longer than
+# running them (about 200 ms at 1M runs, tests/sql/test_metrics_plan.py).
+SCRAPE_CONNECTION = ConnectionOptions(
+    connect_timeout=5, statement_timeout=10, application_name="fairlane metrics",
+    settings={"jit": "off"},
+)  # fmt: skip
 
 
 def read_series(
@@ -43,11 +54,11 @@ def families(queues: list[QueueSeries], jobs: list[JobSeries]) -> list[Metric]:
         runs.add_metric([*labels, "DELAYED"], series.delayed)
         oldest.add_metric(labels, series.oldest_queued_s)
     duration = GaugeMetricFamily(
-        "fairlane_periodic_job_duration_seconds", "How long the job's last tick took",
+        "fairlane_periodic_job_last_duration_seconds", "How long the job's last tick took",
         labels=["job"],
     )  # fmt: skip
     ticks = CounterMetricFamily(
-        "fairlane_periodic_job_runs", "Ticks the job has run", labels=["job"]
+        "fairlane_periodic_job_runs", "Ticks the job has run, by any session", labels=["job"]
     )
     failing = GaugeMetricFamily(
         "fairlane_periodic_job_failing", "1 when the job's last tick failed", labels=["job"]
@@ -65,8 +76,22 @@ class DatabaseCollector(Collector):
     def __init__(self, dsn: str | None = None, *, schema: str | None = None) -> None:
         self.dsn = psycopg_dsn(database_url(dsn))
         self.schema = schema_name(schema)
+        # Logged once when the database stops answering, once when it answers again.
+        self.outage = Outage("metrics", log)
 
     def collect(self) -> Iterator[Metric]:
-        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
-            queues, jobs = read_series(conn, self.schema)
+        up = GaugeMetricFamily(
+            "fairlane_database_up", "1 when the database answered this scrape's statements"
+        )
+        try:
+            with psycopg.connect(self.dsn, **SCRAPE_CONNECTION.kwargs(self.dsn)) as conn:
+                queues, jobs = read_series(conn, self.schema)
+        except psycopg.Error as error:
+            self.outage.failed(error)
+            up.add_metric([], 0)
+            yield up
+            return
+        self.outage.recovered()
+        up.add_metric([], 1)
+        yield up
         yield from families(queues, jobs)

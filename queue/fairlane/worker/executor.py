@@ -21,7 +21,7 @@ from fairlane.payload import encode_json
 from fairlane.worker.context import RunContext
 from fairlane.worker.events import run_event
 from fairlane.worker.lease_store import Completion, Failure, Lease
-from fairlane.worker.outcomes import OutcomeWriter
+from fairlane.worker.outcomes import Attempt, OutcomeWriter
 from fairlane.worker.registry import TaskDefinition, TaskRegistry
 
 log = logging.getLogger("fairlane.worker")
@@ -48,6 +48,8 @@ class ActiveRun:
     outcome_queued: bool = False
     # Whether the run holds one of the worker's slots (freed when its outcome is written).
     slot_held: bool = False
+    # Its task and how long its handler ran, once it has returned.
+    attempt: Attempt | None = None
 
     # What was left of max_duration when the handler started to wait (waiting does not count).
     paused_budget: float | None = None
@@ -139,13 +141,14 @@ async def execute(
         ended = "FAILED" if error is not None else "COMPLETED"
         tracing.end_run_span(span, ctx.stop_reason or ("TIMED_OUT" if cut_short else ended), error)
     active.handler_done = True
-    took = (time.monotonic() - started) * 1000
     active.done_at = time.monotonic()
+    took = (active.done_at - started) * 1000
+    attempt = active.attempt = Attempt(run.task, took / 1000)
     # Every branch below but two hands the writer an outcome.
     active.outcome_queued = ctx.stop_reason not in (STOP_LEASE_LOST, STOP_CANCELED)
     if ctx.stop_reason == STOP_SHUTDOWN and cut_short:
         run_event("released", run, duration_ms=took)
-        writer.release(active.lease)
+        writer.release(active.lease, attempt)
     elif ctx.stop_reason == STOP_LEASE_LOST:
         # Its result is discarded: the run was reclaimed or re-claimed meanwhile.
         run_event("lease_lost", run, duration_ms=took, level=logging.WARNING)
@@ -156,20 +159,20 @@ async def execute(
         # Nobody asked for a stop, so the deadline did.
         ctx.request_stop()
         timeout = MaxDurationExceededError(f"run exceeded max_duration of {run.max_duration_s}s")
-        await _failed(active, definition, timeout, writer, limiter, RunStatus.TIMED_OUT, took=took)
+        await _failed(active, definition, timeout, writer, limiter, attempt, RunStatus.TIMED_OUT)
     elif error is not None:
         code = "INVALID_PAYLOAD" if invalid_payload else None
-        await _failed(active, definition, error, writer, limiter, code=code, took=took)
+        await _failed(active, definition, error, writer, limiter, attempt, code=code)
     else:
         try:
             stored = encode_result(definition, result)
         except PayloadError as bad_result:
-            await _failed(active, definition, bad_result, writer, limiter, took=took)
+            await _failed(active, definition, bad_result, writer, limiter, attempt)
             return
         if definition is not None:
             await run_hook(definition.on_success, ctx, result, limiter)
         run_event("completed", run, duration_ms=took)
-        writer.complete(Completion(active.lease, stored))
+        writer.complete(Completion(active.lease, stored), attempt)
 
 
 async def _run_handler(
@@ -219,10 +222,10 @@ async def _failed(
     error: BaseException,
     writer: OutcomeWriter,
     limiter: anyio.CapacityLimiter,
+    attempt: Attempt,
     final: RunStatus | None = None,
     *,
     code: str | None = None,
-    took: float | None = None,
 ) -> None:
     """Hand a failure to the writer: a retry (DELAYED) while the task's policy allows one and
     attempts are left, else a final status, after the ``on_failure`` hook."""
@@ -236,8 +239,8 @@ async def _failed(
         await run_hook(definition.on_failure, active.ctx, error, limiter)
     event = {"DELAYED": "retried", "TIMED_OUT": "timed_out"}.get(failure.next_status, "failed")
     level = logging.INFO if event == "retried" else logging.WARNING
-    run_event(event, active.run, duration_ms=took, error=error, level=level)
-    writer.fail(failure)
+    run_event(event, active.run, duration_ms=attempt.seconds * 1000, error=error, level=level)
+    writer.fail(failure, attempt)
 
 
 def _final_failure(

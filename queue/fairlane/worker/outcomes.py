@@ -7,13 +7,18 @@ large batches and when idle each goes out at once.
 Metadata a handler sets (``ctx.set_metadata``) is coalesced: the writer takes every run's
 pending fields at most once per ``metadata_interval`` (at once after a quiet spell), and with
 every batch of outcomes, metadata first, so a run's last progress lands before its outcome.
+
+An outcome handed over with its ``Attempt`` is counted in the worker's metrics once the fence
+has accepted it (fairlane_runs_finished_total, fairlane_run_duration_seconds); a refused one is
+counted as a stale write only.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -24,9 +29,23 @@ from fairlane.worker.lease_store import AsyncConn, Completion, Failure, Lease, L
 from fairlane.worker.stats import WorkerStats
 
 if TYPE_CHECKING:
+    from fairlane.metrics.worker import WorkerMetrics
     from fairlane.worker.context import RunContext
 
 log = logging.getLogger("fairlane.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """What the metrics need of the attempt an outcome ends: its task and how long its
+    handler ran."""
+
+    task: str
+    seconds: float
+
+
+# A failure's status, as the attempt ended: a retry is RETRIED (the run itself is DELAYED).
+_ENDED = {"DELAYED": "RETRIED"}
 
 
 class OutcomeWriter:
@@ -37,9 +56,13 @@ class OutcomeWriter:
         on_written: Callable[[set[Lease]], None],
         *,
         metadata_interval: float = 0.5,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self._store = store
         self._stats = stats
+        self._metrics = metrics
+        # The attempts of the outcomes not written yet, counted once the fence accepts them.
+        self._attempts: dict[Lease, Attempt] = {}
         # Called with every lease whose outcome was written or refused: the lease is done.
         self._on_written = on_written
         self._completions: list[Completion] = []
@@ -61,16 +84,21 @@ class OutcomeWriter:
         if first:
             self._pending.set()
 
-    def complete(self, item: Completion) -> None:
+    def complete(self, item: Completion, attempt: Attempt | None = None) -> None:
         self._completions.append(item)
-        self._pending.set()
+        self._hand_over(item.lease, attempt)
 
-    def fail(self, item: Failure) -> None:
+    def fail(self, item: Failure, attempt: Attempt | None = None) -> None:
         self._failures.append(item)
-        self._pending.set()
+        self._hand_over(item.lease, attempt)
 
-    def release(self, lease: Lease) -> None:
+    def release(self, lease: Lease, attempt: Attempt | None = None) -> None:
         self._releases.append(lease)
+        self._hand_over(lease, attempt)
+
+    def _hand_over(self, lease: Lease, attempt: Attempt | None) -> None:
+        if attempt is not None:
+            self._attempts[lease] = attempt
         self._pending.set()
 
     @property
@@ -178,7 +206,9 @@ class OutcomeWriter:
         if completions:
             accepted = await self._store.complete(conn, completions)
             self._stats.completed += len(accepted)
-            self._refused("complete", [c.lease for c in completions], accepted)
+            leases = [c.lease for c in completions]
+            self._count(leases, ["COMPLETED"] * len(leases), accepted)
+            self._refused("complete", leases, accepted)
             completions.clear()
         if failures:
             accepted = await self._store.fail(conn, failures)
@@ -190,13 +220,25 @@ class OutcomeWriter:
                         self._stats.timed_out += 1
                     else:
                         self._stats.failed += 1
-            self._refused("fail", [f.lease for f in failures], accepted)
+            leases = [f.lease for f in failures]
+            ended = [_ENDED.get(f.next_status, f.next_status) for f in failures]
+            self._count(leases, ended, accepted)
+            self._refused("fail", leases, accepted)
             failures.clear()
         if releases:
             accepted = await self._store.release(conn, releases)
             self._stats.released += len(accepted)
+            self._count(releases, ["RELEASED"] * len(releases), accepted)
             self._refused("release", releases, accepted)
             releases.clear()
+
+    def _count(self, leases: Sequence[Lease], ended: Sequence[str], accepted: set[int]) -> None:
+        """Written: each accepted outcome is counted in the metrics, by how it ended the
+        attempt; a refused one is not (its attempt had been taken over)."""
+        for lease, status in zip(leases, ended, strict=True):
+            attempt = self._attempts.pop(lease, None)
+            if attempt is not None and self._metrics is not None and lease.run_id in accepted:
+                self._metrics.run_finished(attempt.task, status, attempt.seconds)
 
     def _refused(self, what: str, leases: list[Lease], accepted: set[int]) -> None:
         refused = [lease.run_id for lease in leases if lease.run_id not in accepted]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import psycopg
@@ -19,16 +19,20 @@ import psycopg
 from fairlane import schedules
 from fairlane.connection import Outage
 from fairlane.engine import engine
+from fairlane.engine.maintenance import JobsRan
 from fairlane.engine.statement import first_async
 from fairlane.scheduling.firing import fire_due_schedules
 from fairlane.worker.connections import LoopConnection
 from fairlane.worker.stats import WorkerStats
 
+if TYPE_CHECKING:
+    from fairlane.metrics.worker import WorkerMetrics
+
 log = logging.getLogger("fairlane.worker")
 
 
-async def run_due_jobs(conn: psycopg.AsyncConnection[Any], schema: str) -> dict[str, Any]:
-    return await first_async(conn, engine(schema).maintenance.run_due()) or {}
+async def run_due_jobs(conn: psycopg.AsyncConnection[Any], schema: str) -> JobsRan:
+    return await first_async(conn, engine(schema).maintenance.run_due()) or JobsRan({}, {})
 
 
 async def periodic_loop(
@@ -38,9 +42,11 @@ async def periodic_loop(
     *,
     interval: float,
     declared: Sequence[dict[str, Any]] = (),
+    metrics: WorkerMetrics | None = None,
 ) -> None:
     """``declared``: the ``upsert_schedule`` parameters of the schedules the worker's tasks
-    declare, created (or updated) before the first tick."""
+    declare, created (or updated) before the first tick. ``metrics`` observes each job this
+    worker ran and counts what it repaired."""
     pending = list(declared)
     outage = Outage("periodic jobs", log)
     while True:
@@ -50,7 +56,9 @@ async def periodic_loop(
                     await schedules.declare_async(conn, schema, pending)
                     pending = []
                 ran = await run_due_jobs(conn, schema)
-                stats.periodic_ticks += len(ran)
+                stats.periodic_ticks += len(ran.results)
+                if metrics is not None:
+                    metrics.periodic_jobs_ran(ran)
                 stats.scheduled_runs += await fire_due_schedules(conn, schema)
             outage.recovered()
         except psycopg.Error as error:

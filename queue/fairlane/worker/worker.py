@@ -39,6 +39,7 @@ from fairlane.connection import (
     connect_failure,
 )
 from fairlane.errors import ConfigurationError, SchemaMismatchError
+from fairlane.metrics.worker import WorkerMetrics
 from fairlane.models import ClaimedRun
 from fairlane.schema.check import SCHEMA_REVISION, check_schema_async
 from fairlane.worker import heartbeat, notifier, periodic
@@ -111,11 +112,15 @@ class Worker:
             statement_timeout, max(heartbeat_interval, 1.0)
         )
         self.connection_options.with_(statement_timeout=self.heartbeat_timeout)  # checks it
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.stats = WorkerStats()
+        # Its own Prometheus series (fairlane.metrics.serve_worker_metrics serves them).
+        self.metrics = WorkerMetrics(self.stats, self.worker_id)
         # Batch items become runs through the built-in task fairlane.batch_item.
         batch_processing.install(registry)
         self.batch_items = batch_processing.BatchItemProcessor(
             self.dsn, self.schema, max_connections=batch_connections,
-            options=self._options("batches"),
+            options=self._options("batches"), on_item=self.metrics.batch_item,
         )  # fmt: skip
         self.concurrency = concurrency
         self.claim_batch = claim_batch or concurrency
@@ -128,8 +133,6 @@ class Worker:
         self.queues = batch_processing.with_batch_queue(queues) if queues else None
         self.run_periodic_jobs = run_periodic_jobs
         self.periodic_interval = periodic_interval
-        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.stats = WorkerStats()
         self.store = LeaseStore(self.schema, lease_seconds=lease_seconds, worker_id=self.worker_id)
         self.held: dict[int, ActiveRun] = {}
         self.heartbeater = heartbeat.Heartbeater(
@@ -139,8 +142,9 @@ class Worker:
             outcome_timeout=self.connection_options.answer_within or lease_seconds,
         )  # fmt: skip
         self.writer = OutcomeWriter(
-            self.store, self.stats, self._outcomes_written, metadata_interval=metadata_interval
-        )
+            self.store, self.stats, self._outcomes_written,
+            metadata_interval=metadata_interval, metrics=self.metrics,
+        )  # fmt: skip
         self.waits = WaitService(
             self.dsn, self.schema, poll_interval=poll_interval, options=self._options("waits"),
             release_slot=self._release_local_slot, reacquire_slot=self._reacquire_local_slot,
@@ -349,10 +353,12 @@ class Worker:
             full_scan = self._full_scan_due(sent_at)
             try:
                 async with connection.use() as conn:
+                    began = time.perf_counter()
                     claimed = await self.store.claim(
                         conn, asked,
                         environments=self.environments, queues=self.queues, full_scan=full_scan,
                     )  # fmt: skip
+                    self.metrics.claimed(time.perf_counter() - began)
                 outage.recovered()
             except SchemaMismatchError as mismatch:
                 # Migrated under us while we were disconnected: stop, and say why.
@@ -441,6 +447,11 @@ class Worker:
             active = await self._ready.get()
             try:
                 await execute(active, self.registry, self.writer, self._limiter)
+                if active.ctx.stop_reason == STOP_CANCELED and active.attempt is not None:
+                    # No outcome to write (the cancel ended the run), but the attempt ended.
+                    self.metrics.run_finished(
+                        active.attempt.task, "CANCELED", active.attempt.seconds
+                    )
             finally:
                 self._executing -= 1
                 if self._executing == 0:
@@ -496,7 +507,7 @@ class Worker:
     async def _periodic_loop(self, connection: LoopConnection) -> None:
         await periodic.periodic_loop(
             connection, self.schema, self.stats, interval=self.periodic_interval,
-            declared=schedules.declared_params(self.registry),
+            declared=schedules.declared_params(self.registry), metrics=self.metrics,
         )  # fmt: skip
 
     async def _write_loop(self, connection: LoopConnection) -> None:

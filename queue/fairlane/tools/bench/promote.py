@@ -83,7 +83,7 @@ class Ticks:
         while not self.stop.is_set():
             started = time.perf_counter()
             ran = await run_due_jobs(conn, SCHEMA)
-            outcome = ran.get(JOB)
+            outcome = ran.results.get(JOB)
             if outcome and outcome.get("promoted"):
                 self.promoted.append(int(outcome["promoted"]))
                 self.statements += int(outcome.get("statements", 1))
