@@ -98,6 +98,10 @@ def trigger_runs(dsn: str, count_: int, *, seconds: tuple[float, float], seed: i
         return client.trigger_many(requests)
 
 
+def all_runs(dsn: str) -> list[int]:
+    return [run_id for (run_id,) in read(dsn, "SELECT id FROM fairlane.runs ORDER BY id")]
+
+
 def drained(dsn: str, run_ids: list[int]) -> bool:
     final = ("COMPLETED", "FAILED", "CANCELED", "CRASHED", "TIMED_OUT", "EXPIRED")
     done = count(

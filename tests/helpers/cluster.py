@@ -8,6 +8,7 @@ initdb and postgres refuse to run as root, so under root they run as the ``postg
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import pwd
@@ -125,10 +126,8 @@ class Cluster:
     @staticmethod
     def thaw(pids: list[int]) -> None:
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-3000:]
