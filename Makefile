@@ -55,7 +55,7 @@ stress: install ## the stress tests: many transactions, threads and worker proce
 	$(BIN)/pytest -m stress -q -s $(PYTEST_ARGS)
 
 # Its own throwaway cluster (initdb from the local PostgreSQL binaries), so no DATABASE_URL.
-chaos: install ## worker processes while a cluster of its own is killed, restarted and frozen
+chaos: install ## worker processes killed, a cluster of its own restarted, crashed and frozen
 	$(BIN)/pytest -m chaos -q -s $(PYTEST_ARGS)
 
 migrate: runtime ## apply fairlane's migrations to DATABASE_URL (creates the database if missing)
