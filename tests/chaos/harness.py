@@ -29,6 +29,7 @@ import psycopg
 
 from fairlane import Client, TriggerRequest
 from tests.chaos.tasks import LEDGER_DSN_VARIABLE, RETURNED
+from tests.helpers.faults import local_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = "tests.chaos.tasks:tasks"
@@ -188,25 +189,6 @@ class Fleet:
             for worker in self.workers
             if "Traceback" in worker.log.read_text(errors="replace")
         ]
-
-
-def local_ports(pid: int) -> set[int]:
-    """The local TCP ports of the sockets process ``pid`` holds (its database connections)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[9] in inodes:
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def backend_of(dsn: str, worker: WorkerProcess, loop: str) -> int | None:

@@ -24,6 +24,7 @@ import pytest
 from fairlane import AsyncBatchClient, AsyncClient, Client, RunStatus, TriggerRequest, Worker
 from tests.helpers import running, wait_until
 from tests.helpers.batches import batch_row, chunked, ndjson
+from tests.helpers.faults import local_ports
 from tests.helpers.pgbouncer import POOL_SIZE, PgBouncer, pgbouncer_for
 from tests.pgbouncer.tasks import tasks
 
@@ -58,11 +59,13 @@ def item_runs(db: psycopg.Connection[Any], batch_id: int) -> list[int]:
     return [run_id for (run_id,) in rows.fetchall()]
 
 
-def server_sessions(db: psycopg.Connection[Any]) -> int:
-    """Backends of the test database besides ``db``'s own: PgBouncer's server connections."""
+def server_sessions(db: psycopg.Connection[Any], bouncer: PgBouncer) -> int:
+    """Backends of the test database whose client is PgBouncer: its server sessions."""
+    assert bouncer.process is not None
     row = db.execute(
         "SELECT count(*) FROM pg_stat_activity"
-        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        " WHERE datname = current_database() AND client_port = ANY(%s)",
+        (sorted(local_ports(bouncer.process.pid)),),
     ).fetchone()
     assert row is not None
     return int(row[0])
@@ -110,7 +113,7 @@ def test_client_triggers_reads_and_waits_through_pgbouncer(
 
 
 def test_worker_processes_drain_1000_runs_through_pgbouncer(
-    through: str, db: psycopg.Connection[Any], tmp_path: Path
+    through: str, db: psycopg.Connection[Any], bouncer: PgBouncer, tmp_path: Path
 ) -> None:
     """Two ``fairlane worker --burst --no-listen --prepare-threshold none`` processes, five or
     more connections each, share PgBouncer's four server sessions."""
@@ -127,11 +130,16 @@ def test_worker_processes_drain_1000_runs_through_pgbouncer(
         subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=log.open("wb"))
         for log in logs
     ]
-    most_sessions = 0
+    most_sessions = most_clients = 0
+    dbname = db.info.dbname
     try:
         deadline = time.monotonic() + 90
         while any(worker.poll() is None for worker in workers):
-            most_sessions = max(most_sessions, server_sessions(db))
+            # While both drain (a worker that exits may leave a session on its way out).
+            if all(worker.poll() is None for worker in workers):
+                most_sessions = max(most_sessions, server_sessions(db, bouncer))
+                clients = [row for row in bouncer.show("CLIENTS") if row["database"] == dbname]
+                most_clients = max(most_clients, len(clients))
             assert time.monotonic() < deadline, "the workers did not drain the runs"
             time.sleep(0.05)
     finally:
@@ -152,8 +160,10 @@ def test_worker_processes_drain_1000_runs_through_pgbouncer(
         (run_ids,),
     ).fetchone()
     assert rows == (DRAINED,)
-    # Server sessions of the test database: PgBouncer's pool, never one per client connection.
-    assert 0 < most_sessions <= POOL_SIZE, most_sessions
+    print(f"\n{DRAINED} runs drained through PgBouncer: up to {most_clients} client connections"
+          f" on at most {most_sessions} server sessions")  # fmt: skip
+    # The workers' connections took turns on PgBouncer's few server sessions.
+    assert 0 < most_sessions <= POOL_SIZE < most_clients, (most_sessions, most_clients)
 
 
 async def test_trigger_and_wait_and_a_batch_wait_through_pgbouncer(
