@@ -9,6 +9,8 @@ The verdict, for the runs a scenario triggered:
 - leases: an execution that stopped did so at most ``LEASE_SLACK_S`` past the lease deadline
   its worker held, and never ran on more than that after the next execution of the run began;
 - every execution of a worker that was not killed recorded its end.
+An attempt whose start row could not be written did no work: its row (``start_failed``, if it
+landed at all) is no execution.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 import psycopg
 
 from fairlane import Client, TriggerRequest
-from tests.chaos.tasks import LEDGER_DSN_VARIABLE, RETURNED
+from tests.chaos.tasks import LEDGER_DSN_VARIABLE, RETURNED, START_FAILED
 from tests.helpers.faults import local_ports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +41,7 @@ CREATE TABLE chaos_ledger (
     id bigserial PRIMARY KEY,
     run_id bigint NOT NULL,
     attempt integer NOT NULL,
+    lease_token uuid NOT NULL UNIQUE,
     worker_pid integer NOT NULL,
     started_at double precision NOT NULL,
     ended_at double precision,
@@ -230,7 +233,8 @@ def executions(dsn: str) -> dict[int, list[Execution]]:
     rows = read(
         dsn,
         "SELECT run_id, attempt, worker_pid, started_at, ended_at, lease_deadline, end_reason"
-        " FROM chaos_ledger ORDER BY run_id, started_at",
+        " FROM chaos_ledger WHERE end_reason IS DISTINCT FROM %s ORDER BY run_id, started_at",
+        (START_FAILED,),
     )
     by_run: dict[int, list[Execution]] = {}
     for row in rows:

@@ -6,8 +6,11 @@ host's wall clock) and the lease deadline the worker held for the run when it st
 lease clock, which cancels a handler whose lease it could not confirm). The ledger goes through
 a small pool of the worker process's own, at the DSN in ``FAIRLANE_CHAOS_LEDGER``; a ledger
 statement the server does not answer is abandoned like any of fairlane's. A start row that
-cannot be written fails the attempt (it is retried); an end row is retried for a while (a
-restart), then given up, and the suite counts what was never ended.
+cannot be written fails the attempt (it is retried) before any work is done; since the
+server may still commit an INSERT whose answer never came (a frozen server), such an attempt
+then writes its row as ``start_failed`` (keyed by the claim's lease token, so whichever of the
+two lands second finds the first). An end row is retried for a while (a restart), then given
+up, and the suite counts what was never ended.
 """
 
 from __future__ import annotations
@@ -33,10 +36,17 @@ FINISH_WITHIN_S = 15.0
 # What a stop with no reason given (cancelled from outside) is recorded as.
 CANCELLED = "cancelled"
 RETURNED = "returned"
+START_FAILED = "start_failed"
 
 START = """
-INSERT INTO chaos_ledger (run_id, attempt, worker_pid, started_at)
-VALUES (%s, %s, %s, %s) RETURNING id
+INSERT INTO chaos_ledger (run_id, attempt, lease_token, worker_pid, started_at)
+VALUES (%s, %s, %s, %s, %s) RETURNING id
+"""
+VOID = """
+INSERT INTO chaos_ledger (run_id, attempt, lease_token, worker_pid, started_at, ended_at,
+                          end_reason)
+VALUES (%s, %s, %s, %s, %s, %s, 'start_failed')
+ON CONFLICT (lease_token) DO UPDATE SET end_reason = 'start_failed', ended_at = EXCLUDED.ended_at
 """
 FINISH = """
 UPDATE chaos_ledger SET ended_at = %s, lease_deadline = %s, end_reason = %s WHERE id = %s
@@ -74,22 +84,33 @@ class Ledger:
             cursor = await conn.execute(sql, params)
             return await cursor.fetchone() if cursor.description else None
 
-    async def start(self, ctx: RunContext) -> int:
-        row = await self.execute(START, (ctx.run_id, ctx.attempt, os.getpid(), time.time()))
+    async def start(self, ctx: RunContext, started: float) -> int:
+        row = await self.execute(START, (*self._execution(ctx), started))
         assert row is not None
         return int(row[0])
+
+    async def void(self, ctx: RunContext, started: float) -> None:
+        """The start row could not be written: make sure it says so, if it landed after all."""
+        await self._insist(VOID, (*self._execution(ctx), started, time.time()), ctx.run_id)
 
     async def finish(
         self, execution: int, ended: float, deadline: float | None, reason: str
     ) -> None:
+        await self._insist(FINISH, (ended, deadline, reason, execution), execution)
+
+    @staticmethod
+    def _execution(ctx: RunContext) -> tuple[Any, ...]:
+        return (ctx.run_id, ctx.attempt, ctx.run.lease_token, os.getpid())
+
+    async def _insist(self, sql: str, params: tuple[Any, ...], what: int) -> None:
         give_up_at = time.monotonic() + FINISH_WITHIN_S
         while True:
             try:
-                await self.execute(FINISH, (ended, deadline, reason, execution))
+                await self.execute(sql, params)
                 return
             except psycopg.Error as error:
                 if time.monotonic() > give_up_at:
-                    log.warning("ledger row %s left without its end: %s", execution, error)
+                    log.warning("ledger entry of %s not written: %s", what, error)
                     return
                 await anyio.sleep(0.2)
 
@@ -107,7 +128,13 @@ def lease_deadline(ctx: RunContext) -> float | None:
 
 @tasks.task("chaos.work", backoff=Backoff(min_s=0.05, max_s=0.5), max_attempts=50)
 async def work(ctx: RunContext, payload: dict[str, Any]) -> int:
-    execution = await ledger.start(ctx)
+    started = time.time()
+    try:
+        execution = await ledger.start(ctx, started)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await ledger.void(ctx, started)
+        raise
     reason = RETURNED
     try:
         await anyio.sleep(float(payload["seconds"]))
