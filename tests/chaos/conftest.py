@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 from fairlane.schema import migrate
-from tests.chaos.harness import LEDGER_TABLE, Fleet
+from tests.chaos.harness import Fleet
+from tests.chaos.tasks import LEDGER_TABLE
 from tests.helpers.cluster import Cluster, bindir
 
 TEMPLATE = "chaos_template"

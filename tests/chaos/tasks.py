@@ -38,6 +38,19 @@ CANCELLED = "cancelled"
 RETURNED = "returned"
 START_FAILED = "start_failed"
 
+LEDGER_TABLE = """
+CREATE TABLE chaos_ledger (
+    id bigserial PRIMARY KEY,
+    run_id bigint NOT NULL,
+    attempt integer NOT NULL,
+    lease_token uuid NOT NULL UNIQUE,
+    worker_pid integer NOT NULL,
+    started_at double precision NOT NULL,
+    ended_at double precision,
+    lease_deadline double precision,
+    end_reason text
+)
+"""
 START = """
 INSERT INTO chaos_ledger (run_id, attempt, lease_token, worker_pid, started_at)
 VALUES (%s, %s, %s, %s, %s) RETURNING id

@@ -21,14 +21,12 @@ from tests.chaos.harness import (
     backend_of,
     completed,
     drained,
-    orphans_restarted_after,
     poll,
     read,
-    report,
     trigger_runs,
     until_progress,
-    verdict,
 )
+from tests.chaos.verdict import orphans_restarted_after, report, verdict
 from tests.helpers.cluster import Cluster
 from tests.helpers.faults import stopped
 
