@@ -33,7 +33,7 @@ REPS ?= 1
 QUICK ?=
 BENCH_SIZES ?=
 
-.PHONY: help install runtime lint test stress migrate demo bench clean
+.PHONY: help install runtime lint test stress chaos migrate demo bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z]+):.*## /  make \1\t/' | expand -t 20
@@ -67,6 +67,10 @@ test: install ## run the test suite (needs PostgreSQL: DATABASE_URL, or the loca
 
 stress: install ## the stress tests: many transactions, threads and worker processes at once
 	$(BIN)/pytest -m stress -q -s $(PYTEST_ARGS)
+
+# Its own throwaway cluster (initdb from the local PostgreSQL binaries), so no DATABASE_URL.
+chaos: install ## worker processes killed, a cluster of its own restarted, crashed and frozen
+	$(BIN)/pytest -m chaos -q -s $(PYTEST_ARGS)
 
 migrate: runtime ## apply fairlane's migrations to DATABASE_URL (creates the database if missing)
 	$(BIN)/fairlane migrate

@@ -36,6 +36,7 @@ from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.connection import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_PREPARE_THRESHOLD,
     DEFAULT_STATEMENT_TIMEOUT,
     Deadline,
     bounded_async,
@@ -81,12 +82,16 @@ class AsyncClient:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
         lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
+        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
+        listen: bool = True,
     ) -> None:
         self.options = client_options(
             dsn, pool, max_connections, connect_timeout=connect_timeout,
             statement_timeout=statement_timeout, lock_timeout=lock_timeout,
+            prepare_threshold=prepare_threshold,
         )  # fmt: skip
         self.schema = schema_name(schema)
+        self.listen = listen
         self._engine = engine(self.schema)
         self._connect_failures = ConnectFailures()
         self.dsn: str | None
@@ -267,11 +272,13 @@ class AsyncClient:
         run = await self.get_run(run_id)
         if run.status.is_final:
             return run
+        deadline = math.inf if timeout is None else anyio.current_time() + max(timeout, 0.0)
+        if not self.listen:
+            return await self._poll_until_final(run, deadline, timeout, poll_interval)
         if self._watcher is None:
             self._watcher = AsyncRunWatcher(watch_dsn(self.dsn, self._pool.conninfo), self.schema)
         watcher = self._watcher
         await watcher.start()
-        deadline = math.inf if timeout is None else anyio.current_time() + max(timeout, 0.0)
         watched = False
         while True:
             event = watcher.register(run_id)
@@ -289,6 +296,17 @@ class AsyncClient:
                 await watcher.wait(event, min(left, poll_interval))
             finally:
                 watcher.unregister(run_id, event)
+
+    async def _poll_until_final(
+        self, run: Run, deadline: float, waited: float | None, poll_interval: float
+    ) -> Run:
+        while not run.status.is_final:
+            left = deadline - anyio.current_time()
+            if left <= 0:
+                raise RunWaitTimeoutError(run.id, waited or 0.0, run.status.value)
+            await anyio.sleep(min(left, poll_interval))
+            run = await self.get_run(run.id)
+        return run
 
     async def _watch(self, run_id: int) -> Run:
         async def watch(conn: AsyncConn) -> Run:

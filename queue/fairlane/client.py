@@ -44,6 +44,7 @@ from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.connection import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LOCK_TIMEOUT,
+    DEFAULT_PREPARE_THRESHOLD,
     DEFAULT_STATEMENT_TIMEOUT,
     ConnectionOptions,
     Deadline,
@@ -146,6 +147,9 @@ class Client:
     ``ConnectionOptions.kwargs``); fairlane still gives up on a call at
     ``statement_timeout`` plus ``ABORT_GRACE_S``. The pool should be autocommit (a call on a
     connection that is not is committed on return) and have a ``check``.
+    Behind a PgBouncer in transaction mode: ``prepare_threshold=None`` (psycopg's threshold,
+    default 5; None never prepares) unless it tracks prepared statements, and ``listen=False``
+    (``wait_for_run`` polls every ``poll_interval`` instead of LISTENing).
     """
 
     def __init__(
@@ -158,12 +162,16 @@ class Client:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
         lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
+        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
+        listen: bool = True,
     ) -> None:
         self.options = client_options(
             dsn, pool, max_connections, connect_timeout=connect_timeout,
             statement_timeout=statement_timeout, lock_timeout=lock_timeout,
+            prepare_threshold=prepare_threshold,
         )  # fmt: skip
         self.schema = schema_name(schema)
+        self.listen = listen
         self._engine = engine(self.schema)
         self._connect_failures = ConnectFailures()
         self.dsn: str | None
@@ -350,16 +358,19 @@ class Client:
         notification that the run ended (a second connection of the client LISTENs on the
         finished channel), re-reading the run otherwise only every ``poll_interval`` seconds as
         a fallback. Raises ``RunWaitTimeoutError`` (a ``TimeoutError``) after ``timeout``
-        seconds, ``RunNotFoundError`` for an unknown id. Threads may wait at once."""
+        seconds, ``RunNotFoundError`` for an unknown id. Threads may wait at once. A client
+        made with ``listen=False`` (PgBouncer in transaction mode) only polls."""
         run = self.get_run(run_id)
         if run.status.is_final:
             return run
+        deadline = math.inf if timeout is None else time.monotonic() + max(timeout, 0.0)
+        if not self.listen:
+            return self._poll_until_final(run, deadline, timeout, poll_interval)
         with self._watcher_lock:
             if self._watcher is None:
                 self._watcher = RunWatcher(watch_dsn(self.dsn, self._pool.conninfo), self.schema)
             watcher = self._watcher
         watcher.start()
-        deadline = math.inf if timeout is None else time.monotonic() + max(timeout, 0.0)
         watched = False
         while True:
             event = watcher.register(run_id)
@@ -377,6 +388,17 @@ class Client:
                 watcher.wait(event, min(left, poll_interval))
             finally:
                 watcher.unregister(run_id, event)
+
+    def _poll_until_final(
+        self, run: Run, deadline: float, waited: float | None, poll_interval: float
+    ) -> Run:
+        while not run.status.is_final:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RunWaitTimeoutError(run.id, waited or 0.0, run.status.value)
+            time.sleep(min(left, poll_interval))
+            run = self.get_run(run.id)
+        return run
 
     def _watch(self, run_id: int) -> Run:
         def watch(conn: SyncConn) -> Run:

@@ -34,6 +34,7 @@ from tests.helpers.faults import can_signal_backends, stopped
 pytestmark = pytest.mark.anyio
 
 PACKAGE = Path(__file__).resolve().parents[2] / "queue" / "fairlane"
+SQL = Path(__file__).resolve().parents[2] / "sql"
 
 
 @pytest.fixture
@@ -64,6 +65,32 @@ def test_no_session_level_set_in_the_package() -> None:
         for line in path.read_text().splitlines()
         if session_set.search(line)
     ]
+    assert not found, found
+
+
+def test_no_session_level_setting_in_the_sql() -> None:
+    """The SQL files change no setting beyond their transaction: every ``SET`` is an UPDATE's,
+    a function's own (``CREATE FUNCTION ... SET``) or ``SET LOCAL``; ``set_config`` is always
+    transaction-local; nothing RESETs or DISCARDs."""
+    found: list[str] = []
+    for path in SQL.rglob("*.sql"):
+        text = re.sub(r"--[^\n]*", "", path.read_text())
+        for match in re.finditer(r"\bSET\s+(?!LOCAL\b)", text, re.IGNORECASE):
+            # The statement (or PL/pgSQL step) the SET is part of, up to it.
+            start = max(text.rfind(mark, 0, match.start()) for mark in (";", "$$", "BEGIN"))
+            if not re.search(
+                r"\b(UPDATE|FUNCTION|PROCEDURE)\b", text[max(start, 0) : match.start()]
+            ):
+                found.append(
+                    f"{path.relative_to(SQL)}: {text[match.start() : match.start() + 50]!r}"
+                )
+        for match in re.finditer(r"set_config\(((?:[^()]|\([^()]*\))*)\)", text):
+            if not re.search(r",\s*true\s*$", match.group(1)):
+                found.append(f"{path.relative_to(SQL)}: {match.group()!r}")
+        found += [
+            f"{path.relative_to(SQL)}: {word}"
+            for word in re.findall(r"\b(?:RESET|DISCARD)\b", text)
+        ]
     assert not found, found
 
 

@@ -1,5 +1,6 @@
 """Faults to inject: a server backend stopped with SIGSTOP, a port nobody listens on, a port
-that accepts connections and never answers, and a TCP proxy that can be taken down.
+that accepts connections and never answers, and a TCP proxy that can be taken down; and the
+local ports of a process's sockets, to tell its backends in pg_stat_activity.
 
 Stopping a backend needs the tests to run on the server's host as a user allowed to signal it
 (root, or the server's own user); ``can_signal_backends`` says whether they do, and the tests
@@ -15,6 +16,7 @@ import signal
 import socket
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -64,6 +66,26 @@ def stopped(*pids: int) -> Iterator[None]:
         for pid in done:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
+
+
+def local_ports(pid: int) -> set[int]:
+    """The local TCP ports of the sockets process ``pid`` holds (its database
+    connections), read from /proc."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def closed_port() -> int:

@@ -79,3 +79,18 @@ def test_a_json_log_line_carries_the_structured_fields() -> None:
     assert line["message"] == "run 7 completed"
     assert (line["run_id"], line["task"], line["duration_ms"]) == (7, "send", 12.5)
     assert line["level"] == "info"
+
+
+@pytest.mark.parametrize(("given", "threshold"), [([], 5), (["none"], None), (["0"], 0)])
+def test_worker_prepare_threshold(given: list[str], threshold: int | None) -> None:
+    flag = ["--prepare-threshold", *given] if given else []
+    args = build_parser().parse_args(["worker", "app:tasks", *flag])
+    assert args.prepare_threshold == threshold
+
+
+def test_worker_prepare_threshold_refuses_what_is_not_a_count(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["worker", "app:tasks", "--prepare-threshold", "-1"])
+    assert "expected 'none' or an integer >= 0" in capsys.readouterr().err

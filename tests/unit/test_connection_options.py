@@ -17,6 +17,7 @@ def test_timeouts_and_settings_become_connection_options() -> None:
     assert kwargs == {
         "autocommit": True,
         "connect_timeout": 4,
+        "prepare_threshold": 5,
         "keepalives": 1,
         "keepalives_idle": 15,
         "keepalives_interval": 5,
@@ -72,3 +73,15 @@ def test_passwords_are_hidden() -> None:
     assert hide_password("postgresql://u:s3cret@db/app") == "postgresql://u:***@db/app"
     assert hide_password("host=db password=s3cret user=u") == "host=db password=*** user=u"
     assert hide_password("host=db password='a b' user=u") == "host=db password=*** user=u"
+
+
+def test_prepare_threshold_is_psycopgs_and_none_never_prepares() -> None:
+    assert ConnectionOptions().kwargs("")["prepare_threshold"] == 5
+    assert ConnectionOptions(prepare_threshold=None).kwargs("")["prepare_threshold"] is None
+    assert ConnectionOptions(prepare_threshold=0).kwargs("")["prepare_threshold"] == 0
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "5", True])
+def test_prepare_threshold_must_be_none_or_a_count(bad: object) -> None:
+    with pytest.raises(ConfigurationError, match="prepare_threshold"):
+        ConnectionOptions(prepare_threshold=bad)  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ import psycopg
 from fairlane.batches.api import batch_items, create_batch, get_batch, set_batch_limits
 from fairlane.batches.ingest import Progress, file_chunks, ingest_items
 from fairlane.config import database_url, psycopg_dsn, schema_name
-from fairlane.connection import ConnectionOptions
+from fairlane.connection import DEFAULT_PREPARE_THRESHOLD, ConnectionOptions
 from fairlane.engine.batches import ItemRow
 from fairlane.models import Batch, IngestResult
 from fairlane.schema.check import check_schema_async
@@ -25,18 +25,27 @@ AsyncConn = psycopg.AsyncConnection[Any]
 class AsyncBatchClient:
     """Batches through one autocommit connection, opened on first use."""
 
-    def __init__(self, dsn: str | None = None, *, schema: str | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str | None = None,
+        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
+    ) -> None:
         self.dsn = psycopg_dsn(database_url(dsn))
         self.schema = schema_name(schema)
+        # A connect timeout and keepalives; no statement timeout (an ingest slice is as long
+        # as the caller's chunks make it).
+        self.options = ConnectionOptions(
+            statement_timeout=None, application_name="fairlane batches",
+            prepare_threshold=prepare_threshold,
+        )  # fmt: skip
         self._conn: AsyncConn | None = None
         self._lock = anyio.Lock()
 
     async def _connection(self) -> AsyncConn:
         if self._conn is None or self._conn.closed or self._conn.broken:
-            # A connect timeout and keepalives; no statement timeout (an ingest slice is as
-            # long as the caller's chunks make it).
-            options = ConnectionOptions(statement_timeout=None, application_name="fairlane batches")
-            conn = await psycopg.AsyncConnection.connect(self.dsn, **options.kwargs(self.dsn))
+            conn = await psycopg.AsyncConnection.connect(self.dsn, **self.options.kwargs(self.dsn))
             try:
                 await check_schema_async(conn, self.schema)
             except BaseException:

@@ -32,7 +32,9 @@ from fairlane.client import Client
 from fairlane.config import schema_name
 from fairlane.connection import (
     DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_PREPARE_THRESHOLD,
     DEFAULT_STATEMENT_TIMEOUT,
+    check_prepare_threshold,
     connect_failure,
     unavailable,
 )
@@ -136,7 +138,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         listen=not args.no_listen, shutdown_grace=args.shutdown_grace,
         environments=args.environment or None, queues=args.queue or None,
         batch_connections=args.batch_connections, connect_timeout=args.connect_timeout,
-        statement_timeout=args.statement_timeout,
+        statement_timeout=args.statement_timeout, prepare_threshold=args.prepare_threshold,
     )  # fmt: skip
     if args.metrics_port is not None:
         from fairlane.metrics import serve_worker_metrics
@@ -147,6 +149,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
     anyio.run(_run_worker, worker, args.burst, backend_options={"use_uvloop": uvloop})
     print(json.dumps(worker.stats.as_dict()))
     return 0
+
+
+def _prepare_threshold(text: str) -> int | None:
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return check_prepare_threshold(int(text))
+    except (ValueError, ConfigurationError):
+        raise argparse.ArgumentTypeError(
+            f"expected 'none' or an integer >= 0, not {text!r}"
+        ) from None
 
 
 def _json_argument(what: str, text: str | None) -> Any:
@@ -284,6 +297,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--statement-timeout", type=float, default=DEFAULT_STATEMENT_TIMEOUT,
         help="seconds any statement of the worker may take (heartbeats: less)",
+    )  # fmt: skip
+    p.add_argument(
+        "--prepare-threshold", type=_prepare_threshold, default=DEFAULT_PREPARE_THRESHOLD,
+        metavar="N|none",
+        help="runs of a statement on a connection before it is prepared; 'none': never "
+        "(PgBouncer in transaction mode before 1.21)",
     )  # fmt: skip
     p.add_argument(
         "--queue", action="append",

@@ -10,6 +10,10 @@ to other clients through a transaction-pooling PgBouncer).
   timeout (fairlane.connection.deadline).
 - TCP keepalives (``KEEPALIVES``) and ``tcp_user_timeout``: a peer that stopped answering is
   found within about 30 s even on a connection that only waits (a LISTEN connection).
+- ``prepare_threshold``: psycopg prepares a statement on a connection once it has run this
+  many times there; None never prepares. A prepared statement lives in one server session, so
+  behind a transaction-pooling PgBouncer that does not track them (before 1.21, or without
+  ``max_prepared_statements``) it must be None.
 
 A DSN's own keepalive, ``tcp_user_timeout`` and ``application_name`` parameters win over these
 defaults; its ``options`` are kept, after fairlane's.
@@ -31,6 +35,8 @@ from fairlane.errors import ConfigurationError
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_STATEMENT_TIMEOUT = 30.0
 DEFAULT_LOCK_TIMEOUT = 10.0
+# psycopg's own default.
+DEFAULT_PREPARE_THRESHOLD = 5
 # How long past its statement timeout a statement may go unanswered before its connection is
 # abandoned: the server cancels it at the timeout when it can, and that is the better end
 # (the connection stays usable).
@@ -57,6 +63,8 @@ class ConnectionOptions:
     application_name: str = "fairlane"
     # Further server settings, sent as ``-c name=value`` (synchronous_commit for the claims).
     settings: Mapping[str, str] = field(default_factory=dict)
+    # Executions of a statement on a connection before psycopg prepares it; None: never.
+    prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD
 
     def __post_init__(self) -> None:
         _positive("connect_timeout", self.connect_timeout)
@@ -64,6 +72,7 @@ class ConnectionOptions:
             value = getattr(self, name)
             if value is not None and value != 0:
                 _positive(name, value)
+        check_prepare_threshold(self.prepare_threshold)
 
     def with_(self, **changes: Any) -> ConnectionOptions:
         """A copy with some fields changed."""
@@ -93,6 +102,7 @@ class ConnectionOptions:
         kwargs: dict[str, Any] = {
             "autocommit": autocommit,
             "connect_timeout": libpq_connect_timeout(self.connect_timeout),
+            "prepare_threshold": self.prepare_threshold,
         }
         defaults: dict[str, Any] = {
             **KEEPALIVES,
@@ -108,6 +118,17 @@ class ConnectionOptions:
         if options:
             kwargs["options"] = options
         return kwargs
+
+
+def check_prepare_threshold(value: object) -> int | None:
+    """``value`` once it is a valid ``prepare_threshold``: None, or a whole number >= 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(
+            f"prepare_threshold must be None (never prepare) or an integer >= 0, not {value!r}"
+        )
+    return value
 
 
 def libpq_connect_timeout(seconds: float) -> int:

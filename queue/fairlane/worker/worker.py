@@ -32,6 +32,7 @@ from fairlane.batches import processing as batch_processing
 from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.connection import (
     DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_PREPARE_THRESHOLD,
     DEFAULT_STATEMENT_TIMEOUT,
     ConnectionOptions,
     Outage,
@@ -92,6 +93,7 @@ class Worker:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
         heartbeat_timeout: float | None = None,
+        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
     ) -> None:
         if concurrency < 1 or lease_seconds <= 0 or poll_interval <= 0 or batch_connections < 1:
             raise ConfigurationError(
@@ -105,6 +107,7 @@ class Worker:
         self.connection_options = ConnectionOptions(
             connect_timeout=connect_timeout, statement_timeout=statement_timeout,
             lock_timeout=None, application_name="fairlane worker",
+            prepare_threshold=prepare_threshold,
         )  # fmt: skip
         # A beat that takes longer than an interval is better abandoned and sent again on a
         # new connection while the leases still hold; never less than a second, though.
