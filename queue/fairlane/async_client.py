@@ -276,7 +276,9 @@ class AsyncClient:
         if not self.listen:
             return await self._poll_until_final(run, deadline, timeout, poll_interval)
         if self._watcher is None:
-            self._watcher = AsyncRunWatcher(watch_dsn(self.dsn, self._pool.conninfo), self.schema)
+            watched_dsn = watch_dsn(self.dsn, self._pool.conninfo)
+            listening = self.options.kwargs(watched_dsn)
+            self._watcher = AsyncRunWatcher(watched_dsn, self.schema, listening)
         watcher = self._watcher
         await watcher.start()
         watched = False

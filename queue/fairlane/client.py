@@ -368,7 +368,10 @@ class Client:
             return self._poll_until_final(run, deadline, timeout, poll_interval)
         with self._watcher_lock:
             if self._watcher is None:
-                self._watcher = RunWatcher(watch_dsn(self.dsn, self._pool.conninfo), self.schema)
+                watched_dsn = watch_dsn(self.dsn, self._pool.conninfo)
+                self._watcher = RunWatcher(
+                    watched_dsn, self.schema, self.options.kwargs(watched_dsn)
+                )
             watcher = self._watcher
         watcher.start()
         watched = False

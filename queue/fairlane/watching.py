@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
@@ -42,8 +43,12 @@ def _run_id(payload: str) -> int | None:
 
 
 class AsyncRunWatcher:
-    def __init__(self, dsn: str, schema: str) -> None:
+    """``connect``: keyword arguments of the LISTEN connection (the client's connect timeout,
+    keepalives and statement timeout, so that a frozen server cannot hold a waiter up)."""
+
+    def __init__(self, dsn: str, schema: str, connect: Mapping[str, Any] | None = None) -> None:
         self._dsn = dsn
+        self._connect = dict(connect or {"autocommit": True})
         self._listen = engine(schema).listen
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._waiters: dict[int, set[anyio.Event]] = defaultdict(set)
@@ -51,7 +56,7 @@ class AsyncRunWatcher:
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed or self._conn.broken:
-            conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
+            conn = await psycopg.AsyncConnection.connect(self._dsn, **self._connect)
             await run_async(conn, self._listen.finished())
             self._conn = conn
         return self._conn
@@ -141,8 +146,9 @@ class AsyncRunWatcher:
 class RunWatcher:
     """``AsyncRunWatcher`` for threads: the same protocol with threading events."""
 
-    def __init__(self, dsn: str, schema: str) -> None:
+    def __init__(self, dsn: str, schema: str, connect: Mapping[str, Any] | None = None) -> None:
         self._dsn = dsn
+        self._connect = dict(connect or {"autocommit": True})
         self._listen = engine(schema).listen
         self._conn: psycopg.Connection[Any] | None = None
         self._waiters: dict[int, set[threading.Event]] = defaultdict(set)
@@ -152,7 +158,7 @@ class RunWatcher:
     def _connection(self) -> psycopg.Connection[Any]:
         with self._lock:
             if self._conn is None or self._conn.closed or self._conn.broken:
-                conn = psycopg.Connection.connect(self._dsn, autocommit=True)
+                conn = psycopg.Connection.connect(self._dsn, **self._connect)
                 run(conn, self._listen.finished())
                 self._conn = conn
             return self._conn

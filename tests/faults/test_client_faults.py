@@ -21,6 +21,8 @@ from fairlane import AsyncClient, Client, DatabaseTimeout, DatabaseUnavailable
 from fairlane.cli import main
 from fairlane.connection import ABORT_GRACE_S
 from fairlane.connection.pools import CHECK_TIMEOUT_S
+from fairlane.errors import RunWaitTimeoutError
+from fairlane.watching import RunWatcher
 from tests.helpers import wait_until
 from tests.helpers.faults import (
     backend_pids,
@@ -324,3 +326,34 @@ def test_cli_trigger_during_an_outage_prints_one_line(
     assert err.startswith("error: no database connection within"), err
     assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1, err
+
+
+# -- the run watcher's LISTEN connection ---------------------------------------------------------
+
+
+def test_the_run_watcher_listens_on_a_connection_with_the_clients_options(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """wait_for_run's LISTEN connection is opened like the client's own: its name, timeouts and
+    keepalives (so a frozen server cannot hold a waiter up past the connect timeout)."""
+    with Client(dsn) as client:
+        run_id = client.trigger("t")
+        with pytest.raises(RunWaitTimeoutError):
+            client.wait_for_run(run_id, timeout=0.2)
+        listeners = db.execute(
+            "SELECT application_name FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query LIKE 'LISTEN%%'"
+        ).fetchall()
+        assert listeners == [(CLIENT,)]
+
+
+def test_the_run_watcher_gives_up_on_a_silent_server_within_the_connect_timeout(
+    dsn: str,
+) -> None:
+    with silent_port() as silent, Client(dsn, connect_timeout=2) as client:
+        target = at_port(dsn, silent)
+        watcher = RunWatcher(target, "fairlane", client.options.kwargs(target))
+        started = time.monotonic()
+        with pytest.raises(psycopg.OperationalError):
+            watcher.start()
+        assert time.monotonic() - started < 2 + SLACK_S
