@@ -70,6 +70,17 @@ class NdjsonItemParser:
         start = 0
         while start < len(chunk):
             newline = chunk.find(b"\n", start)
+            if (
+                newline >= 0 and not self._buffer and self._oversized is None
+                and newline - start <= self.max_item_bytes
+            ):  # fmt: skip
+                # A whole line inside the chunk (most lines): parsed from the chunk itself.
+                self.lines += 1
+                raw = chunk[start:newline]
+                if raw.strip():
+                    yield self._parse(raw)
+                start = newline + 1
+                continue
             end = len(chunk) if newline < 0 else newline
             piece = chunk[start:end]
             if self._oversized is not None:
