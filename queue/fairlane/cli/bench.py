@@ -1,12 +1,23 @@
-"""``fairlane bench enqueue|drain|latency|fairness|rate|batch|promote``: one JSON line on stdout
-per run."""
+"""``fairlane bench enqueue|drain|latency|fairness|rate|batch|promote|retry|http-trigger|
+ndjson-ingest``: one JSON line on stdout per run."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from fairlane.tools.bench import batch, drain, enqueue, fairness, latency, promote, rate, retry
+from fairlane.tools.bench import (
+    batch,
+    drain,
+    enqueue,
+    fairness,
+    http_trigger,
+    latency,
+    ndjson_ingest,
+    promote,
+    rate,
+    retry,
+)
 from fairlane.tools.bench.common import LOOPS
 
 
@@ -15,7 +26,7 @@ def add_parser(commands: Any) -> None:
     bench = commands.add_parser(
         "bench",
         help="benchmarks on a fresh database: enqueue, drain, latency, fairness, rate, batch, "
-        "promote, retry",
+        "promote, retry, http-trigger, ndjson-ingest",
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -30,4 +41,7 @@ def add_parser(commands: Any) -> None:
     )
     scenarios = bench.add_subparsers(dest="scenario", required=True)
     for module in (enqueue, drain, latency, fairness, rate, batch, promote, retry):
+        module.add_parser(scenarios, common)
+    # The HTTP API (the web extra): fairlane serve in a process of its own.
+    for module in (http_trigger, ndjson_ingest):
         module.add_parser(scenarios, common)
