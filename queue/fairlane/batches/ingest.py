@@ -147,6 +147,8 @@ class _Ingest:
             return
         sent, self.pending = self.pending, _Slice()
         self.in_flight = asyncio.ensure_future(self._send(sent, self.parser.lines))
+        # Let it send its statement now: the chunks may come without this call ever waiting.
+        await asyncio.sleep(0)
 
     async def abandon(self) -> None:
         """After an unexpected error (a broken stream, a cancelled request): stop the slice in
