@@ -144,6 +144,9 @@ class NdjsonItemParser:
             raise BatchLineError(line, position, f"not valid UTF-8 ({error.reason})") from None
         except json.JSONDecodeError as error:
             raise BatchLineError(line, position, f"not valid JSON ({error.msg})") from None
+        except ValueError as error:
+            # Valid JSON Python will not read: an integer of more than 4300 digits.
+            raise BatchLineError(line, position, f"not readable JSON ({error})") from None
         if not isinstance(document, dict) or not isinstance(document.get("task"), str):
             raise BatchLineError(line, position, 'an item is an object with a "task" string')
         index = self._index(document.get("index", position), position)
