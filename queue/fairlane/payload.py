@@ -17,12 +17,15 @@ _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 # failing somewhere along the way (RecursionError, "stack depth limit exceeded").
 MAX_JSON_DEPTH = 100
 
+# One encoder for every call (json.dumps with options builds a new one each time).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
 
 def encode_json(value: Any, *, what: str = "payload", index: int | None = None) -> str:
     """Serialise ``value`` for a jsonb column, or raise ``PayloadError`` saying why not."""
     too_deep = f"{what} nests arrays and objects deeper than {MAX_JSON_DEPTH} levels"
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = _ENCODER.encode(value)
     except RecursionError:
         raise PayloadError(too_deep, index=index) from None
     except (TypeError, ValueError) as error:

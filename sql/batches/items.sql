@@ -13,8 +13,13 @@
 -- in index order, so two ingests of one batch wait for each other's items, never in a cycle.
 -- Every decision is made under the batch row lock, in a statement after it: whether the batch
 -- still takes items (an abort may have come in between: the items inserted are taken back),
--- and the count that seals it, which sees every item of every ingest that held the lock
--- before (each inserts before it locks), so the last of concurrent ingests seals.
+-- and the count that seals it: each ingest adds the items it inserted to `received` under
+-- the lock, so the last of concurrent ingests sees every item and seals.
+--
+-- Each new item is inserted with its carrier's id already drawn from the runs' sequence, and
+-- the carrier row is inserted with that id once the batch is known to take the items: an item
+-- row is written once, never updated to point at its carrier. (An index sent again draws an
+-- id that is never used: a gap in the run ids, as a rolled-back trigger leaves.)
 CREATE OR REPLACE FUNCTION {schema}.ingest_batch_items(
     target bigint, indexes integer[], tasks text[], payloads text[], options text[],
     oversized boolean[], made bigint[] DEFAULT NULL, refusals text[] DEFAULT NULL)
@@ -26,9 +31,11 @@ AS $$
 DECLARE
     b record;
     new_indexes integer[];
+    new_carriers bigint[];
     big_indexes integer[];
     made_indexes integer[];
     refused_indexes integer[];
+    inserted integer := 0;
     attempts integer;
     total integer;
 BEGIN
@@ -43,32 +50,33 @@ BEGIN
         -- it in this transaction); `refusals[i]`: it can never become one, for that reason. A
         -- NULL array stands for all NULL (unnest pads it).
         WITH given AS (
-            SELECT n.*
+            SELECT n.*, (n.run_id IS NULL AND NOT n.big AND n.refusal IS NULL) AS carried
             FROM unnest(indexes, tasks, payloads, options, oversized, made, refusals)
                  WITH ORDINALITY AS n(idx, task, payload, opts, big, run_id, refusal, position)
             WHERE n.idx >= 0 AND n.idx < b.run_count
         ), fresh AS (
             INSERT INTO {schema}.batch_items
-                (batch_id, index, task, payload, options, oversized, state, run_id)
+                (batch_id, index, task, payload, options, oversized, state, run_id,
+                 carrier_run_id)
             SELECT target, g.idx, g.task, g.payload::jsonb,
                    coalesce(g.opts::jsonb, '{{}}'::jsonb), g.big,
-                   CASE WHEN g.run_id IS NOT NULL THEN 'TRIGGERED' ELSE 'PENDING' END, g.run_id
+                   CASE WHEN g.run_id IS NOT NULL THEN 'TRIGGERED' ELSE 'PENDING' END, g.run_id,
+                   CASE WHEN g.carried THEN nextval('{schema}.runs_id_seq') END
             FROM given g
             ORDER BY g.idx, g.position  -- the first of an index sent twice wins
             ON CONFLICT (batch_id, index) DO NOTHING
-            RETURNING index, oversized, state
+            RETURNING index, oversized, state, carrier_run_id
         )
-        SELECT array_agg(f.index ORDER BY f.index)
-                   FILTER (WHERE f.state = 'PENDING' AND NOT f.oversized
-                           AND f.index NOT IN (SELECT g.idx FROM given g
-                                               WHERE g.refusal IS NOT NULL)),
+        SELECT array_agg(f.index ORDER BY f.index) FILTER (WHERE f.carrier_run_id IS NOT NULL),
+               array_agg(f.carrier_run_id ORDER BY f.index)
+                   FILTER (WHERE f.carrier_run_id IS NOT NULL),
                array_agg(f.index ORDER BY f.index) FILTER (WHERE f.oversized),
                array_agg(f.index ORDER BY f.index) FILTER (WHERE f.state = 'TRIGGERED'),
                array_agg(f.index ORDER BY f.index)
                    FILTER (WHERE f.state = 'PENDING' AND NOT f.oversized
-                           AND f.index IN (SELECT g.idx FROM given g
-                                           WHERE g.refusal IS NOT NULL))
-        INTO new_indexes, big_indexes, made_indexes, refused_indexes
+                           AND f.carrier_run_id IS NULL),
+               count(*)
+        INTO new_indexes, new_carriers, big_indexes, made_indexes, refused_indexes, inserted
         FROM fresh f;
         SELECT x.environment, x.run_count, x.sealed, x.status INTO b
         FROM {schema}.batches x WHERE x.id = target FOR UPDATE;
@@ -83,21 +91,17 @@ BEGIN
             big_indexes := NULL;
             made_indexes := NULL;
             refused_indexes := NULL;
+            inserted := 0;
         END IF;
     END IF;
     IF new_indexes IS NOT NULL THEN
         attempts := {schema}.numeric_setting('batch_item_max_attempts', 8)::integer;
-        WITH carriers AS (
-            INSERT INTO {schema}.runs (environment, queue, task, payload, status, max_attempts)
-            SELECT b.environment, '__batches__', 'fairlane.batch_item',
-                   jsonb_build_object('batch_id', target, 'index', n.idx), 'QUEUED',
-                   greatest(attempts, 1)
-            FROM unnest(new_indexes) AS n(idx)
-            ORDER BY n.idx
-            RETURNING id, (payload ->> 'index')::integer AS idx
-        )
-        UPDATE {schema}.batch_items AS i SET carrier_run_id = c.id
-        FROM carriers c WHERE i.batch_id = target AND i.index = c.idx;
+        INSERT INTO {schema}.runs (id, environment, queue, task, payload, status, max_attempts)
+        SELECT n.carrier, b.environment, '__batches__', 'fairlane.batch_item',
+               jsonb_build_object('batch_id', target, 'index', n.idx), 'QUEUED',
+               greatest(attempts, 1)
+        FROM unnest(new_indexes, new_carriers) AS n(idx, carrier)
+        ORDER BY n.idx;
         PERFORM pg_notify({channel}, b.environment);
     END IF;
     IF made_indexes IS NOT NULL THEN
@@ -121,7 +125,13 @@ BEGIN
             || {schema}.numeric_setting('batch_item_max_bytes', 3145728)::bigint || ' bytes')
         FROM unnest(big_indexes) AS big(idx);
     END IF;
-    SELECT count(*)::integer INTO total FROM {schema}.batch_items i WHERE i.batch_id = target;
+    IF inserted > 0 THEN
+        UPDATE {schema}.batches AS x SET received = x.received + inserted
+        WHERE x.id = target
+        RETURNING x.received INTO total;
+    ELSE
+        SELECT x.received INTO total FROM {schema}.batches x WHERE x.id = target;
+    END IF;
     IF NOT b.sealed AND b.status = 'PENDING' AND total >= b.run_count THEN
         UPDATE {schema}.batches AS x SET sealed = true, sealed_at = now(), status = 'PROCESSING'
         WHERE x.id = target;
@@ -215,8 +225,8 @@ $$;
 -- name: ingest_batch_items
 SELECT accepted, received, run_count, sealed, status
 FROM {schema}.ingest_batch_items(
-    %(batch_id)s, %(indexes)s::integer[], %(tasks)s::text[], %(payloads)s::text[],
-    %(options)s::text[], %(oversized)s::boolean[], %(made)s::bigint[], %(refusals)s::text[]);
+    %(batch_id)s, %(indexes)s::integer[], %(tasks)b::text[], %(payloads)b::text[],
+    %(options)b::text[], %(oversized)s::boolean[], %(made)s::bigint[], %(refusals)s::text[]);
 
 -- name: lock_batch_item
 -- The carrier's transaction: the item under its row lock, with what triggering it needs.

@@ -3,8 +3,7 @@
 -- name: get_batch
 SELECT b.id, b.environment, b.run_count, b.status, b.sealed, b.succeeded, b.failed,
        b.parent_run_id, b.waitpoint_id, b.idempotency_key, b.created_at, b.sealed_at,
-       b.completed_at, b.error,
-       (SELECT count(*)::integer FROM {schema}.batch_items i WHERE i.batch_id = b.id) AS received
+       b.completed_at, b.error, b.received
 FROM {schema}.batches b WHERE b.id = %(id)s;
 
 -- name: batch_run_ids

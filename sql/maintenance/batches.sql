@@ -55,8 +55,7 @@ BEGIN
             error = jsonb_build_object(
                 'code', 'BATCH_SEAL_TIMEOUT',
                 'message', 'batch ' || b.id || ' was not sealed within its seal timeout: '
-                           || (SELECT count(*) FROM {schema}.batch_items i
-                               WHERE i.batch_id = b.id) || ' of ' || b.run_count
+                           || b.received || ' of ' || b.run_count
                            || ' items were received')
         WHERE b.id = expired.id;
         IF expired.waitpoint_id IS NOT NULL THEN

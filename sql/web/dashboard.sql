@@ -54,11 +54,10 @@ LIMIT %(limit)s;
 SELECT batch_id, batch_index FROM {schema}.runs WHERE id = %(id)s;
 
 -- name: recent_batches
--- Newest first; `environment` NULL: every one. (No count of received items: that reads every
--- item of a batch; the batch's own page shows it.)
+-- Newest first; `environment` NULL: every one.
 SELECT b.id, b.environment, b.run_count, b.status, b.sealed, b.succeeded, b.failed,
        b.parent_run_id, b.waitpoint_id, b.idempotency_key, b.created_at, b.sealed_at,
-       b.completed_at
+       b.completed_at, b.received
 FROM {schema}.batches b
 WHERE (%(environment)s::text IS NULL OR b.environment = %(environment)s::text)
   AND (%(before_id)s::bigint IS NULL OR b.id < %(before_id)s::bigint)

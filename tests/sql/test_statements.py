@@ -13,7 +13,8 @@ import pytest
 import fairlane.engine
 from fairlane.engine.sqlfiles import query, statement_names
 
-_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+# ``%(name)s``, and ``%(name)b`` for a parameter sent in binary.
+_PLACEHOLDER = re.compile(r"%\((\w+)\)[sb]")
 _BUILT = re.compile(r'_statement\(\s*"(\w+)"')
 # Utility commands cannot be PREPAREd; these are run instead (each is harmless on a fresh
 # database: LISTEN, and the periodic-job runner with nothing due that matters).
@@ -29,7 +30,7 @@ def _engine_sources() -> str:
 
 
 def _numbered(sql: str) -> str:
-    """``%(name)s`` placeholders as ``$n``, the same name the same number."""
+    """``%(name)s`` and ``%(name)b`` placeholders as ``$n``, the same name the same number."""
     numbers: dict[str, int] = {}
 
     def number(match: re.Match[str]) -> str:

@@ -96,6 +96,14 @@ def test_bad_lines_name_line_and_index_after_keeping_earlier_items(bad: bytes, r
     assert reason in str(raised.value)
 
 
+def test_an_integer_python_will_not_read_is_a_bad_line() -> None:
+    parser = NdjsonItemParser()
+    with pytest.raises(BatchLineError) as raised:
+        list(parser.feed(b'{"task": "x", "payload": ' + b"1" * 5000 + b"}\n"))
+    assert (raised.value.line, raised.value.index) == (1, 0)
+    assert "4300 digits" in str(raised.value)
+
+
 # -- the index of an oversized line -------------------------------------------------------
 
 NESTED = (

@@ -11,7 +11,9 @@ turns each into its run (``fairlane.batches.processing``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Callable
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -37,9 +39,12 @@ from fairlane.models import Batch, IngestResult
 from fairlane.payload import encode_json
 
 AsyncConn = psycopg.AsyncConnection[Any]
-# Parsed items sent per statement.
-SLICE_ITEMS = 500
+# Parsed items sent per statement: at most this many, and no more payload bytes than
+# SLICE_BYTES past one item (a slice and the one in flight are what an ingest holds).
+SLICE_ITEMS = 1000
+SLICE_BYTES = 1024 * 1024
 FILE_CHUNK_BYTES = 256 * 1024
+NO_OPTIONS = "{}"
 Progress = Callable[[IngestResult], None]
 
 
@@ -50,21 +55,25 @@ class _Slice:
         self.payloads: list[str | None] = []
         self.options: list[str] = []
         self.oversized: list[bool] = []
+        self.bytes = 0
 
     def __len__(self) -> int:
         return len(self.indexes)
+
+    def full(self, items: int) -> bool:
+        return len(self.indexes) >= items or self.bytes >= SLICE_BYTES
 
     def add(self, parsed: ParsedLine, line: int) -> None:
         if isinstance(parsed, OversizedItem):
             self.indexes.append(parsed.index)
             self.tasks.append(parsed.task or "unknown")
             self.payloads.append(None)
-            self.options.append("{}")
+            self.options.append(NO_OPTIONS)
             self.oversized.append(True)
             return
         try:
             payload = encode_json(parsed.payload)
-            options = encode_json(parsed.options, what="options")
+            options = encode_json(parsed.options, what="options") if parsed.options else NO_OPTIONS
         except PayloadError as error:
             raise BatchLineError(line, parsed.index, str(error)) from None
         if "\x00" in parsed.task:
@@ -74,6 +83,7 @@ class _Slice:
         self.payloads.append(payload)
         self.options.append(options)
         self.oversized.append(False)
+        self.bytes += len(payload) + len(options)
 
     def params(self, batch_id: int) -> dict[str, Any]:
         return {
@@ -84,7 +94,13 @@ class _Slice:
 
 
 class _Ingest:
-    """One ingest call: parse, slice, send; remembers where the batch stands."""
+    """One ingest call: parse, slice, send; remembers where the batch stands.
+
+    One slice is in flight while the next is parsed: the database stores a slice while this
+    process reads and checks the lines of the next one, and at most two slices are held. The
+    slices still go one after the other, each committed before the next is sent, and their
+    results are taken in order.
+    """
 
     def __init__(
         self, conn: AsyncConn, batch: Batch, schema: str, parser: NdjsonItemParser,
@@ -96,14 +112,12 @@ class _Ingest:
         self.parser = parser
         self.progress = progress
         self.pending = _Slice()
+        self.in_flight: asyncio.Task[None] | None = None
         self.state = IngestResult(
             batch.id, 0, batch.received, batch.run_count, batch.sealed, batch.status
         )
 
-    async def flush(self) -> None:
-        if not self.pending:
-            return
-        sent, self.pending = self.pending, _Slice()
+    async def _send(self, sent: _Slice, lines: int) -> None:
         statement = engine(self.schema).batches.ingest(sent.params(self.batch.id))
         row = await first_async(self.conn, statement)
         if not self.conn.autocommit:
@@ -115,11 +129,35 @@ class _Ingest:
             raise BatchAbortedError(self.batch.id)
         self.state = IngestResult(
             self.batch.id, self.state.accepted + row.accepted, row.received, row.run_count,
-            row.sealed, row.status, self.state.oversized + sum(sent.oversized),
-            self.parser.lines,
+            row.sealed, row.status, self.state.oversized + sum(sent.oversized), lines,
         )  # fmt: skip
         if self.progress is not None:
             self.progress(self.state)
+
+    async def settle(self) -> None:
+        """Wait for the slice in flight; its errors are raised here."""
+        if self.in_flight is not None:
+            in_flight, self.in_flight = self.in_flight, None
+            await in_flight
+
+    async def flush(self) -> None:
+        """Send the pending slice once the one before it is stored."""
+        await self.settle()
+        if not self.pending:
+            return
+        sent, self.pending = self.pending, _Slice()
+        self.in_flight = asyncio.ensure_future(self._send(sent, self.parser.lines))
+        # Let it send its statement now: the chunks may come without this call ever waiting.
+        await asyncio.sleep(0)
+
+    async def abandon(self) -> None:
+        """After an unexpected error (a broken stream, a cancelled request): stop the slice in
+        flight and wait until it has stopped, so the connection is free again."""
+        if self.in_flight is not None:
+            in_flight, self.in_flight = self.in_flight, None
+            in_flight.cancel()
+            with anyio.CancelScope(shield=True), suppress(BaseException):
+                await in_flight
 
     async def lines(self, chunks: AsyncIterable[bytes]) -> AsyncIterator[tuple[ParsedLine, int]]:
         """Parsed items with their line numbers."""
@@ -137,13 +175,17 @@ class _Ingest:
                 if parsed.index >= run_count:
                     raise BatchIndexError(self.batch.id, line, parsed.index, run_count)
                 self.pending.add(parsed, line)
-                if len(self.pending) >= slice_items:
+                if self.pending.full(slice_items):
                     await self.flush()
+            await self.flush()
+            await self.settle()
         except (BatchLineError, BatchIndexError):
             # Everything before the bad line is kept; the caller can resend from there.
             await self.flush()
+            await self.settle()
             raise
-        await self.flush()
+        finally:
+            await self.abandon()
         return replace(self.state, lines=self.parser.lines)
 
 

@@ -70,6 +70,17 @@ class NdjsonItemParser:
         start = 0
         while start < len(chunk):
             newline = chunk.find(b"\n", start)
+            if (
+                newline >= 0 and not self._buffer and self._oversized is None
+                and newline - start <= self.max_item_bytes
+            ):  # fmt: skip
+                # A whole line inside the chunk (most lines): parsed from the chunk itself.
+                self.lines += 1
+                raw = chunk[start:newline]
+                if raw.strip():
+                    yield self._parse(raw)
+                start = newline + 1
+                continue
             end = len(chunk) if newline < 0 else newline
             piece = chunk[start:end]
             if self._oversized is not None:
@@ -133,6 +144,9 @@ class NdjsonItemParser:
             raise BatchLineError(line, position, f"not valid UTF-8 ({error.reason})") from None
         except json.JSONDecodeError as error:
             raise BatchLineError(line, position, f"not valid JSON ({error.msg})") from None
+        except ValueError as error:
+            # Valid JSON Python will not read: an integer of more than 4300 digits.
+            raise BatchLineError(line, position, f"not readable JSON ({error})") from None
         if not isinstance(document, dict) or not isinstance(document.get("task"), str):
             raise BatchLineError(line, position, 'an item is an object with a "task" string')
         index = self._index(document.get("index", position), position)

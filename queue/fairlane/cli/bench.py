@@ -1,5 +1,6 @@
-"""``fairlane bench enqueue|drain|latency|fairness|rate|batch|promote|retry``: one JSON line on
-stdout per run; ``fairlane bench suite``: the side-by-side table."""
+"""``fairlane bench enqueue|drain|latency|fairness|rate|batch|promote|retry|transitions|
+http-trigger|ndjson-ingest``: one JSON line on stdout per run; ``fairlane bench suite``: the
+side-by-side table."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from fairlane.tools.bench import (
     drain,
     enqueue,
     fairness,
+    http_trigger,
     latency,
+    ndjson_ingest,
     promote,
     rate,
     retry,
@@ -27,7 +30,8 @@ def add_parser(commands: Any) -> None:
     bench = commands.add_parser(
         "bench",
         help="benchmarks on a fresh database: enqueue, drain, latency, fairness, rate, batch, "
-        "promote, retry, transitions; suite: all of them beside the peer harness, as one table",
+        "promote, retry, transitions, http-trigger, ndjson-ingest; suite: all of them beside "
+        "the peer harness, as one table",
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -54,6 +58,9 @@ def add_parser(commands: Any) -> None:
         enqueue, drain, latency, fairness, rate, batch, promote, retry, transitions, suite,
     )  # fmt: skip
     for module in scenario_modules:
+        module.add_parser(scenarios, common)
+    # The HTTP API (the web extra): fairlane serve in a process of its own.
+    for module in (http_trigger, ndjson_ingest):
         module.add_parser(scenarios, common)
     bench.set_defaults(before=quiet_run_lines)
 

@@ -27,6 +27,7 @@ class BatchSummary:
     created_at: datetime
     sealed_at: datetime | None
     completed_at: datetime | None
+    received: int
 
 
 @dataclass(frozen=True, slots=True)

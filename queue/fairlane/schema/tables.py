@@ -388,6 +388,9 @@ def _batches(metadata: MetaData) -> Table:
         Column("sealed_at", DateTime(timezone=True)),
         Column("completed_at", DateTime(timezone=True)),
         Column("error", JSONB),
+        # Items in, raised under the row lock by each ingest slice (counting them grew with
+        # the batch).
+        Column("received", Integer, nullable=False, server_default="0"),
         CheckConstraint(f"status IN ({_quoted(BATCH_STATUSES)})", name="batches_status_check"),
         CheckConstraint("run_count >= 1", name="batches_run_count_check"),
         Index(

@@ -65,6 +65,23 @@ def _age(value: datetime | float | None) -> str:
     return f"{seconds // 86400:.0f}d {seconds % 86400 // 3600:.0f}h"
 
 
+def _duration(seconds: float | None) -> str:
+    """A length of time, to the millisecond under a second ("250 ms", "1m 30s")."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{max(0.0, seconds) * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s".replace(".0s", "s")
+    return _age(seconds).removesuffix(" 0s").removesuffix(" 0m").removesuffix(" 0h")
+
+
+def _until(value: datetime) -> str:
+    """How long until ``value`` ("in 5s"), or "due" once it has passed."""
+    seconds = (value - datetime.now(UTC)).total_seconds()
+    return "due" if seconds <= 0 else f"in {_age(seconds)}"
+
+
 def _when(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
@@ -73,7 +90,7 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
-templates.filters.update(age=_age, when=_when, pretty=_pretty)
+templates.filters.update(age=_age, when=_when, pretty=_pretty, duration=_duration, until=_until)
 
 
 def render(
