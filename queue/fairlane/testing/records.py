@@ -155,7 +155,19 @@ def run_blocking(work: Callable[[], Awaitable[T]]) -> T:
     context = contextvars.copy_context()
 
     def in_thread() -> T:
-        return context.run(anyio.run, work)
+        return context.run(_run_on_a_new_loop, work)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fairlane-eager") as pool:
         return pool.submit(in_thread).result()
+
+
+def _run_on_a_new_loop(work: Callable[[], Awaitable[T]]) -> T:
+    """``anyio.run`` in a context copied from a running loop's task: sniffio's note that the
+    copied context runs asyncio (set when sniffio is installed) is cleared first, or anyio
+    refuses to start a loop in a thread that has none."""
+    try:
+        import sniffio
+    except ImportError:  # pragma: no cover - anyio does not require it
+        return anyio.run(work)
+    sniffio.current_async_library_cvar.set(None)
+    return anyio.run(work)
