@@ -22,7 +22,7 @@ from fairlane.tools.bench import (
     suite,
     transitions,
 )
-from fairlane.tools.bench.common import LOOPS
+from fairlane.worker.process import LOOP_CHOICES
 
 
 def add_parser(commands: Any) -> None:
@@ -49,7 +49,7 @@ def add_parser(commands: Any) -> None:
     )
     common.add_argument(
         "--loop",
-        choices=LOOPS,
+        choices=LOOP_CHOICES,
         default="auto",
         help="event loop, as `fairlane worker --loop`: auto takes uvloop when installed",
     )

@@ -9,25 +9,7 @@ from typing import Any
 from fairlane.engine.batches import ItemRow
 from fairlane.engine.section import Section
 from fairlane.engine.statement import Row, Statement
-from fairlane.models import ApiKey, EnvironmentSettings, QueueSettings
-
-
-@dataclass(frozen=True, slots=True)
-class BatchSummary:
-    id: int
-    environment: str
-    run_count: int
-    status: str
-    sealed: bool
-    succeeded: int
-    failed: int
-    parent_run_id: int | None
-    waitpoint_id: int | None
-    idempotency_key: str | None
-    created_at: datetime
-    sealed_at: datetime | None
-    completed_at: datetime | None
-    received: int
+from fairlane.models import ApiKey, Batch, EnvironmentSettings, QueueSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,13 +126,13 @@ class Web(Section):
 
     def recent_batches(
         self, environment: str | None, before_id: int | None, limit: int
-    ) -> Statement[BatchSummary]:
+    ) -> Statement[Batch]:
         params = {"environment": environment, "before_id": before_id, "limit": limit}
-        return self._statement("recent_batches", params, lambda row: BatchSummary(**row))
+        return self._statement("recent_batches", params, lambda row: Batch(**row, error=None))
 
 
 def _as_dict(row: Row) -> dict[str, Any]:
     return dict(row)
 
 
-__all__ = ["BatchSummary", "ChildRow", "TokenOwner", "WaitEdgeRow", "Web"]
+__all__ = ["ChildRow", "TokenOwner", "WaitEdgeRow", "Web"]

@@ -161,33 +161,30 @@ def insert_params(requests: Iterable[TriggerRequest]) -> dict[str, str]:
     encoding of each value on its own, which names the request and the value.
     """
     listed = list(requests)
-    rows: list[dict[str, Any]] = []
+    checked: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for index, request in enumerate(listed):
         try:
-            rows.append({**_fields(request), **_json_values(request)})
+            checked.append((_fields(request), _json_values(request)))
         except PayloadError as error:
             raise PayloadError(str(error), index=index) from None
         except TriggerOptionError as error:
             raise error.at(index) from None
+    rows = [{**fields, **values} for fields, values in checked]
     try:
         text = json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         if "\\u0000" in text:
             raise ValueError("a NUL escape, or an escaped backslash before u0000")
         text.encode("utf-8")
     except (TypeError, ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
-        return {"runs": _each_on_its_own(listed, rows)}
+        return {"runs": _each_on_its_own(listed, [fields for fields, _values in checked])}
     return {"runs": text}
 
 
-def _each_on_its_own(requests: list[TriggerRequest], rows: list[dict[str, Any]]) -> str:
+def _each_on_its_own(requests: list[TriggerRequest], fields: list[dict[str, Any]]) -> str:
     texts: list[str] = []
-    for index, (request, row) in enumerate(zip(requests, rows, strict=True)):
-        fields = {name: value for name, value in row.items() if name not in _JSON_VALUES}
+    for index, (request, checked) in enumerate(zip(requests, fields, strict=True)):
         try:
-            texts.append(_row_text(request, fields))
+            texts.append(_row_text(request, checked))
         except PayloadError as error:
             raise PayloadError(str(error), index=index) from None
     return f"[{','.join(texts)}]"
-
-
-_JSON_VALUES = ("payload", "tags", "metadata")

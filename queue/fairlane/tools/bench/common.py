@@ -18,7 +18,7 @@ from psycopg.conninfo import make_conninfo
 
 from fairlane.config import psycopg_dsn
 from fairlane.schema import migrate
-from fairlane.worker.process import LOOP_CHOICES, LoopChoice, settle_heap, use_uvloop
+from fairlane.worker.process import LoopChoice, settle_heap, use_uvloop
 
 log = logging.getLogger("fairlane.tools.bench")
 
@@ -87,8 +87,6 @@ def percentile(values: list[float], p: float) -> float:
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
-
-LOOPS = LOOP_CHOICES
 
 
 def run_async(func: Callable[[*Ts], Awaitable[T]], *args: *Ts, loop: LoopChoice = "auto") -> T:
