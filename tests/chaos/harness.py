@@ -112,6 +112,7 @@ class Fleet:
     lease_seconds: float
     concurrency: int = 8
     statement_timeout: float = 2.0
+    fast_claims: bool = False
     workers: list[WorkerProcess] = field(default_factory=list)
     killed: dict[int, float] = field(default_factory=dict)  # pid -> wall clock of the kill
     excused: set[int] = field(default_factory=set)
@@ -126,6 +127,7 @@ class Fleet:
             "--concurrency", str(self.concurrency), "--lease-seconds", str(self.lease_seconds),
             "--poll-interval", "0.2", "--statement-timeout", str(self.statement_timeout),
             "--connect-timeout", "2", "--shutdown-grace", "5",
+            *(["--fast-claims"] if self.fast_claims else []),
         ]  # fmt: skip
         started = []
         for _ in range(count_):

@@ -94,7 +94,12 @@ def test_no_session_level_setting_in_the_sql() -> None:
     assert not found, found
 
 
-async def test_worker_connections_carry_timeouts_and_keepalives(dsn: str) -> None:
+@pytest.mark.parametrize("durable_claims", [True, False])
+async def test_worker_connections_carry_timeouts_and_keepalives(
+    dsn: str, durable_claims: bool
+) -> None:
+    """Every loop's connection is bounded and kept alive. Every commit waits for the WAL flush
+    unless claims are asked to be fast: then the claim connection's alone does not."""
     tasks = TaskRegistry()
     held = anyio.Event()
 
@@ -105,7 +110,7 @@ async def test_worker_connections_carry_timeouts_and_keepalives(dsn: str) -> Non
 
     worker = fast_worker(
         tasks, dsn, lease_seconds=3, heartbeat_interval=0.2, statement_timeout=12,
-        heartbeat_timeout=2,
+        heartbeat_timeout=2, durable_claims=durable_claims,
     )  # fmt: skip
     await trigger(dsn, "hold")
     async with running(worker):
@@ -135,8 +140,8 @@ async def test_worker_connections_carry_timeouts_and_keepalives(dsn: str) -> Non
                 await show(conn, "application_name"),
             )
     assert seen == {
-        "claim": ("12s", "off", "fairlane claim"),
-        "heartbeat": ("2s", "off", "fairlane heartbeat"),
+        "claim": ("12s", "on" if durable_claims else "off", "fairlane claim"),
+        "heartbeat": ("2s", "on", "fairlane heartbeat"),
         "writer": ("12s", "on", "fairlane writer"),
         "periodic": ("12s", "on", "fairlane periodic"),
     }

@@ -122,9 +122,8 @@ class BatchItemProcessor:
         # only, not for a round trip through a busy event loop.
         await conn.execute("BEGIN")
         try:
-            # No wait for the flush either. Safe: the carrier's completion is written later
-            # with a synchronous commit, which flushes this WAL first; a lost commit is redone.
-            await conn.execute("SET LOCAL synchronous_commit = off")
+            # The commit waits for the WAL flush: lost in a server crash, the item's run would
+            # be missing while the carrier, whose lease survived, is completed after it.
             decision = await self._decide(conn, ctx, batch_id, index)
             final = decision.record
             if final is None:

@@ -139,6 +139,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         environments=args.environment or None, queues=args.queue or None,
         batch_connections=args.batch_connections, connect_timeout=args.connect_timeout,
         statement_timeout=args.statement_timeout, prepare_threshold=args.prepare_threshold,
+        durable_claims=not args.fast_claims,
     )  # fmt: skip
     if args.metrics_port is not None:
         from fairlane.metrics import serve_worker_metrics
@@ -266,6 +267,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-listen", action="store_true", help="poll only (PgBouncer transaction mode)"
     )
+    p.add_argument(
+        "--fast-claims", action="store_true",
+        help="commit claims without waiting for the WAL flush: faster, but a run claimed just "
+        "before a server crash runs twice",
+    )  # fmt: skip
     p.add_argument(
         "--shutdown-grace", type=float, default=30.0,
         help="seconds running handlers get to finish at shutdown",

@@ -61,7 +61,7 @@ class ConnectionOptions:
     statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT
     lock_timeout: float | None = None
     application_name: str = "fairlane"
-    # Further server settings, sent as ``-c name=value`` (synchronous_commit for the claims).
+    # Further server settings, sent as ``-c name=value`` (synchronous_commit for fast claims).
     settings: Mapping[str, str] = field(default_factory=dict)
     # Executions of a statement on a connection before psycopg prepares it; None: never.
     prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD

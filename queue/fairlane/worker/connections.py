@@ -2,11 +2,11 @@
 statement bounded.
 
 Each connection is opened with the worker's ``ConnectionOptions``: a connect timeout, TCP
-keepalives, a ``statement_timeout``, and for the claim and heartbeat connections
-``synchronous_commit=off``, all as connection parameters (never a session-level SET, which
-would leak to other clients through a transaction-pooling PgBouncer). ``use`` arms a deadline
-past the statement timeout: a server that does not answer at all has its connection abandoned
-(fairlane.connection.deadline), the loop's statement fails, and the loop reconnects.
+keepalives, a ``statement_timeout``, and with ``Worker(durable_claims=False)`` the claim
+connection's ``synchronous_commit=off``, all as connection parameters (never a session-level
+SET, which would leak to other clients through a transaction-pooling PgBouncer). ``use`` arms
+a deadline past the statement timeout: a server that does not answer at all has its connection
+abandoned (fairlane.connection.deadline), the loop's statement fails, and the loop reconnects.
 """
 
 from __future__ import annotations
@@ -28,9 +28,8 @@ AsyncConn = psycopg.AsyncConnection[Any]
 class LoopConnection:
     """One autocommit connection per worker loop, so loops never wait on each other.
 
-    ``synchronous_commit`` may be turned off (``options.settings``) for statements whose loss
-    in a server crash is harmless: a lost claim leaves the run QUEUED, a lost heartbeat is
-    repeated. Outcomes are always written with the server's default durability.
+    Server settings other than the timeouts come in ``options.settings``; the worker's only
+    one is the fast claims' ``synchronous_commit=off``.
     """
 
     def __init__(

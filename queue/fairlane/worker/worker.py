@@ -61,9 +61,6 @@ from fairlane.worker.waiting import WaitService
 
 log = logging.getLogger("fairlane.worker")
 
-# Claims and heartbeats are written without waiting for the WAL flush: a claim lost in a
-# server crash leaves its runs QUEUED, a lost beat is repeated. Outcomes are durable.
-NO_SYNC_COMMIT = {"synchronous_commit": "off"}
 # Start-up retries of an unreachable database: the first after this, doubling up to the cap.
 START_RETRY_MIN_S = 0.25
 START_RETRY_MAX_S = 10.0
@@ -94,6 +91,7 @@ class Worker:
         statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
         heartbeat_timeout: float | None = None,
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
+        durable_claims: bool = True,
     ) -> None:
         if concurrency < 1 or lease_seconds <= 0 or poll_interval <= 0 or batch_connections < 1:
             raise ConfigurationError(
@@ -129,6 +127,11 @@ class Worker:
         self.claim_batch = claim_batch or concurrency
         self.poll_interval = poll_interval
         self.listen = listen
+        # A claim committed without waiting for the WAL flush is lost in a server crash while
+        # its handler already runs: the run is QUEUED again and runs twice. Opt-in speed only.
+        self._claim_settings: dict[str, str] = (
+            {} if durable_claims else {"synchronous_commit": "off"}
+        )
         self.shutdown_grace = shutdown_grace
         self.environments = list(environments) if environments else None
         # Batch carriers are served whatever the queue filter: every batch of the environments
@@ -224,7 +227,9 @@ class Worker:
         # The schema is checked when the claim connection opens: here, before anything starts,
         # and again whenever it reconnects.
         claim_conn = LoopConnection(
-            self.dsn, self._options("claim", settings=NO_SYNC_COMMIT), on_connect=self._check
+            self.dsn,
+            self._options("claim", settings=self._claim_settings),
+            on_connect=self._check,
         )
         self.connections["claim"] = claim_conn
         if not await self._connect_at_start(claim_conn):
@@ -304,9 +309,7 @@ class Worker:
     async def _run(self, claim_conn: LoopConnection, *, task_status: TaskStatus[None]) -> None:
         # Runner tasks started below inherit it: the batch item handler finds its worker.
         batch_processing.current_processor.set(self.batch_items)
-        beat_conn = self._loop_connection(
-            "heartbeat", statement_timeout=self.heartbeat_timeout, settings=NO_SYNC_COMMIT
-        )
+        beat_conn = self._loop_connection("heartbeat", statement_timeout=self.heartbeat_timeout)
         write_conn = self._loop_connection("writer")
         listen_conn = self._loop_connection("listener")
         tick_conn = self._loop_connection("periodic")
