@@ -26,20 +26,25 @@ def test_enqueue(dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFi
     assert bench_databases(db) == before, "the benchmark database was not dropped"
 
 
-@pytest.mark.parametrize(("concurrency", "claim_batch"), [(10, None), (20, 5)])
+@pytest.mark.parametrize(
+    ("concurrency", "claim_batch", "fast_claims"), [(10, None, False), (20, 5, True)]
+)
 def test_drain(
     dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str],
-    concurrency: int, claim_batch: int | None,
+    concurrency: int, claim_batch: int | None, fast_claims: bool,
 ) -> None:  # fmt: skip
     argv = ["drain", "--dsn", dsn, "--runs", "200", "--concurrency", str(concurrency)]
     if claim_batch:
         argv += ["--claim-batch", str(claim_batch)]
+    if fast_claims:
+        argv += ["--fast-claims"]
     before = bench_databases(db)
     result = bench(capsys, *argv)
     assert result["scenario"] == "drain"
     assert result["runs"] == 200
     assert result["concurrency"] == concurrency
     assert result["claim_batch"] == (claim_batch or concurrency)
+    assert result["durable_claims"] is not fast_claims
     assert_rate(result, 200, "runs_per_s", "seconds")
     assert result["ok"] is True, "not every run was COMPLETED"
     assert result["worker_cpu_us_per_run"] > 0

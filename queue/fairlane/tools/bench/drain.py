@@ -128,7 +128,7 @@ async def _drain(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     tracker = Tracker(args.runs)
     worker = Worker(
         registry_for(tracker), dsn, schema=SCHEMA, concurrency=args.concurrency,
-        claim_batch=args.claim_batch, shutdown_grace=5.0,
+        claim_batch=args.claim_batch, shutdown_grace=5.0, durable_claims=not args.fast_claims,
     )  # fmt: skip
     probe = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     async with probe, anyio.create_task_group() as group:
@@ -181,6 +181,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "runs": n,
         "concurrency": args.concurrency,
         "claim_batch": args.claim_batch or args.concurrency,
+        "durable_claims": not args.fast_claims,
         "tenants": args.tenants or 1,
         "env_cap": env_cap(args) if args.tenants else None,
         "runs_per_s": round(n / timing["seconds"]),
@@ -207,6 +208,10 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", type=int, default=20000)
     p.add_argument("--concurrency", type=int, default=10)
     p.add_argument("--claim-batch", type=int, help="runs per claim (default: the concurrency)")
+    p.add_argument(
+        "--fast-claims", action="store_true",
+        help="claims commit without waiting for the WAL flush (`fairlane worker --fast-claims`)",
+    )  # fmt: skip
     p.add_argument(
         "--tenants", type=int, default=0,
         help="spread the runs over this many environments, with caps on (default: one, no caps)",
