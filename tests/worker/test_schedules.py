@@ -25,7 +25,7 @@ from fairlane import (
 from fairlane.engine.schedules import DueSchedule
 from fairlane.scheduling.cron import check_cron, last_tick, next_tick
 from fairlane.scheduling.firing import CATCH_UP_GRACE_S, fire_due_schedules, ticks_to_fire
-from tests.helpers import fast_worker, run_row, running
+from tests.helpers import fast_worker, run_row, running, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -226,7 +226,9 @@ async def test_three_workers_fire_a_declared_every_second_schedule_once_per_tick
 
     workers = [fast_worker(registry(), dsn, periodic_interval=0.1) for _ in range(3)]
     async with running(*workers):
-        await anyio.sleep(4.5)
+        await wait_until(
+            lambda: len(_runs_of(db, "task:beat")) >= 4, within=30, what="four ticks fired"
+        )
     [declared] = schedules.list_schedules(db)
     assert (declared.key, declared.declared, declared.options) == ("task:beat", True,
                                                                      {"queue": "beat"})  # fmt: skip
