@@ -1,0 +1,141 @@
+"""A server crash right after a commit the worker acted on: a claim whose handler already
+started, a batch item whose run was made. Each must still be there when the server comes back,
+or the handler runs a second time, or the carrier completes with its item's run missing.
+
+The WAL writer is slowed to its longest delay (10 s) and the worker runs no periodic jobs, so
+nothing but the commit itself can flush it before the crash. A durable claim (the default)
+waits for that flush before the worker sees the run; a fast claim (``durable_claims=False``)
+does not, and is lost."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import psycopg
+import pytest
+
+from fairlane import AsyncBatchClient, RunContext, TaskRegistry, Worker, trigger
+from fairlane.triggering.checks import BATCH_QUEUE
+from tests.helpers import running, wait_until
+from tests.helpers.batches import batch_row, chunked, ndjson
+from tests.helpers.batches import tasks as echo_tasks
+from tests.helpers.cluster import Cluster
+
+pytestmark = [pytest.mark.anyio, pytest.mark.chaos, pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def slow_wal_writer(cluster: Cluster) -> Iterator[None]:
+    with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+        admin.execute("ALTER SYSTEM SET wal_writer_delay = '10s'")
+        admin.execute("SELECT pg_reload_conf()")
+    try:
+        yield
+    finally:
+        with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
+            admin.execute("ALTER SYSTEM RESET wal_writer_delay")
+            admin.execute("SELECT pg_reload_conf()")
+
+
+def run_row(dsn: str, run_id: int) -> tuple[Any, ...]:
+    with psycopg.connect(dsn, connect_timeout=5) as conn:
+        row = conn.execute(
+            "SELECT status, lease_token, attempts FROM fairlane.runs WHERE id = %s", (run_id,)
+        ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+@pytest.mark.usefixtures("slow_wal_writer")
+@pytest.mark.parametrize("durable_claims", [True, False], ids=["durable", "fast"])
+async def test_a_claim_survives_a_crash_right_after_it(
+    chaos_dsn: str, cluster: Cluster, durable_claims: bool
+) -> None:
+    tasks = TaskRegistry()
+    started: list[Any] = []
+    first_started = anyio.Event()
+    release = anyio.Event()
+
+    @tasks.task("hold")
+    async def hold(ctx: RunContext, payload: None) -> None:
+        started.append(ctx.run.lease_token)
+        first_started.set()
+        await release.wait()
+
+    with psycopg.connect(chaos_dsn, autocommit=True) as conn:
+        run_id = trigger(conn, "hold")
+    worker = Worker(
+        tasks, chaos_dsn, lease_seconds=30, poll_interval=0.1, run_periodic_jobs=False,
+        connect_timeout=2, statement_timeout=5, shutdown_grace=1, durable_claims=durable_claims,
+    )  # fmt: skip
+    async with running(worker):
+        await first_started.wait()
+        await anyio.to_thread.run_sync(cluster.restart, "immediate")
+        status, token, attempts = await anyio.to_thread.run_sync(run_row, chaos_dsn, run_id)
+        if durable_claims:
+            # Still the running handler's: its outcome will be written under this lease.
+            assert (status, token, attempts) == ("EXECUTING", started[0], 1)
+        else:
+            # The claim vanished with the crash: the run is QUEUED for anyone to claim again.
+            assert (status, token, attempts) == ("QUEUED", None, 0)
+        release.set()
+        await wait_until(
+            lambda: run_row(chaos_dsn, run_id)[0] == "COMPLETED", within=30,
+            what="the run to complete",
+        )  # fmt: skip
+    assert len(started) == (1 if durable_claims else 2)
+
+
+def carrier_and_item(dsn: str, batch_id: int) -> dict[str, str]:
+    """The status of the batch's carrier run and of the run its item made, if any."""
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as db:
+        rows = db.execute(
+            "SELECT CASE WHEN queue = %s THEN 'carrier' ELSE 'item' END, status"
+            " FROM fairlane.runs WHERE batch_id = %s OR (queue = %s AND payload->>'batch_id' = %s)",
+            (BATCH_QUEUE, batch_id, BATCH_QUEUE, str(batch_id)),
+        ).fetchall()
+    return dict(rows)
+
+
+@pytest.mark.usefixtures("slow_wal_writer")
+async def test_a_batch_items_run_survives_a_crash_before_its_carrier_completes(
+    chaos_dsn: str, cluster: Cluster
+) -> None:
+    """The worker serves no queue but the carriers' and polls instead of listening, so no claim
+    of the item's run (a durable commit) flushes the carrier's commit before the crash. With
+    that commit at synchronous_commit off, as it was, the item's run is gone after the crash
+    while the carrier is still EXECUTING under its lease, and would be completed."""
+    async with AsyncBatchClient(chaos_dsn) as batches:
+        batch = await batches.create("env", 1)
+        await batches.ingest(batch.id, chunked(ndjson([{"task": "echo", "payload": 7}]), 64))
+    worker = Worker(
+        echo_tasks(), chaos_dsn, lease_seconds=30, poll_interval=0.1, run_periodic_jobs=False,
+        connect_timeout=2, statement_timeout=5, shutdown_grace=1, queues=["unserved"],
+        listen=False,
+    )  # fmt: skip
+    decided = anyio.Event()
+    release = anyio.Event()
+    process = worker.batch_items.process
+
+    async def process_then_hold(ctx: RunContext, payload: Any) -> dict[str, Any]:
+        # The item's run is committed; the carrier's completion waits until after the crash.
+        result = await process(ctx, payload)
+        decided.set()
+        await release.wait()
+        return result
+
+    worker.batch_items.process = process_then_hold  # type: ignore[method-assign]
+    async with running(worker):
+        await decided.wait()
+        await anyio.to_thread.run_sync(cluster.restart, "immediate")
+        after_crash = await anyio.to_thread.run_sync(carrier_and_item, chaos_dsn, batch.id)
+        assert after_crash == {"carrier": "EXECUTING", "item": "QUEUED"}, after_crash
+        release.set()
+        await wait_until(
+            lambda: carrier_and_item(chaos_dsn, batch.id)["carrier"] == "COMPLETED", within=30,
+            what="the carrier to complete",
+        )  # fmt: skip
+    with psycopg.connect(chaos_dsn) as db:
+        assert batch_row(db, batch.id)["run_count"] == 1
