@@ -31,6 +31,10 @@ def test_exit_codes(
     assert main(["settings", "--set", "prune_batch_size", "0", "--dsn", dsn]) == 2
     assert "prune_batch_size" in _one_line(capsys)
 
+    # A task spec naming no registry: refused before the worker connects.
+    assert main(["worker", "tests.faults.tasks:no_such_registry", "--dsn", dsn]) == 2
+    assert "not a fairlane TaskRegistry" in _one_line(capsys)
+
     assert main(["runs", "show", "424242", "--dsn", dsn]) == 3
     assert "424242" in _one_line(capsys)
 

@@ -63,6 +63,7 @@ from fairlane.schema import migrate
 from fairlane.schema.check import SCHEMA_REVISION, connect_checked
 from fairlane.worker import TaskRegistry, Worker
 from fairlane.worker.process import LOOP_CHOICES, settle_heap, use_uvloop
+from fairlane.worker.registry import import_registry
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -91,15 +92,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def load_registry(spec: str) -> TaskRegistry:
     """``package.module:attribute`` naming a TaskRegistry, importable from the current folder."""
-    module_name, _, attribute = spec.partition(":")
     # A console script's sys.path starts with its own bin folder, not the working directory;
     # `fairlane worker app.tasks:tasks` run in a project should find the project's modules.
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    registry = getattr(importlib.import_module(module_name), attribute or "tasks")
-    if not isinstance(registry, TaskRegistry):
-        raise SystemExit(f"{spec} is not a fairlane TaskRegistry")
-    return registry
+    return import_registry(spec)
 
 
 async def _run_worker(worker: Worker, burst: bool = False) -> None:

@@ -14,7 +14,8 @@ from importlib.util import find_spec
 
 from fairlane.testing.databases import TemplateDatabases
 from fairlane.testing.eager import EagerRuns, eager
-from fairlane.testing.workers import WorkerFixture, import_registry
+from fairlane.testing.workers import WorkerFixture
+from fairlane.worker.registry import import_registry
 
 __all__ = ["EagerRuns", "TemplateDatabases", "WorkerFixture", "eager", "import_registry"]
 

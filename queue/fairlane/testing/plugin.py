@@ -33,8 +33,9 @@ from fairlane.async_client import AsyncClient
 from fairlane.client import Client
 from fairlane.testing.databases import DEFAULT_SERVER_URL, TemplateDatabases
 from fairlane.testing.eager import EagerRuns, eager
-from fairlane.testing.workers import WorkerFixture, choose_registry, import_registry
+from fairlane.testing.workers import WorkerFixture, choose_registry
 from fairlane.worker import TaskRegistry
+from fairlane.worker.registry import import_registry
 
 DATABASE_URL_HELP = (
     "PostgreSQL server for fairlane's test databases (default: $TEST_DATABASE_URL, "

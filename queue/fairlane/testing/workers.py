@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from functools import partial
 from typing import Any
 
@@ -21,15 +20,6 @@ TEST_WORKER_OPTIONS: dict[str, Any] = {
 }
 # How long a drain may take before it is given up (TimeoutError): a handler that never ends.
 DRAIN_WITHIN_S = 60.0
-
-
-def import_registry(spec: str) -> TaskRegistry:
-    """``package.module:attribute`` (attribute default ``tasks``) naming a TaskRegistry."""
-    module_name, _, attribute = spec.partition(":")
-    registry = getattr(importlib.import_module(module_name), attribute or "tasks", None)
-    if not isinstance(registry, TaskRegistry):
-        raise ConfigurationError(f"{spec} is not a fairlane TaskRegistry")
-    return registry
 
 
 def choose_registry(given: TaskRegistry | None, default: TaskRegistry | None) -> TaskRegistry:

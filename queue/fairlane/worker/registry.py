@@ -6,6 +6,7 @@ task with its defaults; the worker finds the definition by name.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -197,6 +198,15 @@ class TaskRegistry:
 
     def __contains__(self, name: object) -> bool:
         return name in self._tasks
+
+
+def import_registry(spec: str) -> TaskRegistry:
+    """``package.module:attribute`` (attribute default ``tasks``) naming a TaskRegistry."""
+    module_name, _, attribute = spec.partition(":")
+    registry = getattr(importlib.import_module(module_name), attribute or "tasks", None)
+    if not isinstance(registry, TaskRegistry):
+        raise ConfigurationError(f"{spec} is not a fairlane TaskRegistry")
+    return registry
 
 
 def _check_defaults(definition: TaskDefinition) -> None:
