@@ -85,6 +85,14 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
+def latency_figures(ms: list[float], percentiles: tuple[int, ...], digits: int) -> dict[str, float]:
+    """``p<N>_ms`` for each percentile, then ``max_ms`` and ``mean_ms``, rounded alike."""
+    figures = {f"p{p}_ms": round(percentile(ms, p), digits) for p in percentiles}
+    figures["max_ms"] = round(max(ms), digits)
+    figures["mean_ms"] = round(sum(ms) / len(ms), digits)
+    return figures
+
+
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 

@@ -19,7 +19,7 @@ from fairlane.tools.bench.common import (
     count_statuses,
     emit,
     fresh_database,
-    percentile,
+    latency_figures,
     server_url,
 )
 from fairlane.tools.bench.server import api_key, httpx_module, serve
@@ -60,11 +60,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "scenario": "http-trigger",
         "requests": len(ms),
         "warmup": args.warmup,
-        "p50_ms": round(percentile(ms, 50), 3),
-        "p90_ms": round(percentile(ms, 90), 3),
-        "p99_ms": round(percentile(ms, 99), 3),
-        "max_ms": round(max(ms), 3),
-        "mean_ms": round(sum(ms) / len(ms), 3),
+        **latency_figures(ms, (50, 90, 99), 3),
         "requests_per_s": round((args.warmup + len(ms)) / wall),
         "ok": queued == args.warmup + args.requests,
     }

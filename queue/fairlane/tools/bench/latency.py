@@ -21,7 +21,7 @@ from fairlane.tools.bench.common import (
     count_statuses,
     emit,
     fresh_database,
-    percentile,
+    latency_figures,
     run_async,
     server_url,
 )
@@ -80,11 +80,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "runs": len(ms),
         "concurrency": args.concurrency,
         "gap_ms": args.gap_ms,
-        "p50_ms": round(percentile(ms, 50), 2),
-        "p95_ms": round(percentile(ms, 95), 2),
-        "p99_ms": round(percentile(ms, 99), 2),
-        "max_ms": round(max(ms), 2),
-        "mean_ms": round(sum(ms) / len(ms), 2),
+        **latency_figures(ms, (50, 95, 99), 2),
         "ok": len(ms) == args.runs and completed == WARMUP + args.runs,
     }
 
