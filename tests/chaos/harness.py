@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import psycopg
 
 from fairlane import Client, TriggerRequest
 from tests.chaos.tasks import LEDGER_DSN_VARIABLE
+from tests.helpers import poll
 from tests.helpers.faults import local_ports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,16 +48,6 @@ def count(dsn: str, sql: str, params: tuple[Any, ...] = ()) -> int:
 
 def completed(dsn: str) -> int:
     return count(dsn, "SELECT count(*) FROM fairlane.runs WHERE status = 'COMPLETED'")
-
-
-def poll(condition: Callable[[], bool], *, within: float, what: str) -> float:
-    """Seconds until ``condition`` held; fails after ``within``."""
-    started = time.monotonic()
-    while not condition():
-        if time.monotonic() - started > within:
-            raise AssertionError(f"{what}: not within {within:g} s")
-        time.sleep(0.05)
-    return time.monotonic() - started
 
 
 def until_progress(dsn: str, since: float, *, within: float = 60.0) -> float:

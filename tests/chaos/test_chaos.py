@@ -21,12 +21,12 @@ from tests.chaos.harness import (
     backend_of,
     completed,
     drained,
-    poll,
     read,
     trigger_runs,
     until_progress,
 )
 from tests.chaos.verdict import orphans_restarted_after, report, verdict
+from tests.helpers import poll
 from tests.helpers.cluster import Cluster
 from tests.helpers.faults import stopped
 

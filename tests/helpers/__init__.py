@@ -33,6 +33,17 @@ async def running(*workers: Worker) -> AsyncIterator[None]:
                 worker.stop()
 
 
+def poll(condition: Callable[[], bool], *, within: float, what: str) -> float:
+    """Seconds until ``condition`` held, checked every 0.05 s (blocking: for tests that drive
+    processes rather than an event loop); fails after ``within``."""
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > within:
+            raise AssertionError(f"{what}: not within {within:g} s")
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
 async def wait_until(
     predicate: Callable[[], Awaitable[bool]] | Callable[[], bool],
     *,

@@ -17,14 +17,15 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+
+from tests.helpers import poll
 
 pytestmark = [pytest.mark.stress, pytest.mark.timeout(300)]
 
@@ -40,14 +41,6 @@ async def beat(ctx: RunContext, payload: None) -> str:
 """
 KEY = "task:beat"
 SECOND = timedelta(seconds=1)
-
-
-def poll(condition: Callable[[], bool], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {within} s")
-        time.sleep(0.05)
 
 
 class Beat:
@@ -75,7 +68,7 @@ class Beat:
     def wait_ticks(self, more: int) -> None:
         """Until ``more`` ticks fired after the ones fired now."""
         target = len(self.fired()) + more
-        poll(lambda: len(self.fired()) >= target, 30, f"{more} more ticks")
+        poll(lambda: len(self.fired()) >= target, within=30, what=f"{more} more ticks")
 
     def now_second(self) -> datetime:
         row = self.db.execute("SELECT date_trunc('second', clock_timestamp())").fetchone()
@@ -134,16 +127,16 @@ def test_three_worker_processes_fire_an_every_second_schedule_once_per_tick(
     beat = Beat(db)
     launched = beat.now_second()
     first = workers.start()
-    poll(lambda: beat.periodic_loops() == 1, 30, "the first worker up")
+    poll(lambda: beat.periodic_loops() == 1, within=30, what="the first worker up")
     beat.wait_ticks(2)  # alone
 
     second, third = workers.start(), workers.start()
-    poll(lambda: beat.periodic_loops() == 3, 30, "three workers up")
+    poll(lambda: beat.periodic_loops() == 3, within=30, what="three workers up")
     beat.wait_ticks(3)
 
     first.send_signal(signal.SIGKILL)  # a crash, perhaps mid-firing
     first.wait(timeout=30)
-    poll(lambda: beat.periodic_loops() == 2, 30, "the killed worker's connections gone")
+    poll(lambda: beat.periodic_loops() == 2, within=30, what="the killed worker's connections gone")
     beat.wait_ticks(3)
 
     second.send_signal(signal.SIGTERM)
@@ -151,7 +144,7 @@ def test_three_worker_processes_fire_an_every_second_schedule_once_per_tick(
     beat.wait_ticks(2)  # the third alone
 
     last_before_stop = beat.now_second()
-    poll(lambda: last_before_stop in beat.fired(), 30, "the tick of the stop's second")
+    poll(lambda: last_before_stop in beat.fired(), within=30, what="the tick of the stop's second")
     third.send_signal(signal.SIGTERM)
     assert third.wait(timeout=60) == 0
 

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import psycopg
 import pytest
 
 from fairlane import TriggerRequest, maintenance, trigger_many
+from tests.helpers import poll
 
 pytestmark = [pytest.mark.stress, pytest.mark.timeout(600)]
 
@@ -57,15 +57,6 @@ def count(db: psycopg.Connection[Any], sql: str, *params: Any) -> int:
     row = db.execute(sql, params).fetchone()
     assert row is not None
     return int(row[0])
-
-
-def poll(condition: Any, within: float, what: str) -> float:
-    started = time.monotonic()
-    while not condition():
-        if time.monotonic() - started > within:
-            raise AssertionError(f"{what} not within {within} s")
-        time.sleep(0.05)
-    return time.monotonic() - started
 
 
 @pytest.fixture
@@ -120,13 +111,19 @@ def test_every_parent_of_a_released_storm_of_children_completes(
     executing_children = (
         "SELECT count(*) FROM fairlane.runs WHERE task = 'storm.child' AND status = 'EXECUTING'"
     )
-    poll(lambda: count(db, executing_children) == PARENTS * CHILDREN, 120, "all children running")
+    poll(
+        lambda: count(db, executing_children) == PARENTS * CHILDREN,
+        within=120,
+        what="all children running",
+    )
     waiting = count(db, "SELECT count(*) FROM fairlane.runs WHERE status = 'WAITING'")
     assert waiting == PARENTS
 
     barrier.touch()
     completed = "SELECT count(*) FROM fairlane.runs WHERE id = ANY(%s) AND status = 'COMPLETED'"
-    took = poll(lambda: count(db, completed, parents) == PARENTS, 30, "every parent completed")
+    took = poll(
+        lambda: count(db, completed, parents) == PARENTS, within=30, what="every parent completed"
+    )
 
     results = db.execute("SELECT DISTINCT result FROM fairlane.runs WHERE id = ANY(%s)", (parents,))
     assert results.fetchall() == [(CHILDREN,)]
