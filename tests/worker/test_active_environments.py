@@ -69,6 +69,20 @@ async def test_a_claim_the_known_environments_cannot_fill_looks_for_more(
         assert await claim(conn, store, 10, full_scan=False) == {"D": 3}
 
 
+async def test_a_full_claim_that_empties_an_environment_leaves_it_to_the_next_claim(
+    dsn: str, db: psycopg.Connection[Any], store: LeaseStore
+) -> None:
+    """A claim that got all it asked for does not look whether its environment drained (the
+    look walks the queued index's dead head): the environment stays active, and the next claim,
+    finding nothing there, marks it drained."""
+    bulk(db, "E", 10)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        assert await claim(conn, store, 10, full_scan=True) == {"E": 10}
+        assert active(db) == {"E"}
+        assert await claim(conn, store, 10, full_scan=False) == {}
+        assert active(db) == set()
+
+
 async def test_a_worker_busy_with_one_environment_picks_up_another_when_notified(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
