@@ -252,12 +252,14 @@ async def test_hung_heartbeat_connection_is_replaced_before_the_leases_lapse(
 
 
 @pytest.mark.usefixtures("signals")
-async def test_slot_frees_when_the_outcome_is_written_and_a_hung_writer_is_replaced(
+async def test_unwritten_outcomes_are_bounded_and_a_hung_writer_is_replaced(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
-    """The writer connection's backend is stopped while an outcome is being written: the
-    finished run keeps its slot (nothing more is claimed), its lease is kept, and the write
-    goes out again on a new connection once the old one is abandoned."""
+    """The writer connection's backend is stopped while an outcome is being written: one
+    finished run's outcome (as many as the concurrency) waits without a slot, so the next run
+    is claimed and runs; that one's outcome finds no room and it keeps its slot, so nothing
+    more is claimed. Leases are kept, and the writes go out again on a new connection once the
+    old one is abandoned."""
     tasks = TaskRegistry()
 
     @tasks.task("quick")
@@ -276,25 +278,31 @@ async def test_slot_frees_when_the_outcome_is_written_and_a_hung_writer_is_repla
         frozen = conn.info.backend_pid
         with stopped(frozen):
             hung = await trigger(dsn, "quick", 1)
-            queued = await trigger(dsn, "quick", 2)
+            overlapped = await trigger(dsn, "quick", 2)
+            queued = await trigger(dsn, "quick", 3)
+
+            def handler_returned(run_id: int) -> bool:
+                return run_id in worker.held and worker.held[run_id].handler_done
+
             await wait_until(
-                lambda: hung in worker.held and worker.held[hung].handler_done,
+                lambda: handler_returned(hung) and handler_returned(overlapped),
                 within=5,
-                what="the handler to return",
+                what="two handlers to return",
             )
             await anyio.sleep(timeout / 2)
-            # Its outcome is not written: the run keeps its slot, and nothing else is claimed.
+            # Neither outcome is written; the second keeps its slot and nothing more is claimed.
             assert run_status(db, hung) is RunStatus.EXECUTING
+            assert run_status(db, overlapped) is RunStatus.EXECUTING
             assert run_status(db, queued) is RunStatus.QUEUED
             await wait_until(
                 lambda: run_status(db, queued) is RunStatus.COMPLETED,
                 within=timeout + 5,
-                what="the write on a new connection, then the next run",
+                what="the writes on a new connection, then the next run",
             )
             replacement = worker.connections["writer"].current
             assert replacement is not None
             assert replacement.info.backend_pid != frozen
-    for run_id, result in ((hung, 1), (queued, 2)):
+    for run_id, result in ((hung, 1), (overlapped, 2), (queued, 3)):
         row = run_row(db, run_id)
         assert (row["status"], row["attempts"], row["result"]) == ("COMPLETED", 1, result)
     assert worker.stats.lost_leases == 0

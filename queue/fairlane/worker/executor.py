@@ -46,8 +46,11 @@ class ActiveRun:
     # Monotonic time the handler returned; whether an outcome went to the writer for it.
     done_at: float = 0.0
     outcome_queued: bool = False
-    # Whether the run holds one of the worker's slots (freed when its outcome is written).
+    # Whether the run holds one of the worker's slots (freed when its handler returns and its
+    # outcome finds room among the unwritten ones, or else when its outcome is written).
     slot_held: bool = False
+    # Whether it is one of the finished runs whose outcome waits for the writer without a slot.
+    unwritten: bool = False
     # Its task and how long its handler ran, once it has returned.
     attempt: Attempt | None = None
 

@@ -161,8 +161,14 @@ class Worker:
         # Runners beyond ``concurrency``, left by handlers that waited and resumed.
         self._surplus_runners = 0
         # Slots taken: runs claimed and not finished (handed to a runner, executing, or done
-        # with their outcome not yet written). A slot frees when the outcome is written.
+        # with their outcome not yet written and no room among the unwritten ones).
         self._running = 0
+        # Finished runs whose outcome waits for the writer without holding a slot: at most
+        # ``concurrency`` of them, so the claim that refills a slot overlaps the write rather
+        # than waiting for it, and a writer that cannot write stops the claims all the same.
+        self._unwritten = 0
+        # Finished runs that found no room among the unwritten ones: they keep their slot.
+        self._parked: deque[ActiveRun] = deque()
         # Handlers not yet returned (what the shutdown waits for once the grace is over).
         self._executing = 0
         self._handlers_idle = anyio.Event()
@@ -432,7 +438,7 @@ class Worker:
             self._lease_lost(previous)
             if previous.handler_done:
                 # Its outcome, still unwritten, will not free its slot: the entry is replaced.
-                self._free_slot(previous)
+                self._let_go(previous)
         lease = Lease(run.id, run.lease_token)
         ctx = RunContext(
             run=run, worker_id=self.worker_id, _waits=self.waits,
@@ -463,10 +469,11 @@ class Worker:
                 if self._executing == 0:
                     self._handlers_idle.set()
                 if not active.outcome_queued:
-                    # Nothing to write (lease lost, canceled): the slot frees now. Otherwise
-                    # it frees when the writer has written the outcome (_outcomes_written).
+                    # Nothing to write (lease lost, canceled): the slot frees now.
                     self._free_slot(active)
                     self._forget(active.lease)
+                else:
+                    self._await_write(active)
             if self._surplus_runners > 0:
                 # A handler that waited has resumed on its own runner: the pool shrinks back.
                 self._surplus_runners -= 1
@@ -525,6 +532,28 @@ class Worker:
                 outage.failed(error)
                 await connection.discard()
                 await anyio.sleep(0.5)
+
+    def _await_write(self, active: ActiveRun) -> None:
+        """The handler returned and its outcome went to the writer: the slot frees now if
+        there is room among the unwritten outcomes, else when the outcome is written."""
+        if self._unwritten < self.concurrency:
+            self._unwritten += 1
+            active.unwritten = True
+            self._free_slot(active)
+        else:
+            self._parked.append(active)
+
+    def _let_go(self, active: ActiveRun) -> None:
+        """The run's outcome is written, refused or given up on: it holds nothing any more,
+        and a parked run takes its room among the unwritten."""
+        self._free_slot(active)
+        if active.unwritten:
+            active.unwritten = False
+            self._unwritten -= 1
+            while self._parked and self._unwritten < self.concurrency:
+                parked = self._parked.popleft()
+                if parked.slot_held:
+                    self._await_write(parked)
 
     def _free_slot(self, active: ActiveRun) -> None:
         if active.slot_held:
@@ -633,14 +662,14 @@ class Worker:
             active.run.id,
         )
         self.stats.lost_leases += 1
-        self._free_slot(active)
+        self._let_go(active)
         self._forget(active.lease)
 
     def _outcomes_written(self, leases: set[Lease]) -> None:
         for lease in leases:
             active = self.held.get(lease.run_id)
             if active is not None and active.lease == lease:
-                self._free_slot(active)
+                self._let_go(active)
             self._forget(lease)
         # Written outcomes free database slots: a claim that came back short because of a cap
         # tries again now instead of sleeping out its poll interval.
