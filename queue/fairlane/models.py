@@ -93,6 +93,8 @@ class ClaimedRun:
     metadata: dict[str, Any]
     machine: str | None
     max_duration_s: float | None
+    # Its place in its queue's claim order (queued_at minus priority seconds).
+    queue_order: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

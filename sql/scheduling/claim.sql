@@ -14,6 +14,14 @@
 -- `max_deficit`, so one that sat at its cap gets its turn back but cannot monopolise. One that
 -- was drained rejoins level with the least-served active environment: no credit for idleness.
 --
+-- A claim may carry floors, one per queue: the queue order and id of the last run the worker
+-- claimed there. The queue's walk starts after it instead of at the head of the queued index,
+-- where every run claimed since the last vacuum leaves a dead entry (a deep backlog's drain
+-- leaves hundreds of thousands, and walking them grew each claim by half over a 1M drain). A
+-- floor is a hint: a run that sorts before it (a higher priority, a run handed back) is seen
+-- by the next claim without floors, and the worker sends none in every full scan and after
+-- any claim that came back short.
+--
 -- The active environments are the ones with environments.drained false: an environment a scan
 -- of the queued index finds with work becomes active (charged by the claim that serves it, or
 -- marked), and the claim that leaves it empty marks it drained. A claim reads this short list
@@ -48,10 +56,12 @@ $$;
 -- concurrency), so a full environment still processes its batches and they never take its
 -- runs' slots.
 CREATE OR REPLACE FUNCTION {schema}.claim_from_environment(
-    env_name text, take integer, lease_s double precision, claimer text, only_queues text[])
+    env_name text, take integer, lease_s double precision, claimer text, only_queues text[],
+    floor_environments text[], floor_queues text[], floor_orders timestamptz[],
+    floor_ids bigint[])
 RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
                max_attempts integer, environment text, queue text, metadata jsonb,
-               machine text, max_duration_s double precision)
+               machine text, max_duration_s double precision, queue_order timestamptz)
 LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
@@ -105,9 +115,15 @@ BEGIN
                CASE WHEN q.name = '__batches__' THEN coalesce(q.concurrency_limit, 2147483647)
                     ELSE least(coalesce(q.concurrency_limit, 2147483647),
                                coalesce(env.concurrency_limit, 2147483647))
-               END - coalesce(running.n, 0) AS room
+               END - coalesce(running.n, 0) AS room,
+               -- No floor: from the head (every queue_order is later than -infinity).
+               coalesce(floor.queue_order, '-infinity') AS floor_order,
+               coalesce(floor.id, 0) AS floor_id
         FROM {schema}.queues q
         LEFT JOIN running ON running.queue = q.name
+        LEFT JOIN unnest(floor_environments, floor_queues, floor_orders, floor_ids)
+            AS floor(environment, queue, queue_order, id)
+            ON floor.environment = env_name AND floor.queue = q.name
         WHERE q.environment = env_name
           AND NOT q.paused
           AND (only_queues IS NULL OR q.name = ANY(only_queues))
@@ -120,6 +136,7 @@ BEGIN
             SELECT r.id, r.queue_order
             FROM {schema}.runs r
             WHERE r.environment = env_name AND r.queue = queue_room.name AND r.status = 'QUEUED'
+              AND (r.queue_order, r.id) > (queue_room.floor_order, queue_room.floor_id)
               -- A TTL limits the wait before a run first starts: one that lapsed is left to
               -- expire_ttl_runs (exactly its condition, negated), never started. A filter on
               -- the rows the index walk reads.
@@ -149,7 +166,7 @@ BEGIN
     FROM picked
     WHERE r.id = picked.id
     RETURNING r.id, r.lease_token, r.task, r.payload, r.attempts, r.max_attempts,
-              r.environment, r.queue, r.metadata, r.machine, r.max_duration_s;
+              r.environment, r.queue, r.metadata, r.machine, r.max_duration_s, r.queue_order;
 END;
 $$;
 
@@ -163,10 +180,12 @@ $$;
 CREATE OR REPLACE FUNCTION {schema}.claim_runs(
     claim_limit integer, lease_s double precision, claimer text,
     only_environments text[] DEFAULT NULL, only_queues text[] DEFAULT NULL,
-    full_scan boolean DEFAULT true)
+    full_scan boolean DEFAULT true, floor_environments text[] DEFAULT NULL,
+    floor_queues text[] DEFAULT NULL, floor_orders timestamptz[] DEFAULT NULL,
+    floor_ids bigint[] DEFAULT NULL)
 RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
                max_attempts integer, environment text, queue text, metadata jsonb,
-               machine text, max_duration_s double precision)
+               machine text, max_duration_s double precision, queue_order timestamptz)
 LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
@@ -245,7 +264,8 @@ BEGIN
                              remaining::numeric / (cardinality(names) - i + 1))))::integer
                     END;
             RETURN QUERY SELECT * FROM {schema}.claim_from_environment(
-                names[i], take, lease_s, claimer, only_queues);
+                names[i], take, lease_s, claimer, only_queues,
+                floor_environments, floor_queues, floor_orders, floor_ids);
             GET DIAGNOSTICS claimed = ROW_COUNT;
             PERFORM {schema}.charge_environment(names[i], served[i], claimed, take);
             charged := charged || names[i];
@@ -381,7 +401,10 @@ $$;
 -- each with a fresh lease token that all later writes must present (sql/scheduling.sql). The
 -- attempt is counted here, so a redelivery after a lapsed lease counts as one too.
 -- %(full_scan)s: look for environments that gained work before serving the known ones.
+-- The floors (four arrays, one element per queue, or NULL): where each queue's walk starts.
 SELECT id, lease_token, task, payload, attempts, max_attempts, environment, queue, metadata,
-       machine, max_duration_s
+       machine, max_duration_s, queue_order
 FROM {schema}.claim_runs(%(limit)s, %(lease_s)s, %(worker_id)s,
-                         %(environments)s::text[], %(queues)s::text[], %(full_scan)s);
+                         %(environments)s::text[], %(queues)s::text[], %(full_scan)s,
+                         %(floor_environments)s::text[], %(floor_queues)s::text[],
+                         %(floor_orders)s::timestamptz[], %(floor_ids)s::bigint[]);

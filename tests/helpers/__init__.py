@@ -169,15 +169,25 @@ async def claim_and_complete(
 Conn = psycopg.Connection[Any]
 
 
+def claim_params(**given: Any) -> dict[str, Any]:
+    """The parameters of the ``claim_runs`` statement, as a worker's full scan sends them
+    (no floors), with ``given`` in place of the defaults."""
+    params: dict[str, Any] = {
+        "limit": 10, "lease_s": 30.0, "worker_id": "test", "environments": None, "queues": None,
+        "full_scan": True, "floor_environments": None, "floor_queues": None,
+        "floor_orders": None, "floor_ids": None,
+    }  # fmt: skip
+    params.update(given)
+    return params
+
+
 def claim(db: Conn, run_id: int) -> UUID:
     """Claim exactly ``run_id`` (its own environment keeps other runs out of the way)."""
     row = db.execute("SELECT environment FROM fairlane.runs WHERE id = %s", (run_id,)).fetchone()
     assert row is not None
     claimed = db.execute(
-        query("claim_runs", "fairlane"),
-        {"limit": 1, "lease_s": 300, "worker_id": "test", "environments": [row[0]],
-         "queues": None, "full_scan": True},
-    ).fetchall()  # fmt: skip
+        query("claim_runs", "fairlane"), claim_params(limit=1, lease_s=300, environments=[row[0]])
+    ).fetchall()
     assert [r[0] for r in claimed] == [run_id]
     return UUID(str(claimed[0][1]))
 

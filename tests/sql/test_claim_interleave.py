@@ -13,6 +13,7 @@ import pytest
 
 from fairlane import TriggerRequest, limits, trigger_many
 from fairlane.engine.sqlfiles import query
+from tests.helpers import claim_params
 from tests.helpers.interleave import Rows, Session, sessions
 
 CLAIM = query("claim_runs", "fairlane")
@@ -27,10 +28,9 @@ def claim(
     wait: bool = False,
 ) -> Future[Rows]:
     """Claim as a worker does; with ``wait`` the claim must first wait for another session."""
-    params = {
-        "limit": limit, "lease_s": 30.0, "worker_id": session.name,
-        "environments": environments, "queues": None, "full_scan": full_scan,
-    }  # fmt: skip
+    params = claim_params(
+        limit=limit, worker_id=session.name, environments=environments, full_scan=full_scan
+    )
     pending = session.start(CLAIM, params)
     if wait:
         session.blocked()

@@ -13,7 +13,7 @@ import pytest
 
 from fairlane import trigger
 from fairlane.engine.sqlfiles import query
-from tests.helpers import run_row
+from tests.helpers import claim_params, run_row
 from tests.helpers.interleave import sessions
 
 RECLAIM = "SELECT fairlane.reclaim_expired_leases()"
@@ -39,10 +39,7 @@ def write(kind: str, run_id: int, token: UUID) -> tuple[Any, dict[str, Any]]:
 def claimed_and_lapsed(db: psycopg.Connection[Any]) -> tuple[int, UUID]:
     """A run claimed by a worker whose lease has lapsed (the worker does not know yet)."""
     run_id = trigger(db, "t", None, max_attempts=3)
-    params = {
-        "limit": 1, "lease_s": 30.0, "worker_id": "w", "environments": None, "queues": None,
-        "full_scan": True,
-    }  # fmt: skip
+    params = claim_params(limit=1, worker_id="w")
     ((claimed_id, token, *_),) = db.execute(query("claim_runs", "fairlane"), params).fetchall()
     assert claimed_id == run_id
     db.execute(

@@ -10,16 +10,13 @@ import psycopg
 
 from fairlane import maintenance, trigger
 from fairlane.engine.sqlfiles import query
-from tests.helpers import run_status, statuses
+from tests.helpers import claim_params, run_status, statuses
 from tests.helpers.interleave import sessions
 
 NEXT_JOB = "SELECT fairlane.run_next_due_job(%s::text[])"
 RECLAIM = "SELECT fairlane.reclaim_expired_leases()"
 EXPIRE = "SELECT fairlane.expire_ttl_runs()"
-CLAIM_PARAMS = {
-    "limit": 10, "lease_s": 30.0, "worker_id": "w", "environments": None, "queues": None,
-    "full_scan": True,
-}  # fmt: skip
+CLAIM_PARAMS = claim_params(worker_id="w")
 
 
 def test_a_job_one_session_runs_is_skipped_by_another_and_not_run_twice(

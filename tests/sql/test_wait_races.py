@@ -15,7 +15,14 @@ import pytest
 
 from fairlane import limits, trigger
 from fairlane.engine.sqlfiles import query
-from tests.helpers import claim, executing_run, insert_edges, run_status, wait_on_runs
+from tests.helpers import (
+    claim,
+    claim_params,
+    executing_run,
+    insert_edges,
+    run_status,
+    wait_on_runs,
+)
 from tests.helpers.interleave import Session, sessions
 
 Conn = psycopg.Connection[Any]
@@ -257,10 +264,7 @@ def test_a_resume_and_a_claim_share_a_cap_of_one(dsn: str, db: Conn) -> None:
     )
     assert resume_ready(db, parent) == ("WAITING", True)
     fresh = trigger(db, "fresh", environment="env-parent")
-    claim_fresh = {
-        "limit": 1, "lease_s": 30, "worker_id": "other", "environments": ["env-parent"],
-        "queues": None, "full_scan": True,
-    }  # fmt: skip
+    claim_fresh = claim_params(limit=1, worker_id="other", environments=["env-parent"])
     with sessions(dsn, 2) as (resumer, claimer):
         resumer.begin()
         resumed = resumer.run(query("resume_run", "fairlane"), {"run_id": parent, "token": lease})

@@ -9,7 +9,7 @@ import psycopg
 
 from fairlane import trigger
 from fairlane.engine.sqlfiles import query
-from tests.helpers import run_status
+from tests.helpers import claim_params, run_status
 from tests.helpers.interleave import sessions
 
 Conn = psycopg.Connection[Any]
@@ -64,10 +64,7 @@ def test_a_cancel_waits_for_a_claim_and_then_fences_its_worker(dsn: str, db: Con
     """Cancel locks the run: a claim in flight finishes first, and the cancel then ends the
     run and clears the lease token the claim just wrote, so that worker's writes are refused."""
     run = trigger(db, "t", environment="cancel-me")
-    claim = {
-        "limit": 1, "lease_s": 30, "worker_id": "w", "environments": ["cancel-me"],
-        "queues": None, "full_scan": True,
-    }  # fmt: skip
+    claim = claim_params(limit=1, worker_id="w", environments=["cancel-me"])
     with sessions(dsn, 2) as (claimer, canceller):
         claimer.begin()
         ((_, token, *_),) = claimer.run(query("claim_runs", "fairlane"), claim)

@@ -23,4 +23,5 @@ def claimed_from_row(row: Mapping[str, Any]) -> ClaimedRun:
         attempt=row["attempts"], max_attempts=row["max_attempts"],
         environment=row["environment"], queue=row["queue"], metadata=row["metadata"],
         machine=row["machine"], max_duration_s=row["max_duration_s"],
+        queue_order=row.get("queue_order"),
     )  # fmt: skip

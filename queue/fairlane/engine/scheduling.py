@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from fairlane.engine.rows import claimed_from_row
 from fairlane.engine.section import Section
 from fairlane.engine.statement import Row, Statement, no_rows, scalar
 from fairlane.models import ClaimedRun, EnvironmentSettings, QueueSettings, SchedulerSettings
+
+# The claim's floors: environments, queues, queue orders and run ids, one element per queue.
+ClaimFloorArrays = tuple[list[str], list[str], list[datetime], list[int]]
 
 
 class Scheduling(Section):
@@ -21,11 +25,17 @@ class Scheduling(Section):
         environments: Sequence[str] | None,
         queues: Sequence[str] | None,
         full_scan: bool,
+        floors: ClaimFloorArrays | None = None,
     ) -> Statement[ClaimedRun]:
+        """``floors``: where each queue's walk starts, as four parallel arrays (environments,
+        queues, queue orders, run ids); see sql/scheduling/claim.sql."""
+        floor_environments, floor_queues, floor_orders, floor_ids = floors or (None,) * 4
         params = {
             "limit": limit, "lease_s": lease_s, "worker_id": worker_id,
             "environments": list(environments) if environments else None,
             "queues": list(queues) if queues else None, "full_scan": full_scan,
+            "floor_environments": floor_environments, "floor_queues": floor_queues,
+            "floor_orders": floor_orders, "floor_ids": floor_ids,
         }  # fmt: skip
         return self._statement("claim_runs", params, claimed_from_row)
 

@@ -19,6 +19,7 @@ import psycopg
 from psycopg.types.json import set_json_loads
 
 from fairlane.engine import engine
+from fairlane.engine.scheduling import ClaimFloorArrays
 from fairlane.engine.statement import rows_async
 from fairlane.models import ClaimedRun
 
@@ -72,13 +73,16 @@ class LeaseStore:
         environments: Sequence[str] | None = None,
         queues: Sequence[str] | None = None,
         full_scan: bool = True,
+        floors: ClaimFloorArrays | None = None,
     ) -> list[ClaimedRun]:
         """Claim up to ``limit`` runs. ``full_scan=False`` serves the environments already known
         to have work and looks for others only when they cannot fill the claim; a caller that
-        uses it must ask for a full scan when it learns of new work (a notification)."""
+        uses it must ask for a full scan when it learns of new work (a notification).
+        ``floors`` (worker/claim_floors.py) start each queue's walk after the last run claimed
+        there; a caller that sends them must also claim without them now and then."""
         statement = self._engine.scheduling.claim(
             limit, lease_s=self.lease_seconds, worker_id=self.worker_id,
-            environments=environments, queues=queues, full_scan=full_scan,
+            environments=environments, queues=queues, full_scan=full_scan, floors=floors,
         )  # fmt: skip
         if conn not in self._claim_connections:
             set_json_loads(_loads_json, conn)

@@ -44,6 +44,7 @@ from fairlane.metrics.worker import WorkerMetrics
 from fairlane.models import ClaimedRun
 from fairlane.schema.check import SCHEMA_REVISION, check_schema_async
 from fairlane.worker import heartbeat, notifier, periodic
+from fairlane.worker.claim_floors import ClaimFloors
 from fairlane.worker.connections import LoopConnection
 from fairlane.worker.context import RunContext
 from fairlane.worker.executor import (
@@ -176,6 +177,8 @@ class Worker:
         # New work was announced since the last full scan (or may have been: at start).
         self._work_announced = True
         self._last_full_scan = -math.inf
+        # Where the next claim starts walking each queue (while claims come back full).
+        self._floors = ClaimFloors()
         self._slot_free = anyio.Event()
         self._idle = anyio.Event()
         self._stopping = False
@@ -369,8 +372,10 @@ class Worker:
                     claimed = await self.store.claim(
                         conn, asked,
                         environments=self.environments, queues=self.queues, full_scan=full_scan,
+                        floors=self._floors.for_claim(full_scan),
                     )  # fmt: skip
                     self.metrics.claimed(time.perf_counter() - began)
+                self._floors.claimed(claimed, asked, full_scan)
                 outage.recovered()
             except SchemaMismatchError as mismatch:
                 # Migrated under us while we were disconnected: stop, and say why.
