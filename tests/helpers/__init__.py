@@ -11,6 +11,7 @@ from uuid import UUID
 
 import anyio
 import psycopg
+import pytest
 from psycopg.rows import dict_row
 
 from fairlane import RunStatus, TaskRegistry, Worker, trigger
@@ -167,6 +168,26 @@ async def claim_and_complete(
 # -- fairlane's SQL by hand: a run claimed and waiting without a worker ----------------------
 
 Conn = psycopg.Connection[Any]
+
+
+async def log_nested_plans(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+    """From now on, the plan of every statement ``conn`` runs, nested ones (inside plpgsql
+    functions) included, as auto_explain reports it (at NOTICE level, to this client), lands
+    in the returned list. Skips the test where the role cannot load auto_explain."""
+    try:
+        await conn.execute("LOAD 'auto_explain'")
+    except psycopg.Error as error:
+        pytest.skip(f"auto_explain is not available to this role: {error}")
+    for setting in (
+        "auto_explain.log_min_duration = 0",
+        "auto_explain.log_nested_statements = on",
+        "auto_explain.log_level = notice",
+        "client_min_messages = notice",
+    ):
+        await conn.execute(f"SET {setting}")
+    plans: list[str] = []
+    conn.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+    return plans
 
 
 def claim_params(**given: Any) -> dict[str, Any]:

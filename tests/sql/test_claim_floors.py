@@ -17,6 +17,7 @@ from fairlane import TriggerRequest, trigger, trigger_many
 from fairlane.models import ClaimedRun
 from fairlane.worker.claim_floors import ClaimFloors
 from fairlane.worker.lease_store import LeaseStore
+from tests.helpers import log_nested_plans
 
 pytestmark = pytest.mark.anyio
 
@@ -131,19 +132,10 @@ async def test_a_floored_claim_bounds_the_index_walk(
     and id), so the entries before it are never read: dead ones included."""
     queue_runs(db, 50)
     db.execute("ANALYZE fairlane.runs")
-    plans: list[str] = []
     floors = ClaimFloors()
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         await claim(conn, store, floors, 5, full_scan=True)
-        await conn.execute("LOAD 'auto_explain'")
-        for setting in (
-            "auto_explain.log_min_duration = 0",
-            "auto_explain.log_nested_statements = on",
-            "auto_explain.log_level = notice",
-            "client_min_messages = notice",
-        ):
-            await conn.execute(f"SET {setting}")
-        conn.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+        plans = await log_nested_plans(conn)
         # Past the fifth execution the generic plan must keep the bound too.
         for _ in range(8):
             assert len(await claim(conn, store, floors, 5, full_scan=False)) == 5

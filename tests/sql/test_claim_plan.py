@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from fairlane.worker.lease_store import LeaseStore
+from tests.helpers import log_nested_plans
 
 pytestmark = pytest.mark.anyio
 
@@ -37,20 +38,8 @@ ANALYZE fairlane.queues;
 
 async def test_claim_never_scans_the_runs_table(dsn: str, db: psycopg.Connection[Any]) -> None:
     db.execute(FILL)
-    plans: list[str] = []
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        try:
-            await conn.execute("LOAD 'auto_explain'")
-        except psycopg.Error as error:
-            pytest.skip(f"auto_explain is not available to this role: {error}")
-        for setting in (
-            "auto_explain.log_min_duration = 0",
-            "auto_explain.log_nested_statements = on",
-            "auto_explain.log_level = notice",
-            "client_min_messages = notice",
-        ):
-            await conn.execute(f"SET {setting}")
-        conn.add_notice_handler(lambda notice: plans.append(notice.message_primary or ""))
+        plans = await log_nested_plans(conn)
         store = LeaseStore("fairlane", lease_seconds=30, worker_id="plan")
         claimed = await store.claim(conn, 100)
         # Past the fifth execution psycopg prepares the statement and PostgreSQL may switch to
