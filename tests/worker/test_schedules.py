@@ -270,8 +270,10 @@ def test_cli_schedules(
 async def test_a_broken_schedule_row_does_not_stop_the_others(
     db: psycopg.Connection[Any], aconn: psycopg.AsyncConnection[Any]
 ) -> None:
-    good = schedules.create(db, "tick", "* * * * *", external_id="good")
-    bad = schedules.create(db, "tick", "* * * * *", external_id="bad")
+    # Yearly: whenever the test runs, no second tick falls between ``past`` and now (with
+    # every minute, a run in the first 5 s of a minute fired two ticks).
+    good = schedules.create(db, "tick", "0 0 1 1 *", external_id="good")
+    bad = schedules.create(db, "tick", "0 0 1 1 *", external_id="bad")
     db.execute("UPDATE fairlane.schedules SET cron = 'nonsense' WHERE id = %s", (bad.id,))
     past = datetime.now(UTC) - timedelta(seconds=5)
     for schedule in (good, bad):
