@@ -46,7 +46,9 @@ from fairlane.connection import (
 )
 from fairlane.connection.pools import (
     CHECK_TIMEOUT_S,
+    DEFAULT_CHECK_IDLE_AFTER,
     ConnectFailures,
+    RecentAnswers,
     closed_while_idle,
     recording_async_connection,
 )
@@ -84,6 +86,7 @@ class AsyncClient:
         lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
         listen: bool = True,
+        check_idle_after: float = DEFAULT_CHECK_IDLE_AFTER,
     ) -> None:
         self.options = client_options(
             dsn, pool, max_connections, connect_timeout=connect_timeout,
@@ -94,6 +97,7 @@ class AsyncClient:
         self.listen = listen
         self._engine = engine(self.schema)
         self._connect_failures = ConnectFailures()
+        self._recent_answers = RecentAnswers(check_idle_after)
         self.dsn: str | None
         if pool is None:
             self.dsn = check_dsn(psycopg_dsn(database_url(dsn)))
@@ -116,11 +120,12 @@ class AsyncClient:
 
     async def _usable(self, conn: AsyncConn, give_up_at: float) -> bool:
         """Whether a connection from the pool may be used: one the server closed while it was
-        idle is noticed without a round trip; one of the client's own pool must also answer
-        an empty query within ``CHECK_TIMEOUT_S`` (a caller's pool checks as it was told)."""
+        idle is noticed without a round trip; one of the client's own pool that has not
+        answered for ``check_idle_after`` must also answer an empty query within
+        ``CHECK_TIMEOUT_S`` (a caller's pool checks as it was told)."""
         if closed_while_idle(conn):
             return False
-        if not self._owns_pool:
+        if not self._owns_pool or not self._recent_answers.needs_check(conn):
             return True
         within = min(CHECK_TIMEOUT_S, max(give_up_at - time.monotonic(), 0.05))
         try:
@@ -175,6 +180,7 @@ class AsyncClient:
                 result = await work(conn)
                 if not conn.autocommit:
                     await conn.commit()
+            self._recent_answers.answered(conn)
             return result
         except psycopg.Error as error:
             failure = unavailable(error, sent=sent, deadline=deadline)

@@ -7,10 +7,11 @@ A client draws its connections from a psycopg_pool ``ConnectionPool``: its own (
 runs in autocommit and is committed on return. Connections survive what a server does to
 them:
 
-- a connection is checked before use (the pool's ``check``; with a caller's pool that has
-  none, a connection the server closed while idle is noticed without a round trip), so a
-  connection the server dropped while idle (a restart, ``pg_terminate_backend``) is replaced
-  before a statement goes out;
+- a connection the server dropped while idle (a restart, ``pg_terminate_backend``) is
+  noticed without a round trip and replaced before a statement goes out; one of the client's
+  own pool that has not answered for ``check_idle_after`` (default 0.5 s) must also answer an
+  empty query first, so one whose server hangs is replaced too. One that answered more
+  recently goes out unchecked: the check is a round trip, and a trigger is one more;
 - a call whose connection failed before its statement was sent, or whose statement is safe to
   repeat (reads, a reschedule, a trigger whose every request has an idempotency key), is
   repeated once on another connection;
@@ -55,7 +56,9 @@ from fairlane.connection import (
 )
 from fairlane.connection.pools import (
     CHECK_TIMEOUT_S,
+    DEFAULT_CHECK_IDLE_AFTER,
     ConnectFailures,
+    RecentAnswers,
     closed_while_idle,
     recording_connection,
 )
@@ -147,6 +150,8 @@ class Client:
     ``ConnectionOptions.kwargs``); fairlane still gives up on a call at
     ``statement_timeout`` plus ``ABORT_GRACE_S``. The pool should be autocommit (a call on a
     connection that is not is committed on return) and have a ``check``.
+    ``check_idle_after`` (seconds, default 0.5): how long a connection of the client's own pool
+    may sit idle and still go out without the empty-query check; 0 checks before every call.
     Behind a PgBouncer in transaction mode: ``prepare_threshold=None`` (psycopg's threshold,
     default 5; None never prepares) unless it tracks prepared statements, and ``listen=False``
     (``wait_for_run`` polls every ``poll_interval`` instead of LISTENing).
@@ -164,6 +169,7 @@ class Client:
         lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
         listen: bool = True,
+        check_idle_after: float = DEFAULT_CHECK_IDLE_AFTER,
     ) -> None:
         self.options = client_options(
             dsn, pool, max_connections, connect_timeout=connect_timeout,
@@ -174,6 +180,7 @@ class Client:
         self.listen = listen
         self._engine = engine(self.schema)
         self._connect_failures = ConnectFailures()
+        self._recent_answers = RecentAnswers(check_idle_after)
         self.dsn: str | None
         if pool is None:
             self.dsn = check_dsn(psycopg_dsn(database_url(dsn)))
@@ -197,11 +204,12 @@ class Client:
 
     def _usable(self, conn: SyncConn, give_up_at: float) -> bool:
         """Whether a connection from the pool may be used: one the server closed while it was
-        idle is noticed without a round trip; one of the client's own pool must also answer
-        an empty query within ``CHECK_TIMEOUT_S`` (a caller's pool checks as it was told)."""
+        idle is noticed without a round trip; one of the client's own pool that has not
+        answered for ``check_idle_after`` must also answer an empty query within
+        ``CHECK_TIMEOUT_S`` (a caller's pool checks as it was told)."""
         if closed_while_idle(conn):
             return False
-        if not self._owns_pool:
+        if not self._owns_pool or not self._recent_answers.needs_check(conn):
             return True
         within = min(CHECK_TIMEOUT_S, max(give_up_at - time.monotonic(), 0.05))
         try:
@@ -251,6 +259,7 @@ class Client:
                 result = work(conn)
                 if not conn.autocommit:
                     conn.commit()
+            self._recent_answers.answered(conn)
             return result
         except psycopg.Error as error:
             failure = unavailable(error, sent=sent, deadline=deadline)

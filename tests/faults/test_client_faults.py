@@ -21,7 +21,7 @@ from fairlane import AsyncClient, Client, DatabaseTimeout, DatabaseUnavailable
 from fairlane.cli import main
 from fairlane.connection import ABORT_GRACE_S
 from fairlane.connection.pools import CHECK_TIMEOUT_S
-from fairlane.errors import RunWaitTimeoutError
+from fairlane.errors import ConfigurationError, RunWaitTimeoutError
 from fairlane.watching import RunWatcher
 from tests.helpers import wait_until
 from tests.helpers.faults import (
@@ -236,8 +236,9 @@ def test_stopped_idle_backend_is_replaced_by_the_check(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
     """A connection whose backend hangs fails the check before use (bounded by the connect
-    timeout), and the call goes out on a new connection."""
-    with Client(dsn, connect_timeout=2) as client:
+    timeout), and the call goes out on a new connection. (``check_idle_after=0``: every use is
+    checked, however recent the last answer.)"""
+    with Client(dsn, connect_timeout=2, check_idle_after=0) as client:
         client.trigger("t")
         frozen = backend_pids(db, CLIENT)
         assert frozen, "the client holds a connection"
@@ -248,6 +249,39 @@ def test_stopped_idle_backend_is_replaced_by_the_check(
             assert time.monotonic() - started < len(frozen) * CHECK_TIMEOUT_S + SLACK_S
             assert set(backend_pids(db, CLIENT)) - set(frozen), "served by a new backend"
     assert run_count(db) == 2
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("signals")
+async def test_a_connection_that_just_answered_goes_out_unchecked(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """Within ``check_idle_after`` of its last answer a connection is used without the check's
+    round trip: a backend frozen in that window gets the trigger itself (a check would have
+    replaced it), and the statement's deadline bounds the call. The connection it gave up on is
+    dropped, and the next call goes out on a new one."""
+    timeout = 1.0
+    async with AsyncClient(
+        dsn, max_connections=1, statement_timeout=timeout, check_idle_after=60
+    ) as client:
+        await client.trigger("t")
+        frozen = backend_pids(db, CLIENT)
+        assert len(frozen) == 1
+        with stopped(*frozen):
+            started = time.monotonic()
+            with pytest.raises(DatabaseTimeout) as raised:
+                await client.trigger("t")
+            assert time.monotonic() - started < timeout + ABORT_GRACE_S + SLACK_S
+            assert raised.value.sent, "the trigger went out on the frozen connection"
+        await client.trigger("t")
+        assert set(backend_pids(db, CLIENT)) - set(frozen), "served by a new backend"
+    # The frozen backend may have inserted its run once it resumed: never more than once.
+    assert run_count(db) in (2, 3)
+
+
+def test_check_idle_after_must_not_be_negative(dsn: str) -> None:
+    with pytest.raises(ConfigurationError, match="check_idle_after"):
+        Client(dsn, check_idle_after=-1)
 
 
 # -- repeated once, or not -------------------------------------------------------------------

@@ -6,21 +6,52 @@ The clients check their own pool's connections themselves rather than through th
 ``check``: after consecutive failed checks psycopg_pool sleeps 1, 2, 4 s..., so a pool of a few
 connections that a server restart killed would outlast the connect timeout. ``CHECK_TIMEOUT_S``
 bounds a check; a connection that fails it is discarded and the next one tried at once.
+
+A check is a round trip, as long as a short statement: a connection that answered within
+``check_idle_after`` goes out unchecked (``RecentAnswers``), as a pool that validates only
+connections idle past a window does. A connection the server dropped is still noticed without a
+round trip (``closed_while_idle``); one that hung since its last answer is bounded by the
+statement's own deadline instead of being replaced before it.
 """
 
 from __future__ import annotations
 
 import select
 import time
+import weakref
 from typing import Any, Self
 
 import psycopg
 from psycopg.pq import ConnStatus, TransactionStatus
 
+from fairlane.errors import ConfigurationError
+
 # A pooled connection that does not answer an empty query within this is replaced.
 CHECK_TIMEOUT_S = 1.0
+# A pooled connection that answered within this goes out without the check.
+DEFAULT_CHECK_IDLE_AFTER = 0.5
 # A failure older than this says nothing about why a pool timed out now.
 _RECENT_S = 60.0
+
+
+class RecentAnswers:
+    """When each of a pool's connections last answered, to skip the check of one that just
+    did. Connections are held weakly: one the pool discards is forgotten with it."""
+
+    def __init__(self, check_idle_after: float) -> None:
+        if not check_idle_after >= 0:
+            raise ConfigurationError(
+                f"check_idle_after must be 0 or more seconds, not {check_idle_after!r}"
+            )
+        self.check_idle_after = check_idle_after
+        self._answered: weakref.WeakKeyDictionary[object, float] = weakref.WeakKeyDictionary()
+
+    def answered(self, conn: object) -> None:
+        self._answered[conn] = time.monotonic()
+
+    def needs_check(self, conn: object) -> bool:
+        last = self._answered.get(conn)
+        return last is None or time.monotonic() - last >= self.check_idle_after
 
 
 class ConnectFailures:
