@@ -47,7 +47,8 @@ $$;
 
 -- function: claim_from_environment
 -- Claim up to `take` runs of one environment whose row lock the caller holds (none if it is
--- paused), within the queue caps and the environment cap: across its unpaused queues, in
+-- paused; `env_limit`, `env_burst` and `env_paused` are the row as the lock returned it, its
+-- latest version), within the queue caps and the environment cap: across its unpaused queues, in
 -- queue_order (when the run was queued, minus its priority in seconds), then id. Each queue is
 -- read in the order of the queued index, so no backlog is sorted: only the few rows each queue
 -- contributes are merged.
@@ -56,9 +57,9 @@ $$;
 -- concurrency), so a full environment still processes its batches and they never take its
 -- runs' slots.
 CREATE OR REPLACE FUNCTION {schema}.claim_from_environment(
-    env_name text, take integer, lease_s double precision, claimer text, only_queues text[],
-    floor_environments text[], floor_queues text[], floor_orders timestamptz[],
-    floor_ids bigint[])
+    env_name text, env_limit integer, env_burst numeric, env_paused boolean, take integer,
+    lease_s double precision, claimer text, only_queues text[], floor_environments text[],
+    floor_queues text[], floor_orders timestamptz[], floor_ids bigint[])
 RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
                max_attempts integer, environment text, queue text, metadata jsonb,
                machine text, max_duration_s double precision, queue_order timestamptz)
@@ -66,21 +67,16 @@ LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
 DECLARE
-    env record;
     env_room integer;
     capped boolean;
     held_queues text[];
     held_counts integer[];
 BEGIN
-    -- Read under the row lock, in a statement after it: a pause that committed while the
-    -- claim waited for the row is seen here, though the candidate list predates it.
-    SELECT e.concurrency_limit, e.burst_factor, e.paused INTO env
-    FROM {schema}.environments e WHERE e.name = env_name;
-    IF env.paused THEN
+    IF env_paused THEN
         RETURN;
     END IF;
     -- Without any cap in the environment no slot needs counting (the common, fast case).
-    capped := env.concurrency_limit IS NOT NULL OR EXISTS (
+    capped := env_limit IS NOT NULL OR EXISTS (
         SELECT 1 FROM {schema}.queues q
         WHERE q.environment = env_name AND q.concurrency_limit IS NOT NULL);
     env_room := take;
@@ -91,8 +87,8 @@ BEGIN
         FROM (SELECT holder.queue, count(*)::integer AS n
               FROM {schema}.slot_holders(env_name) AS holder
               GROUP BY holder.queue) AS per_queue;
-        IF env.concurrency_limit IS NOT NULL THEN
-            env_room := least(take, floor(env.concurrency_limit * env.burst_factor)::integer
+        IF env_limit IS NOT NULL THEN
+            env_room := least(take, floor(env_limit * env_burst)::integer
                                     - coalesce((SELECT sum(held.n)
                                                 FROM unnest(held_queues, held_counts)
                                                      AS held(queue, n)
@@ -114,7 +110,7 @@ BEGIN
         SELECT q.name, q.name = '__batches__' AS carriers,
                CASE WHEN q.name = '__batches__' THEN coalesce(q.concurrency_limit, 2147483647)
                     ELSE least(coalesce(q.concurrency_limit, 2147483647),
-                               coalesce(env.concurrency_limit, 2147483647))
+                               coalesce(env_limit, 2147483647))
                END - coalesce(running.n, 0) AS room,
                -- No floor: from the head (every queue_order is later than -infinity).
                coalesce(floor.queue_order, '-infinity') AS floor_order,
@@ -191,10 +187,11 @@ AS $$
 #variable_conflict use_column
 DECLARE
     settings record;
+    env record;
     remaining integer := claim_limit;
     granted integer;
     names text[];
-    served bigint[];
+    effective_served bigint[];
     joiners text[];
     visited text[] := '{{}}';
     charged text[] := '{{}}';
@@ -227,7 +224,7 @@ BEGIN
         SELECT array_agg(c.name ORDER BY c.turn), array_agg(c.effective_served ORDER BY c.turn),
                coalesce(joiners, '{{}}')
                    || coalesce(array_agg(c.name) FILTER (WHERE c.joining), '{{}}')
-        INTO names, served, joiners
+        INTO names, effective_served, joiners
         FROM {schema}.claim_candidates(settings.max_deficit, only_environments,
                                        full_scan OR pass = 2) AS c
         WHERE c.name <> ALL (visited);
@@ -247,10 +244,14 @@ BEGIN
                 EXIT WHEN locked_any OR waiting OR cardinality(skipped) = 0;
                 waiting := true;
                 i := skipped[1];
-                PERFORM 1 FROM {schema}.environments e WHERE e.name = names[i] FOR UPDATE;
+                SELECT e.concurrency_limit, e.burst_factor, e.paused INTO env
+                FROM {schema}.environments e WHERE e.name = names[i] FOR UPDATE;
             ELSE
                 visited := visited || names[i];
-                PERFORM 1 FROM {schema}.environments e
+                -- A locking read returns the row's latest version, so a pause or a limit that
+                -- committed after this statement began (or while it waited) is seen.
+                SELECT e.concurrency_limit, e.burst_factor, e.paused INTO env
+                FROM {schema}.environments e
                 WHERE e.name = names[i] FOR UPDATE SKIP LOCKED;
                 IF NOT FOUND THEN
                     skipped := skipped || i;
@@ -264,10 +265,27 @@ BEGIN
                              remaining::numeric / (cardinality(names) - i + 1))))::integer
                     END;
             RETURN QUERY SELECT * FROM {schema}.claim_from_environment(
-                names[i], take, lease_s, claimer, only_queues,
-                floor_environments, floor_queues, floor_orders, floor_ids);
+                names[i], env.concurrency_limit, env.burst_factor, env.paused, take, lease_s,
+                claimer, only_queues, floor_environments, floor_queues, floor_orders, floor_ids);
             GET DIAGNOSTICS claimed = ROW_COUNT;
-            PERFORM {schema}.charge_environment(names[i], served[i], claimed, take);
+            -- Charge the service it got; it is drained when it has no queued run left. A claim
+            -- that got every run it asked for leaves it active without looking: the look walks
+            -- the queued index from the environment's first entry, through every entry of a run
+            -- claimed since the last vacuum. At worst an environment that just emptied stays
+            -- active until the next claim finds nothing there. A scalar subquery keeps its
+            -- ORDER BY (EXISTS would drop it), and that order matches the queued index, so even
+            -- a generic plan walks the index.
+            UPDATE {schema}.environments e
+            SET served = CASE WHEN claimed > 0 THEN greatest(e.served, effective_served[i]) + claimed
+                              ELSE e.served END,
+                last_served_at = CASE WHEN claimed > 0 THEN clock_timestamp()
+                                      ELSE e.last_served_at END,
+                drained = CASE WHEN claimed >= take THEN false ELSE (
+                    SELECT r.id FROM {schema}.runs r
+                    WHERE r.environment = names[i] AND r.status = 'QUEUED'
+                    ORDER BY r.environment, r.queue, r.queue_order, r.id
+                    LIMIT 1) IS NULL END
+            WHERE e.name = names[i];
             charged := charged || names[i];
             remaining := remaining - claimed;
             total := total + claimed;
@@ -366,34 +384,6 @@ AS $$
                  greatest(c.served, (SELECT max(served) FROM candidates) - max_deficit)
                      AS effective_served
           FROM candidates c) AS ranked;
-$$;
-
--- function: charge_environment
--- Record the service an environment got; it is drained when it has no queued run left.
--- A claim that got every run it asked for leaves it active without looking: the look walks
--- the queued index from the environment's first entry, through every entry of a run claimed
--- since the last vacuum (a deep backlog's drain leaves hundreds of thousands). At worst an
--- environment that just emptied stays active until the next claim finds nothing there.
--- plpgsql so that its plan is cached (a LANGUAGE sql function is planned on every call).
-CREATE OR REPLACE FUNCTION {schema}.charge_environment(
-    env_name text, effective_served bigint, claimed integer, asked integer)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    UPDATE {schema}.environments e
-    SET served = CASE WHEN claimed > 0 THEN greatest(e.served, effective_served) + claimed
-                      ELSE e.served END,
-        last_served_at = CASE WHEN claimed > 0 THEN clock_timestamp() ELSE e.last_served_at END,
-        -- A scalar subquery keeps its ORDER BY (EXISTS would drop it), and that order matches
-        -- the queued index, so even a generic plan walks the index.
-        drained = CASE WHEN claimed >= asked THEN false ELSE (
-            SELECT r.id FROM {schema}.runs r
-            WHERE r.environment = env_name AND r.status = 'QUEUED'
-            ORDER BY r.environment, r.queue, r.queue_order, r.id
-            LIMIT 1) IS NULL END
-    WHERE e.name = env_name;
-END;
 $$;
 
 -- name: claim_runs
