@@ -45,24 +45,26 @@ BEGIN
 END;
 $$;
 
--- function: claim_from_environment
--- Claim up to `take` runs of one environment whose row lock the caller holds (none if it is
+-- function: pick_from_environment
+-- Pick up to `take` runs of one environment whose row lock the caller holds (none if it is
 -- paused; `env_limit`, `env_burst` and `env_paused` are the row as the lock returned it, its
 -- latest version), within the queue caps and the environment cap: across its unpaused queues, in
 -- queue_order (when the run was queued, minus its priority in seconds), then id. Each queue is
 -- read in the order of the queued index, so no backlog is sorted: only the few rows each queue
--- contributes are merged.
+-- contributes are merged. The picked runs are locked (FOR UPDATE SKIP LOCKED) and still QUEUED:
+-- claim_runs starts every run it picked across environments in one UPDATE at the end, so a
+-- claim that serves eight environments opens the runs table for writing once, not eight times.
+-- Each environment is picked from at most once per claim, so its counts never miss a run the
+-- same claim picked and has not started yet.
 -- Batch carriers (queue __batches__) hold no slot of the environment's cap and are not bounded
 -- by it: they only turn items into runs, and their queue has its own cap (the batch
 -- concurrency), so a full environment still processes its batches and they never take its
 -- runs' slots.
-CREATE OR REPLACE FUNCTION {schema}.claim_from_environment(
+CREATE OR REPLACE FUNCTION {schema}.pick_from_environment(
     env_name text, env_limit integer, env_burst numeric, env_paused boolean, take integer,
-    lease_s double precision, claimer text, only_queues text[], floor_environments text[],
-    floor_queues text[], floor_orders timestamptz[], floor_ids bigint[])
-RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
-               max_attempts integer, environment text, queue text, metadata jsonb,
-               machine text, max_duration_s double precision, queue_order timestamptz)
+    only_queues text[], floor_environments text[], floor_queues text[],
+    floor_orders timestamptz[], floor_ids bigint[])
+RETURNS TABLE (id bigint, queue_order timestamptz)
 LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
@@ -143,26 +145,12 @@ BEGIN
             FOR UPDATE SKIP LOCKED
         ) AS candidate
         WHERE queue_room.room > 0
-    ), picked AS (
-        SELECT c.id
-        FROM candidates c
-        WHERE c.carriers OR c.nth <= env_room
-        ORDER BY c.queue_order, c.id
-        LIMIT take
     )
-    UPDATE {schema}.runs AS r
-    SET status = 'EXECUTING',
-        attempts = r.attempts + 1,
-        lease_token = gen_random_uuid(),
-        lease_until = now() + make_interval(secs => lease_s),
-        worker_id = claimer,
-        started_at = now(),
-        -- Started: the TTL is spent, so nothing that hands the run back can expire it.
-        expires_at = NULL
-    FROM picked
-    WHERE r.id = picked.id
-    RETURNING r.id, r.lease_token, r.task, r.payload, r.attempts, r.max_attempts,
-              r.environment, r.queue, r.metadata, r.machine, r.max_duration_s, r.queue_order;
+    SELECT c.id, c.queue_order
+    FROM candidates c
+    WHERE c.carriers OR c.nth <= env_room
+    ORDER BY c.queue_order, c.id
+    LIMIT take;
 END;
 $$;
 
@@ -196,6 +184,8 @@ DECLARE
     visited text[] := '{{}}';
     charged text[] := '{{}}';
     skipped integer[];
+    picked bigint[] := '{{}}';
+    env_picked bigint[];
     take integer;
     claimed integer;
     total integer := 0;
@@ -264,17 +254,21 @@ BEGIN
                          ELSE least(remaining, greatest(settings.quantum, ceil(
                              remaining::numeric / (cardinality(names) - i + 1))))::integer
                     END;
-            RETURN QUERY SELECT * FROM {schema}.claim_from_environment(
-                names[i], env.concurrency_limit, env.burst_factor, env.paused, take, lease_s,
-                claimer, only_queues, floor_environments, floor_queues, floor_orders, floor_ids);
-            GET DIAGNOSTICS claimed = ROW_COUNT;
-            -- Charge the service it got; it is drained when it has no queued run left. A claim
-            -- that got every run it asked for leaves it active without looking: the look walks
-            -- the queued index from the environment's first entry, through every entry of a run
-            -- claimed since the last vacuum. At worst an environment that just emptied stays
-            -- active until the next claim finds nothing there. A scalar subquery keeps its
-            -- ORDER BY (EXISTS would drop it), and that order matches the queued index, so even
-            -- a generic plan walks the index.
+            SELECT coalesce(array_agg(p.id ORDER BY p.queue_order, p.id), '{{}}')
+            INTO env_picked
+            FROM {schema}.pick_from_environment(
+                names[i], env.concurrency_limit, env.burst_factor, env.paused, take,
+                only_queues, floor_environments, floor_queues, floor_orders, floor_ids) AS p;
+            claimed := cardinality(env_picked);
+            picked := picked || env_picked;
+            -- Charge the service it got; it is drained when it has no queued run left but the
+            -- ones just picked (still QUEUED until the UPDATE below). A claim that got every run
+            -- it asked for leaves it active without looking: the look walks the queued index
+            -- from the environment's first entry, through every entry of a run claimed since
+            -- the last vacuum. At worst an environment that just emptied stays active until the
+            -- next claim finds nothing there. A scalar subquery keeps its ORDER BY (EXISTS
+            -- would drop it), and that order matches the queued index, so even a generic plan
+            -- walks the index.
             UPDATE {schema}.environments e
             SET served = CASE WHEN claimed > 0 THEN greatest(e.served, effective_served[i]) + claimed
                               ELSE e.served END,
@@ -283,6 +277,7 @@ BEGIN
                 drained = CASE WHEN claimed >= take THEN false ELSE (
                     SELECT r.id FROM {schema}.runs r
                     WHERE r.environment = names[i] AND r.status = 'QUEUED'
+                      AND r.id <> ALL (env_picked)
                     ORDER BY r.environment, r.queue, r.queue_order, r.id
                     LIMIT 1) IS NULL END
             WHERE e.name = names[i];
@@ -292,6 +287,31 @@ BEGIN
             EXIT WHEN waiting;
         END LOOP;
     END LOOP;
+
+    -- Start what was picked, in the order it was picked; the attempt is counted here.
+    IF cardinality(picked) > 0 THEN
+        RETURN QUERY
+        WITH started AS (
+            UPDATE {schema}.runs AS r
+            SET status = 'EXECUTING',
+                attempts = r.attempts + 1,
+                lease_token = gen_random_uuid(),
+                lease_until = now() + make_interval(secs => lease_s),
+                worker_id = claimer,
+                started_at = now(),
+                -- Started: the TTL is spent, so nothing that hands the run back can expire it.
+                expires_at = NULL
+            FROM unnest(picked) WITH ORDINALITY AS p(id, nth)
+            WHERE r.id = p.id
+            RETURNING r.id, r.lease_token, r.task, r.payload, r.attempts, r.max_attempts,
+                      r.environment, r.queue, r.metadata, r.machine, r.max_duration_s,
+                      r.queue_order, p.nth
+        )
+        SELECT s.id, s.lease_token, s.task, s.payload, s.attempts, s.max_attempts,
+               s.environment, s.queue, s.metadata, s.machine, s.max_duration_s, s.queue_order
+        FROM started s
+        ORDER BY s.nth;
+    END IF;
 
     -- Environments the scan found and this claim did not serve join the active ones now, level
     -- with the least-served (the ones it served were charged: that marked them).

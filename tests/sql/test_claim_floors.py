@@ -139,7 +139,7 @@ async def test_a_floored_claim_bounds_the_index_walk(
         # Past the fifth execution the generic plan must keep the bound too.
         for _ in range(8):
             assert len(await claim(conn, store, floors, 5, full_scan=False)) == 5
-    walks = [plan for plan in plans if "runs_queued_idx" in plan and "Update on runs" in plan]
+    walks = [plan for plan in plans if "runs_queued_idx" in plan and "LockRows" in plan]
     assert walks
     for plan in walks:
         assert re.search(r"Index Cond: .*ROW\(queue_order, id\) > ROW\(", plan), plan
