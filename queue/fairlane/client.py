@@ -11,7 +11,8 @@ them:
   noticed without a round trip and replaced before a statement goes out; one of the client's
   own pool that has not answered for ``check_idle_after`` (default 0.5 s) must also answer an
   empty query first, so one whose server hangs is replaced too. One that answered more
-  recently goes out unchecked: the check is a round trip, and a trigger is one more;
+  recently goes out unchecked (the check is a round trip, as long as a trigger's own), and a
+  call on it that its server no longer answers ends at its statement's deadline;
 - a call whose connection failed before its statement was sent, or whose statement is safe to
   repeat (reads, a reschedule, a trigger whose every request has an idempotency key), is
   repeated once on another connection;
