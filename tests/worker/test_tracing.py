@@ -78,3 +78,31 @@ async def test_one_trace_shows_the_trigger_the_parent_and_its_child(
     assert consumed["fairlane.attempt"] == 1
     assert consumed["fairlane.environment"] == "acme"
     assert consumed["fairlane.status"] == "COMPLETED"
+
+
+async def test_a_provider_set_while_the_worker_runs_traces_the_runs_claimed_after(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    # The worker asks for the tracer once per claim, not once for its life.
+    EXPORTER.clear()
+    tracing.use_tracer_provider(None)
+    tasks = TaskRegistry()
+
+    @tasks.task("step")
+    async def step(ctx: RunContext, payload: Any) -> None:
+        return None
+
+    async with AsyncClient(dsn) as client, running(Worker(tasks, dsn)):
+        untraced = await client.trigger("step", None)
+        await wait_until(lambda: run_status(db, untraced) == "COMPLETED", what="first run done")
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+        tracing.use_tracer_provider(provider)
+        traced = await client.trigger("step", None)
+        await wait_until(lambda: run_status(db, traced) == "COMPLETED", what="second run done")
+    run_ids = {
+        (span.attributes or {}).get("fairlane.run_id")
+        for span in EXPORTER.get_finished_spans()
+        if span.name == "fairlane.run"
+    }
+    assert run_ids == {traced}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fairlane.engine.statement import ByColumns
 from fairlane.models import ClaimedRun, Run, RunStatus
 
 
@@ -16,12 +17,12 @@ def run_from_row(row: Mapping[str, Any]) -> Run:
     return Run(**values)
 
 
-def claimed_from_row(row: Mapping[str, Any]) -> ClaimedRun:
-    """A ``ClaimedRun`` from a row of the ``claim_runs`` statement."""
-    return ClaimedRun(
-        id=row["id"], lease_token=row["lease_token"], task=row["task"], payload=row["payload"],
-        attempt=row["attempts"], max_attempts=row["max_attempts"],
-        environment=row["environment"], queue=row["queue"], metadata=row["metadata"],
-        machine=row["machine"], max_duration_s=row["max_duration_s"],
-        queue_order=row.get("queue_order"),
-    )  # fmt: skip
+# A ``ClaimedRun`` from a row of the ``claim_runs`` statement: its fields in order, ``attempts``
+# for ``attempt``.
+claimed_from_row = ByColumns(
+    (
+        "id", "lease_token", "task", "payload", "attempts", "max_attempts", "environment",
+        "queue", "metadata", "machine", "max_duration_s", "queue_order",
+    ),
+    ClaimedRun,
+)  # fmt: skip

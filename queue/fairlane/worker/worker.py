@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -27,7 +27,7 @@ import psycopg
 from anyio.abc import TaskGroup, TaskStatus
 from psycopg.conninfo import conninfo_to_dict
 
-from fairlane import schedules
+from fairlane import schedules, tracing
 from fairlane.batches import processing as batch_processing
 from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.connection import (
@@ -52,6 +52,7 @@ from fairlane.worker.executor import (
     STOP_LEASE_LOST,
     STOP_SHUTDOWN,
     ActiveRun,
+    cancel_scopes,
     execute,
 )
 from fairlane.worker.lease_store import Lease, LeaseStore
@@ -185,6 +186,8 @@ class Worker:
         self._stop_event = anyio.Event()
         self._started = threading.Event()
         self._token: anyio.lowlevel.EventLoopToken | None = None
+        # Makes each run's cancel scope; the backend's own class once the loop runs.
+        self._new_scope: Callable[[], anyio.CancelScope] = anyio.CancelScope
         self._thread: int | None = None
         # Raised by run() after a graceful stop: the schema changed under the worker.
         self._fatal: SchemaMismatchError | None = None
@@ -232,6 +235,7 @@ class Worker:
         cancellation through. (The shutdown runs shielded, so a cancellation cannot cut short
         the writes that hand runs back.)"""
         self._token = anyio.lowlevel.current_token()
+        self._new_scope = cancel_scopes()
         self._thread = threading.get_ident()
         # The schema is checked when the claim connection opens: here, before anything starts,
         # and again whenever it reconnects.
@@ -392,8 +396,9 @@ class Worker:
                 self._work_announced |= full_scan
             self.stats.claims += 1
             self.stats.claimed += len(claimed)
+            recording = tracing.tracer() if claimed else None
             for run in claimed:
-                self._start(run, sent_at)
+                self._start(run, sent_at, recording)
             if self._burst and full_scan:
                 # Stop after a claim that found nothing following a check that nothing was
                 # due: a run the promotion job queued before the check is seen by the claim.
@@ -435,7 +440,7 @@ class Worker:
             self._last_full_scan = now
         return due
 
-    def _start(self, run: ClaimedRun, sent_at: float) -> None:
+    def _start(self, run: ClaimedRun, sent_at: float, recording: Any) -> None:
         previous = self.held.get(run.id)
         if previous is not None:
             # The database took the lease back before we noticed and we claimed the run again:
@@ -450,7 +455,10 @@ class Worker:
             _metadata_sink=self._metadata_changed,
         )  # fmt: skip
         confirmed_until = sent_at + self.store.lease_seconds
-        active = ActiveRun(run=run, lease=lease, ctx=ctx, confirmed_until=confirmed_until)
+        active = ActiveRun(
+            run=run, lease=lease, ctx=ctx, confirmed_until=confirmed_until,
+            scope=self._new_scope(), tracer=recording,
+        )  # fmt: skip
         ctx._active = active
         self.held[run.id] = active
         self._running += 1
