@@ -12,7 +12,7 @@
 WITH held AS (
     SELECT r.id
     FROM {schema}.runs AS r
-    JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS lease(id, token)
+    JOIN unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) AS lease(id, token)
       ON r.id = lease.id AND r.lease_token = lease.token
     WHERE r.status IN ('EXECUTING', 'WAITING')
     ORDER BY r.id DESC
@@ -36,7 +36,7 @@ SET status = 'COMPLETED',
     lease_until = NULL
 FROM (SELECT r.id, lease.result
       FROM {schema}.runs AS r
-      JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::text[])
+      JOIN unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(results)b::text[])
            AS lease(id, token, result)
         ON r.id = lease.id AND r.lease_token = lease.token
       WHERE r.status = 'EXECUTING'
@@ -59,8 +59,8 @@ SET status = failed.next_status,
     lease_until = NULL
 FROM (SELECT r.id, lease.error, lease.next_status, lease.retry_delay_s
       FROM {schema}.runs AS r
-      JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(errors)s::text[],
-                  %(next_statuses)s::text[], %(retry_delays)s::float8[])
+      JOIN unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(errors)b::text[],
+                  %(next_statuses)b::text[], %(retry_delays)b::float8[])
            AS lease(id, token, error, next_status, retry_delay_s)
         ON r.id = lease.id AND r.lease_token = lease.token
       WHERE r.status = 'EXECUTING'
@@ -85,7 +85,7 @@ WITH released AS (
         resume_ready = false
     FROM (SELECT r.id
           FROM {schema}.runs AS r
-          JOIN unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS lease(id, token)
+          JOIN unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) AS lease(id, token)
             ON r.id = lease.id AND r.lease_token = lease.token
           WHERE r.status IN ('EXECUTING', 'WAITING')
           ORDER BY r.id DESC
