@@ -32,3 +32,8 @@ def test_a_row_as_a_mapping_reads_the_same() -> None:
 def test_a_missing_column_is_named() -> None:
     with pytest.raises(LookupError, match="no column right"):
         PAIR.reader(["left", "extra"])
+
+
+def test_one_column_is_passed_as_it_is() -> None:
+    read = ByColumns(("id",), int).reader(["other", "id"])
+    assert read(("x", 7)) == 7

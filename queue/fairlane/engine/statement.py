@@ -56,8 +56,11 @@ class ByColumns(Generic[T]):
         missing = [name for name in self.columns if name not in names]
         if missing:
             raise LookupError(f"the statement returned no column {', '.join(missing)}")
-        pick = itemgetter(*(names.index(name) for name in self.columns))
         build = self.build
+        if len(self.columns) == 1:
+            position = names.index(self.columns[0])
+            return lambda values: build(values[position])
+        pick = itemgetter(*(names.index(name) for name in self.columns))
         return lambda values: build(*pick(values))
 
 
@@ -66,6 +69,11 @@ def _factory(make: Callable[[Row], T]) -> BaseRowFactory[T]:
         names = [column.name for column in cursor.description or ()]
         if isinstance(make, ByColumns):
             return make.reader(names)
+        if make is scalar:
+            # The ids an outcome's fence accepted, one row per run: no dict per row.
+            if len(names) != 1:
+                raise ValueError(f"a scalar statement returned {len(names)} columns")
+            return itemgetter(0)
         return lambda values: make(dict(zip(names, values, strict=True)))
 
     return factory

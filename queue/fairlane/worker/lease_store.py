@@ -31,6 +31,11 @@ class Lease:
     run_id: int
     token: UUID
 
+    def __hash__(self) -> int:
+        # Equal leases share their run id; hashing the token too went through UUID's Python
+        # __hash__, three times per run in the writer's bookkeeping.
+        return hash(self.run_id)
+
 
 @dataclass(frozen=True, slots=True)
 class Completion:
