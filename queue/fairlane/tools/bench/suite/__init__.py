@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fairlane.tools.bench.common import server_url
-from fairlane.tools.bench.suite.plan import Settings
+from fairlane.tools.bench.suite.plan import BEST_CLAIM_BATCH, BEST_CONCURRENCY, Settings
 from fairlane.tools.bench.suite.sides import parse_size
 from fairlane.tools.bench.suite.sitting import Sitting, run_sitting
 from fairlane.tools.bench.suite.table import summarize
@@ -113,8 +113,9 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="the smallest size only")
     p.add_argument("--reps", type=positive, default=1, help="repetitions of every step")
     p.add_argument(
-        "--best", type=best_option, default=(400, 200), metavar="C/B",
-        help="fairlane's best setting, --concurrency/--claim-batch (default: 400/200)",
+        "--best", type=best_option, default=(BEST_CONCURRENCY, BEST_CLAIM_BATCH), metavar="C/B",
+        help="fairlane's best setting, --concurrency/--claim-batch "
+        f"(default: {BEST_CONCURRENCY}/{BEST_CLAIM_BATCH})",
     )  # fmt: skip
     p.add_argument("--latency-runs", type=positive, default=300, help="pickups per latency step")
     p.add_argument("--out", help="results file, appended to (default: bench/results/<date>.jsonl)")
