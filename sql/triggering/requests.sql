@@ -87,7 +87,9 @@ WITH t AS (
            t.priority,
            coalesce(t.max_attempts, 3),
            t.start_at,
-           ARRAY(SELECT jsonb_array_elements_text(t.tags)),
+           -- Most runs have no tags: no subquery for them.
+           CASE WHEN t.tags IS NULL THEN '{{}}'::text[]
+                ELSE ARRAY(SELECT jsonb_array_elements_text(t.tags)) END,
            coalesce(t.metadata, '{{}}'),
            t.machine,
            t.max_duration_s,

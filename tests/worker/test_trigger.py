@@ -104,6 +104,19 @@ async def test_sync_client_trigger_is_committed_and_claimable(
     await assert_queued_and_claimable(dsn, db, run_id)
 
 
+def test_runs_with_and_without_tags_in_one_bulk_trigger_keep_theirs(dsn: str) -> None:
+    # Runs without tags skip the statement's subquery that reads a run's tags.
+    requests = [
+        TriggerRequest("send", PAYLOAD, tags=["a", "b"]),
+        TriggerRequest("send", PAYLOAD),
+        TriggerRequest("send", PAYLOAD, tags=[]),
+    ]
+    with Client(dsn) as client:
+        run_ids = client.trigger_many(requests)
+        tags = [client.get_run(run_id).tags for run_id in run_ids]
+    assert tags == [["a", "b"], [], []]
+
+
 @pytest.mark.anyio
 async def test_client_triggered_run_is_executed_by_a_worker(
     dsn: str, db: psycopg.Connection[Any]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fairlane.engine.section import Section
-from fairlane.engine.statement import Row, Statement
+from fairlane.engine.statement import ByColumns, Statement
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,8 +25,10 @@ class TriggerRow:
     item: int | None
 
 
-def _trigger_row(row: Row) -> TriggerRow:
-    return TriggerRow(**row)
+# A bulk trigger reads a row per run: by position, its columns found by name once.
+_trigger_row = ByColumns(
+    ("id", "outcome", "environment", "queue", "size_limit", "scope", "size", "item"), TriggerRow
+)
 
 
 class Triggers(Section):
