@@ -70,6 +70,8 @@ SITTING = [
         runs_table_bytes_after=40_000_000,
         runs_index_bytes_before=120_000_000,
         runs_index_bytes_after=9_500_000,
+        runs_table_bytes_pruned=25_000,
+        runs_index_bytes_pruned=180_000_000,
     ),
     peer("graphile", "tuned", 1000000, 59000),
     # a second repetition of the 20k best drain: the cell shows the median and both runs
@@ -125,8 +127,12 @@ def test_ratio_rows_are_those_the_targets_are_stated_in() -> None:
     assert table["--tenants 50 ÷ --tenants 1, drain 20k best setting"] == [
         "11,000 ÷ 12,000 = 0.92x", "", "",
     ]  # fmt: skip
-    assert table["runs table; indexes: queued → drained and vacuumed (history kept), 1M"] == [
-        "table 250.0 MB → 40.0 MB; index 120.0 MB → 9.5 MB", "", "",
+    moments = "queued → drained and vacuumed (history kept) → pruned and vacuumed"
+    assert table[f"runs table; indexes: {moments}, 1M"] == [
+        "table 250.0 MB → 40.0 MB → 0.0 MB; index 120.0 MB → 9.5 MB → 180.0 MB", "", "",
+    ]  # fmt: skip
+    assert table["runs table; indexes: pruned and vacuumed ÷ queued, 1M"] == [
+        "table 0.00x; index 1.50x", "", "",
     ]  # fmt: skip
 
 

@@ -58,12 +58,14 @@ def _pruned_rows(outcome: Any) -> int:
 
 
 def flat_sizes(table: dict[str, dict[str, int]]) -> dict[str, int]:
-    """The figures `fairlane bench suite` tabulates: before the drain, and after it and the
-    VACUUM that autovacuum would run, finished runs kept (pruning removes them only once the
-    retention has passed)."""
+    """The figures `fairlane bench suite` tabulates: before the drain; after it and the VACUUM
+    that autovacuum would run, finished runs kept (pruning removes them only once the retention
+    has passed); and after pruning them and a VACUUM."""
     return {
         "runs_table_bytes_before": table["before"]["table_bytes"],
         "runs_table_bytes_after": table["vacuumed"]["table_bytes"],
+        "runs_table_bytes_pruned": table["pruned"]["table_bytes"],
         "runs_index_bytes_before": table["before"]["index_bytes"],
         "runs_index_bytes_after": table["vacuumed"]["index_bytes"],
+        "runs_index_bytes_pruned": table["pruned"]["index_bytes"],
     }

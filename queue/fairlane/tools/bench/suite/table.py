@@ -197,13 +197,29 @@ def _runs_table_rows(results: Results) -> list[Row]:
     if not reported:
         return []
     size, line = max(reported, key=lambda found: found[0])
+    moments = ("before", "after", "pruned") if f"{BYTES[0]}_pruned" in line else ("before", "after")
     parts = [
-        f"{name.split('_')[1]} {_bytes(line[f'{name}_before'])} → {_bytes(line[f'{name}_after'])}"
+        f"{name.split('_')[1]} "
+        + " → ".join(_bytes(line[f"{name}_{moment}"]) for moment in moments)
         for name in BYTES
-        if f"{name}_before" in line and f"{name}_after" in line
+        if all(f"{name}_{moment}" in line for moment in moments)
     ]
-    title = f"runs table; indexes: queued → drained and vacuumed (history kept), {size_text(size)}"
-    return [(title, ["; ".join(parts)] + [""] * len(PEERS))]
+    title = "runs table; indexes: queued → drained and vacuumed (history kept)"
+    if "pruned" in moments:
+        title += " → pruned and vacuumed"
+    rows: list[Row] = [(f"{title}, {size_text(size)}", ["; ".join(parts)] + [""] * len(PEERS))]
+    if "pruned" in moments:
+        # What a drained, pruned and vacuumed table keeps, against its size before the drain.
+        ratios = [
+            f"{name.split('_')[1]} {_ratio(line[f'{name}_pruned'], line[f'{name}_before'])}"
+            for name in BYTES
+            if f"{name}_pruned" in line
+        ]
+        rows.append(
+            (f"runs table; indexes: pruned and vacuumed ÷ queued, {size_text(size)}",
+             ["; ".join(ratios)] + [""] * len(PEERS))
+        )  # fmt: skip
+    return rows
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> str:
