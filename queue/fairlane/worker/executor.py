@@ -207,7 +207,12 @@ async def _run_handler(
                 result = await call_handler(definition, active.ctx, payload, limiter)
             except Exception as raised:
                 error = raised
-    return error, result, scope.cancelled_caught, invalid_payload
+    try:
+        return error, result, scope.cancelled_caught, invalid_payload
+    finally:
+        # The error's traceback holds this frame: kept here too, it would tie the error, the
+        # frame and the run into a cycle that only a full collection frees.
+        del error
 
 
 def decode_payload(run: ClaimedRun, definition: TaskDefinition | None) -> Any:

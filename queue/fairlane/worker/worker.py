@@ -487,6 +487,8 @@ class Worker:
                     self._forget(active.lease)
                 else:
                     self._await_write(active)
+            # An idle runner holds no finished run (nor its payload and result).
+            del active
             if self._surplus_runners > 0:
                 # A handler that waited has resumed on its own runner: the pool shrinks back.
                 self._surplus_runners -= 1
@@ -696,6 +698,9 @@ class Worker:
         active = self.held.get(lease.run_id)
         if active is not None and active.lease == lease:
             del self.held[lease.run_id]
+            # The run and its context point at each other: without this the pair and all it
+            # holds wait for a full collection, whose cost grows with every run since the last.
+            active.ctx._active = None
 
 
 class _ReadyQueue:
