@@ -9,6 +9,15 @@ measured, 7 full collections of about 70 ms each during a 40,000-run drain, a te
 worker's CPU time. ``gc.freeze`` moves what exists at start-up into the permanent generation,
 so collections only look at what the runs made.
 
+What the runs make is then mostly freed by reference counting (tests/worker/test_run_lifetime.py
+holds that), but a run lives for several young collections at Python's default threshold of 700
+allocations: every claimed batch and every run in flight was walked again and again and
+promoted, which in turn set off full collections that found nothing to free. A young
+threshold of 10,000 lets most runs end before they are ever walked: in 200,000-run drains at
+2000/1000, interleaved, 28 full collections (0.8 s) became one, and the worker's CPU per run
+went from 39.5 and 36.8 us to 31.1 and 34.1. The older generations keep their default ratios,
+so cycles that do outlive the young collections (a handler's own, say) are still collected.
+
 The event loop: uvloop when it is installed (the ``uvloop`` extra), unless asked otherwise.
 """
 
@@ -24,10 +33,17 @@ LoopChoice = Literal["auto", "asyncio", "uvloop"]
 LOOP_CHOICES: tuple[LoopChoice, ...] = ("auto", "asyncio", "uvloop")
 
 
+# Allocations between young collections; Python's default is 700.
+YOUNG_COLLECTION_THRESHOLD = 10_000
+
+
 def settle_heap() -> None:
-    """Collect once, then freeze the survivors out of every later collection."""
+    """Collect once, freeze the survivors out of every later collection, and let young
+    objects live longer before they are walked."""
     gc.collect()
     gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, older, oldest)
 
 
 def uvloop_installed() -> bool:
