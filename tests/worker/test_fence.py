@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
@@ -365,7 +365,7 @@ async def test_outcome_whose_write_failed_is_written_by_the_next_flush(
     store = LeaseStore(SCHEMA, lease_seconds=30, worker_id="W")
     [claimed] = await store.claim(conn, 1)
     lease = Lease(run_id, claimed.lease_token)
-    done: list[set[Lease]] = []
+    done: list[Sequence[Lease]] = []
     stats = WorkerStats()
     writer = OutcomeWriter(store, stats, done.append)
     writer.complete(Completion(lease, '"done"'))
@@ -380,7 +380,7 @@ async def test_outcome_whose_write_failed_is_written_by_the_next_flush(
 
     await writer.flush(conn)
     assert not writer.has_pending
-    assert done == [{lease}]
+    assert [list(leases) for leases in done] == [[lease]]
     assert stats.completed == 1
     assert stats.stale_writes == 0
     row = run_row(db, run_id)

@@ -12,13 +12,14 @@ and the scrape's target labels tell workers apart already.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from fairlane.engine.maintenance import JobsRan
 from fairlane.maintenance.jobs import REPAIR_KINDS, repairs_in
+from fairlane.metrics.runs import RunOutcomes
 from fairlane.worker.stats import WorkerStats
 
 # Handlers run from milliseconds to hours (a series per bucket, task and status: few buckets);
@@ -60,15 +61,8 @@ class WorkerMetrics:
         Info("fairlane_worker", "The worker these series are of", registry=self.registry).info(
             {"worker_id": worker_id}
         )
-        self.run_duration = Histogram(
-            "fairlane_run_duration_seconds",
-            "How long handlers ran, by task and by how the attempt ended",
-            ["task", "status"], buckets=RUN_BUCKETS, registry=self.registry,
-        )  # fmt: skip
-        self.runs_finished = Counter(
-            "fairlane_runs_finished", "Attempts this worker ended, by task and outcome",
-            ["task", "status"], registry=self.registry,
-        )  # fmt: skip
+        self.runs = RunOutcomes(RUN_BUCKETS)
+        self.registry.register(self.runs)
         self.claim_duration = Histogram(
             "fairlane_claim_duration_seconds", "Round trip of the claim statement",
             buckets=CLAIM_BUCKETS, registry=self.registry,
@@ -92,22 +86,15 @@ class WorkerMetrics:
             self.repairs.labels(kind)
         for state in BATCH_ITEM_STATES:
             self.batch_items.labels(state)
-        # labels() is the costly part of an observation: each (task, status) child once.
-        self._runs: dict[tuple[str, str], tuple[Histogram, Counter]] = {}
 
     def run_finished(self, task: str, status: str, seconds: float) -> None:
         """An attempt ended: COMPLETED, FAILED, RETRIED, TIMED_OUT (written and accepted by
         the fence), RELEASED (handed back at shutdown) or CANCELED (its handler stopped)."""
-        children = self._runs.get((task, status))
-        if children is None:
-            children = (
-                self.run_duration.labels(task, status),
-                self.runs_finished.labels(task, status),
-            )
-            self._runs[(task, status)] = children
-        duration, finished = children
-        duration.observe(seconds)
-        finished.inc()
+        self.runs.record(task, status, (seconds,))
+
+    def runs_finished(self, task: str, status: str, durations: Iterable[float]) -> None:
+        """``run_finished`` for attempts of one task that ended alike (a written batch)."""
+        self.runs.record(task, status, durations)
 
     def claimed(self, seconds: float) -> None:
         self.claim_duration.observe(seconds)

@@ -53,7 +53,7 @@ class OutcomeWriter:
         self,
         store: LeaseStore,
         stats: WorkerStats,
-        on_written: Callable[[set[Lease]], None],
+        on_written: Callable[[Sequence[Lease]], None],
         *,
         metadata_interval: float = 0.5,
         metrics: WorkerMetrics | None = None,
@@ -234,11 +234,20 @@ class OutcomeWriter:
 
     def _count(self, leases: Sequence[Lease], ended: Sequence[str], accepted: set[int]) -> None:
         """Written: each accepted outcome is counted in the metrics, by how it ended the
-        attempt; a refused one is not (its attempt had been taken over)."""
+        attempt; a refused one is not (its attempt had been taken over). The batch goes to
+        the metrics once per task and status."""
+        attempts = self._attempts
+        finished: dict[tuple[str, str], list[float]] = {}
         for lease, status in zip(leases, ended, strict=True):
-            attempt = self._attempts.pop(lease, None)
-            if attempt is not None and self._metrics is not None and lease.run_id in accepted:
-                self._metrics.run_finished(attempt.task, status, attempt.seconds)
+            attempt = attempts.pop(lease, None)
+            if attempt is not None and lease.run_id in accepted:
+                durations = finished.get((attempt.task, status))
+                if durations is None:
+                    durations = finished[(attempt.task, status)] = []
+                durations.append(attempt.seconds)
+        if self._metrics is not None:
+            for (task, status), durations in finished.items():
+                self._metrics.runs_finished(task, status, durations)
 
     def _refused(self, what: str, leases: list[Lease], accepted: set[int]) -> None:
         refused = [lease.run_id for lease in leases if lease.run_id not in accepted]
@@ -249,4 +258,4 @@ class OutcomeWriter:
                 what, refused,
                 extra={"event": "stale_write_refused", "write": what, "run_ids": refused},
             )  # fmt: skip
-        self._on_written(set(leases))
+        self._on_written(leases)

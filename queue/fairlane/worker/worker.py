@@ -484,7 +484,7 @@ class Worker:
                 if not active.outcome_queued:
                     # Nothing to write (lease lost, canceled): the slot frees now.
                     self._free_slot(active)
-                    self._forget(active.lease)
+                    self._forget(active)
                 else:
                     self._await_write(active)
             # An idle runner holds no finished run (nor its payload and result).
@@ -681,26 +681,27 @@ class Worker:
         )
         self.stats.lost_leases += 1
         self._let_go(active)
-        self._forget(active.lease)
+        self._forget(active)
 
-    def _outcomes_written(self, leases: set[Lease]) -> None:
+    def _outcomes_written(self, leases: Sequence[Lease]) -> None:
+        held = self.held
         for lease in leases:
-            active = self.held.get(lease.run_id)
-            if active is not None and active.lease == lease:
+            active = held.get(lease.run_id)
+            # The writer hands back the lease object the run holds: identity settles it.
+            if active is not None and (active.lease is lease or active.lease == lease):
                 self._let_go(active)
-            self._forget(lease)
+                self._forget(active)
         # Written outcomes free database slots: a claim that came back short because of a cap
         # tries again now instead of sleeping out its poll interval.
         self._wake.set()
 
-    def _forget(self, lease: Lease) -> None:
-        """Stop tracking ``lease``; a later attempt of the same run held here stays."""
-        active = self.held.get(lease.run_id)
-        if active is not None and active.lease == lease:
-            del self.held[lease.run_id]
-            # The run and its context point at each other: without this the pair and all it
-            # holds wait for a full collection, whose cost grows with every run since the last.
-            active.ctx._active = None
+    def _forget(self, active: ActiveRun) -> None:
+        """Stop tracking ``active``; a later attempt of the same run held here stays."""
+        if self.held.get(active.run.id) is active:
+            del self.held[active.run.id]
+        # The run and its context point at each other: without this the pair and all it
+        # holds wait for a full collection, whose cost grows with every run since the last.
+        active.ctx._active = None
 
 
 class _ReadyQueue:
