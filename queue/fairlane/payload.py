@@ -43,10 +43,15 @@ def encode_json(value: Any, *, what: str = "payload", index: int | None = None) 
     return text
 
 
+# A tuple, not ``dict | list | tuple`` written in the call: that builds the union every time
+# (0.15 µs of every trigger request's checks).
+_CONTAINERS = (dict, list, tuple)
+
+
 def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether ``value`` nests more than ``limit`` arrays and objects (walks only containers
     that hold containers: a flat payload costs one look at its values)."""
-    if not isinstance(value, dict | list | tuple):
+    if not isinstance(value, _CONTAINERS):
         return False
     return _walk_deeper_than(value, limit)
 
@@ -55,7 +60,7 @@ def _deeper_than(value: Any, text: str, limit: int) -> bool:
     """Whether ``value`` (encoded as ``text``) nests more than ``limit`` arrays and objects."""
     # Each level opens one bracket, so text with few of them (most payloads) needs no walk;
     # counting is C speed, the walk is not.
-    if not isinstance(value, dict | list | tuple) or text.count("[") + text.count("{") <= limit:
+    if not isinstance(value, _CONTAINERS) or text.count("[") + text.count("{") <= limit:
         return False
     return _walk_deeper_than(value, limit)
 
@@ -67,7 +72,5 @@ def _walk_deeper_than(value: Any, limit: int) -> bool:
         if depth > limit:
             return True
         children = node.values() if isinstance(node, dict) else node
-        pending.extend(
-            (child, depth + 1) for child in children if isinstance(child, dict | list | tuple)
-        )
+        pending.extend((child, depth + 1) for child in children if isinstance(child, _CONTAINERS))
     return False

@@ -25,7 +25,7 @@ from fairlane.durations import MAX_SECONDS, Duration, seconds
 from fairlane.errors import PayloadError, TriggerOptionError
 from fairlane.payload import MAX_JSON_DEPTH, encode_json, too_deep
 from fairlane.triggering.checks import BATCH_QUEUE, MAX_ATTEMPTS_CEILING, check_request
-from fairlane.triggering.debounce import Debounce, debounce_params
+from fairlane.triggering.debounce import Debounce, DebounceParams, debounce_params
 from fairlane.triggering.idempotency import IdempotencyScope, stored_key
 
 __all__ = ["BATCH_QUEUE", "MAX_ATTEMPTS_CEILING", "MAX_SECONDS", "TriggerRequest", "insert_params"]
@@ -93,33 +93,57 @@ def _fields(request: TriggerRequest) -> dict[str, Any]:
     """One request's checked fields, named as the columns of trigger_requests
     (sql/triggering/requests.sql) read them, options not given left out; its JSON values
     (payload, tags, metadata) as given, still to be encoded. tests/sql/test_trigger_fields.py
-    holds the names equal."""
+    holds the names equal. Options are checked in the order they are read here, so the first
+    refused one is the one named; a bulk trigger's requests mostly give none, and an option
+    not given costs one comparison."""
     check_request(request)
-    delay, delay_until = _delay(request.delay)
-    debounce = debounce_params(request.debounce) if request.debounce is not None else None
-    if debounce is not None and delay is None and delay_until is None:
-        # The seeds' pipeline: the run's first delay is `delay`, else the debounce delay.
-        delay = debounce.delay_s
+    delay, delay_until, debounce = _start(request)
     fields: dict[str, Any] = {
         "environment": request.environment, "queue": request.queue, "task": request.task,
         "priority": request.priority,
     }  # fmt: skip
-    optional = {
-        "max_attempts": request.max_attempts, "delay_s": delay,
-        "delay_until": delay_until.isoformat() if delay_until else None,
-        "machine": request.machine,
-        "max_duration_s": seconds("max_duration", request.max_duration),
-        "ttl_s": seconds("ttl", request.ttl), "parent_run_id": request.parent_run_id,
-    }  # fmt: skip
+    if delay is not None:
+        fields["delay_s"] = delay
+    if delay_until is not None:
+        fields["delay_until"] = delay_until.isoformat()
+    _add_run_options(request, fields)
     if request.idempotency_key is not None:
-        optional["idempotency_key"], optional["idempotency_ttl_s"] = _idempotency(request)
+        fields["idempotency_key"], idempotency_ttl = _idempotency(request)
+        if idempotency_ttl is not None:
+            fields["idempotency_ttl_s"] = idempotency_ttl
     if debounce is not None:
-        optional.update(
-            debounce_key=debounce.key, debounce_delay_s=debounce.delay_s,
-            debounce_trailing=debounce.trailing, debounce_max_delay_s=debounce.max_delay_s,
-        )  # fmt: skip
-    fields.update((name, value) for name, value in optional.items() if value is not None)
+        fields.update(debounce_key=debounce.key, debounce_delay_s=debounce.delay_s,
+                      debounce_trailing=debounce.trailing)  # fmt: skip
+        if debounce.max_delay_s is not None:
+            fields["debounce_max_delay_s"] = debounce.max_delay_s
     return fields
+
+
+def _start(request: TriggerRequest) -> tuple[float | None, datetime | None, DebounceParams | None]:
+    """(delay in seconds, start time, debounce) of a request, checked."""
+    delay: float | None = None
+    delay_until: datetime | None = None
+    if request.delay is not None:
+        delay, delay_until = _delay(request.delay)
+    debounce = debounce_params(request.debounce) if request.debounce is not None else None
+    if debounce is not None and delay is None and delay_until is None:
+        # The seeds' pipeline: the run's first delay is `delay`, else the debounce delay.
+        delay = debounce.delay_s
+    return delay, delay_until, debounce
+
+
+def _add_run_options(request: TriggerRequest, fields: dict[str, Any]) -> None:
+    """The run's own options that were given, checked."""
+    if request.max_attempts is not None:
+        fields["max_attempts"] = request.max_attempts
+    if request.machine is not None:
+        fields["machine"] = request.machine
+    if request.max_duration is not None:
+        fields["max_duration_s"] = seconds("max_duration", request.max_duration)
+    if request.ttl is not None:
+        fields["ttl_s"] = seconds("ttl", request.ttl)
+    if request.parent_run_id is not None:
+        fields["parent_run_id"] = request.parent_run_id
 
 
 def _json_values(request: TriggerRequest) -> dict[str, Any]:
