@@ -48,7 +48,7 @@ def test_one_repetition_runs_each_row_side_by_side_in_harness_labels() -> None:
     ]  # fmt: skip
     by_label = {step.label: step.argv for step in steps}
     assert by_label["fairlane/drain/best"] == (
-        "drain", "--runs", "20000", "--concurrency", "2000", "--claim-batch", "1000",
+        "drain", "--runs", "20000", "--concurrency", "4000", "--claim-batch", "2000",
     )  # fmt: skip
     assert by_label["fairlane/drain/tenants50"][-2:] == ("--tenants", "50")
     assert by_label["fairlane/drain/c10"] == ("drain", "--runs", "20000", "--concurrency", "10")

@@ -37,7 +37,7 @@ def test_without_the_harness_fairlane_runs_alone_and_the_table_prints(
             "--only", "drain/best|enqueue|latency", "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "| drain 200, best setting (runs/s) | 2000/1000: " in printed
+    assert "| drain 200, best setting (runs/s) | 4000/2000: " in printed
     assert "| bulk enqueue 200, 1,000 per call (runs/s) | " in printed
     assert "| pickup p50 / p99 (ms) | " in printed
     assert "graphile-worker: not installed (PEERS_DIR is not set)" in printed
@@ -55,7 +55,7 @@ def test_without_the_harness_fairlane_runs_alone_and_the_table_prints(
         assert line["ok"] is True, line
         assert line["ts"] > suite["ts"]
     assert steps[0]["runs"] == 200
-    assert steps[0]["concurrency"] == 2000
+    assert steps[0]["concurrency"] == 4000
     assert steps[2]["runs"] == 10
     assert (tmp_path / "results.stderr.log").read_text().count("== fairlane/") == 3
     assert leftovers(db, [line["pid"] for line in steps]) == []
