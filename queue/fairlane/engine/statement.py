@@ -17,6 +17,7 @@ from operator import itemgetter
 from typing import Any, Generic, LiteralString, TypeVar
 
 import psycopg
+from psycopg.pq import ExecStatus
 from psycopg.rows import BaseRowFactory
 
 T = TypeVar("T")
@@ -93,9 +94,29 @@ class ByColumns(ByPosition[T]):
         return lambda values: build(*pick(values))
 
 
+# Results that carry rows (a statement without RETURNING gives COMMAND_OK).
+_ROWS = (ExecStatus.TUPLES_OK, ExecStatus.SINGLE_TUPLE)
+
+
+def _returns_rows(cursor: Any) -> bool:
+    result = cursor.pgresult
+    return result is not None and result.status in _ROWS
+
+
+def _column_names(cursor: Any) -> list[str]:
+    """The result's column names, read from the result itself: psycopg's ``description`` makes
+    a ``Column`` per column on every access, with its type looked up (a trigger's eight columns
+    cost more than its rows). Names are decoded as UTF-8: every client encoding PostgreSQL
+    offers writes the ASCII names of fairlane's statements as ASCII."""
+    if not _returns_rows(cursor):
+        return []
+    result = cursor.pgresult
+    return [(result.fname(i) or b"").decode() for i in range(result.nfields)]
+
+
 def _factory(make: Callable[[Row], T]) -> BaseRowFactory[T]:
     def factory(cursor: Any) -> Callable[[Sequence[Any]], T]:
-        names = [column.name for column in cursor.description or ()]
+        names = _column_names(cursor)
         if isinstance(make, ByPosition):
             return make.reader(names)
         return lambda values: make(dict(zip(names, values, strict=True)))
@@ -110,7 +131,7 @@ def rows(conn: SyncConn, statement: Statement[T]) -> list[T]:
     """Every row; none for a statement that returns no rows (an INSERT without RETURNING)."""
     with conn.cursor(row_factory=_factory(statement.row)) as cursor:
         cursor.execute(statement.sql, statement.params)
-        return cursor.fetchall() if cursor.description is not None else []
+        return cursor.fetchall() if _returns_rows(cursor) else []
 
 
 def first(conn: SyncConn, statement: Statement[T]) -> T | None:
@@ -137,7 +158,7 @@ def run(conn: SyncConn, statement: Statement[Any]) -> None:
 async def rows_async(conn: AsyncConn, statement: Statement[T]) -> list[T]:
     async with conn.cursor(row_factory=_factory(statement.row)) as cursor:
         await cursor.execute(statement.sql, statement.params)
-        return await cursor.fetchall() if cursor.description is not None else []
+        return await cursor.fetchall() if _returns_rows(cursor) else []
 
 
 async def first_async(conn: AsyncConn, statement: Statement[T]) -> T | None:
