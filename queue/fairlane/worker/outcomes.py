@@ -63,7 +63,8 @@ class OutcomeWriter:
         self._metrics = metrics
         # The attempts of the outcomes not written yet, counted once the fence accepts them.
         self._attempts: dict[Lease, Attempt] = {}
-        # Called with every lease whose outcome was written or refused: the lease is done.
+        # Called with every lease whose outcome was written or refused: the lease is done. The
+        # sequence is the writer's and is emptied afterwards: read it during the call.
         self._on_written = on_written
         self._completions: list[Completion] = []
         self._failures: list[Failure] = []
