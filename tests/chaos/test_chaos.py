@@ -28,7 +28,7 @@ from tests.chaos.harness import (
 from tests.chaos.verdict import orphans_restarted_after, report, verdict
 from tests.helpers import poll
 from tests.helpers.cluster import Cluster
-from tests.helpers.faults import stopped
+from tests.helpers.faults import stopped_between_statements
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 
@@ -132,12 +132,14 @@ def backends_named(dsn: str, application_name: str) -> set[int]:
 def test_sigstop_the_heartbeat_then_the_writer_backend(
     chaos_dsn: str, make_fleet: Callable[..., Fleet]
 ) -> None:
-    """One worker's heartbeat backend is stopped (SIGSTOP) for 5 s, later its writer's: the
-    worker abandons the hung connection and goes on with a new one. A lease of 2.5 s is shorter
-    than a beat may hang before it is abandoned (at least 1 s, plus the 1 s grace), so leases
-    lapse meanwhile: the worker's own lease clock stops those handlers, and the runs are run
-    again. Only that worker's runs may run twice. The recovery is until its replacement
-    connection is up."""
+    """One worker's heartbeat backend is stopped (SIGSTOP) for 5 s, later its writer's, each
+    between two statements: the worker abandons the hung connection and goes on with a new
+    one. (A backend stopped inside a statement can hold a lock of the server's own that every
+    worker's heartbeat then waits for; no worker can tell that from a hung server.) A lease of
+    2.5 s is shorter than a beat may hang before it is abandoned (at least 1 s, plus the 1 s
+    grace), so leases lapse meanwhile: the worker's own lease clock stops those handlers, and
+    the runs are run again. Only that worker's runs may run twice. The recovery is until its
+    replacement connection is up."""
     # Handlers of up to 5 s: longer ones need beats to keep their lease.
     run_ids = trigger_runs(chaos_dsn, 160, seconds=(0.2, 5.0), seed=SEED + 3)
     fleet = make_fleet(lease_seconds=2.5)
@@ -153,14 +155,15 @@ def test_sigstop_the_heartbeat_then_the_writer_backend(
         poll(lambda: current() is not None, within=10, what=f"the {loop} connection")
         frozen = current()
         assert frozen is not None
-        with stopped(frozen):
+        with stopped_between_statements(chaos_dsn, frozen):
             started = time.monotonic()
 
             def replaced(frozen: int = frozen) -> bool:
                 return current() not in (None, frozen)
 
             recovered.append(poll(replaced, within=15, what=f"a new {loop} connection"))
-            # The stopped backend keeps whatever it holds (a writer's row locks) all along.
+            # The worker's next statement on the stopped connection hangs until it gives up on
+            # it; the backend stays stopped for the rest of the 5 s all the same.
             time.sleep(max(0.0, STOPPED_FOR_S - (time.monotonic() - started)))
     finish(chaos_dsn, run_ids, fleet, "SIGSTOP heartbeat/writer", replaced=recovered)
 

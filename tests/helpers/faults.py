@@ -21,6 +21,8 @@ from typing import Any
 
 import psycopg
 
+from tests.helpers import poll
+
 
 def backend_pids(db: psycopg.Connection[Any], application_name: str) -> list[int]:
     """The backends of the test's own database with that application_name."""
@@ -64,6 +66,31 @@ def stopped(*pids: int) -> Iterator[None]:
         yield
     finally:
         for pid in done:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def stopped_between_statements(dsn: str, pid: int, *, within: float = 10.0) -> Iterator[None]:
+    """SIGSTOP the backend at a moment it runs no statement (``idle``), and continue it when
+    the block ends. Stopped inside a statement, a backend can hold a lock of the server's own
+    that every other backend needs (the content lock of the leased index's rightmost page:
+    every claim and every heartbeat writes its lease there), and no timeout interrupts a wait
+    for one: every worker would hang, not only the one whose connection it is. A stopped
+    backend reports no new state, so the state read after the stop is the one it keeps."""
+
+    def stop_if_idle(watcher: psycopg.Connection[Any]) -> bool:
+        os.kill(pid, signal.SIGSTOP)
+        if backend_state(watcher, pid)[0] == "idle":
+            return True
+        os.kill(pid, signal.SIGCONT)
+        return False
+
+    with psycopg.connect(dsn, autocommit=True) as watcher:
+        try:
+            poll(lambda: stop_if_idle(watcher), within=within, what=f"backend {pid} idle")
+            yield
+        finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
 
