@@ -90,7 +90,7 @@ class WorkerMetrics:
     def run_finished(self, task: str, status: str, seconds: float) -> None:
         """An attempt ended: COMPLETED, FAILED, RETRIED, TIMED_OUT (written and accepted by
         the fence), RELEASED (handed back at shutdown) or CANCELED (its handler stopped)."""
-        self.runs.record(task, status, (seconds,))
+        self.runs_finished(task, status, (seconds,))
 
     def runs_finished(self, task: str, status: str, durations: Iterable[float]) -> None:
         """``run_finished`` for attempts of one task that ended alike (a written batch)."""

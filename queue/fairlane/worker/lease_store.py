@@ -36,6 +36,15 @@ class Lease:
         # __hash__, three times per run in the writer's bookkeeping.
         return hash(self.run_id)
 
+    def __eq__(self, other: object) -> bool:
+        # The writer hands back the very lease a run holds: identity settles most compares
+        # without UUID's Python __eq__.
+        if self is other:
+            return True
+        if not isinstance(other, Lease):
+            return NotImplemented
+        return self.run_id == other.run_id and self.token == other.token
+
 
 @dataclass(frozen=True, slots=True)
 class Completion:

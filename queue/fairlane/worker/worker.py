@@ -687,8 +687,7 @@ class Worker:
         held = self.held
         for lease in leases:
             active = held.get(lease.run_id)
-            # The writer hands back the lease object the run holds: identity settles it.
-            if active is not None and (active.lease is lease or active.lease == lease):
+            if active is not None and active.lease == lease:
                 self._let_go(active)
                 self._forget(active)
         # Written outcomes free database slots: a claim that came back short because of a cap
