@@ -18,8 +18,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 
@@ -35,8 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("fairlane.worker")
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
+class Attempt(NamedTuple):
     """What the metrics need of the attempt an outcome ends: its task and how long its
     handler ran."""
 
