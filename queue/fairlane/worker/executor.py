@@ -9,7 +9,7 @@ import time
 import traceback
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -33,6 +33,7 @@ STOP_LEASE_LOST = "lease_lost"
 STOP_CANCELED = "canceled"
 # The span of a run nobody traces: reusable, as it holds nothing.
 _NO_SPAN = nullcontext()
+_NO_SHIELD = nullcontext()
 
 
 @dataclass(slots=True)
@@ -44,7 +45,9 @@ class ActiveRun:
     ctx: RunContext
     # Monotonic time until which the lease is known to hold (last confirmed heartbeat).
     confirmed_until: float
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    # The scope its handler runs in: the runner's shared one, or its own (execute says which);
+    # None until a runner takes it.
+    scope: anyio.CancelScope | None = None
     handler_done: bool = False
     # Monotonic time the handler returned; whether an outcome went to the writer for it.
     done_at: float = 0.0
@@ -67,18 +70,23 @@ class ActiveRun:
         if self.ctx.stop_reason is None:
             self.ctx.stop_reason = reason
         self.ctx.request_stop()
-        self.scope.cancel()
+        # Once its handler returned, the scope may be its runner's, serving the next run.
+        if self.scope is not None and not self.handler_done:
+            self.scope.cancel()
 
     def pause_deadline(self) -> None:
         """The handler waits: stop counting its max_duration until ``resume_deadline``."""
-        left = self.scope.deadline - anyio.current_time()
+        scope = self.scope
+        if scope is None:
+            return
+        left = scope.deadline - anyio.current_time()
         # A deadline already past is left to fire: the run timed out before it waited.
         if self.paused_budget is None and math.isfinite(left) and left > 0:
             self.paused_budget = left
-            self.scope.deadline = math.inf
+            scope.deadline = math.inf
 
     def resume_deadline(self) -> None:
-        if self.paused_budget is not None:
+        if self.paused_budget is not None and self.scope is not None:
             self.scope.deadline = anyio.current_time() + self.paused_budget
             self.paused_budget = None
 
@@ -131,43 +139,90 @@ async def execute(
     registry: TaskRegistry,
     writer: OutcomeWriter,
     limiter: anyio.CapacityLimiter,
+    shared: anyio.CancelScope,
 ) -> None:
-    """Run the handler under the run's own cancel scope and hand its outcome to the writer.
+    """Run the handler and hand its outcome to the writer.
 
-    One scope per run serves both ways a handler is cut short: ``ActiveRun.stop`` cancels it
-    (lease lost, shutdown) and ``max_duration`` is its deadline. A run stopped before it
-    started is not executed at all. A typed payload is decoded (and validated) first: one that
-    does not fit fails the run with code INVALID_PAYLOAD and no retry.
+    A cancel scope serves both ways a handler is cut short: ``ActiveRun.stop`` cancels it
+    (lease lost, shutdown, cancel) and ``max_duration`` is its deadline. Most runs have no
+    deadline and no span: they run in ``shared``, the scope their runner keeps open across
+    runs until a stop cancels it (entering and leaving a scope per run was about a tenth of a
+    no-op run's Python time), and a stop's cancellation leaves through here to the runner.
+    The others get a scope of their own. A run stopped before it started is not executed at
+    all. A typed payload is decoded (and validated) first: one that does not fit fails the run
+    with code INVALID_PAYLOAD and no retry.
     """
     run, ctx = active.run, active.ctx
     definition = registry.find(run.task)
     started = time.monotonic()
     if ctx.stop_reason is None:
         run_event("started", run, level=logging.DEBUG)
-    span_scope = _NO_SPAN if active.tracer is None else tracing.run_span(active.tracer, run)
-    with span_scope as span:
-        error, result, cut_short, invalid_payload = await _run_handler(active, definition, limiter)
-        ended = "FAILED" if error is not None else "COMPLETED"
-        tracing.end_run_span(span, ctx.stop_reason or ("TIMED_OUT" if cut_short else ended), error)
+    try:
+        span_scope = _NO_SPAN if active.tracer is None else tracing.run_span(active.tracer, run)
+        with span_scope as span:
+            error, result, cut_short, invalid_payload = await _run_handler(
+                active, definition, limiter, shared
+            )
+            ended = "FAILED" if error is not None else "COMPLETED"
+            tracing.end_run_span(
+                span, ctx.stop_reason or ("TIMED_OUT" if cut_short else ended), error
+            )
+    except BaseException:
+        if active.scope is shared and shared.cancel_called and not active.handler_done:
+            # A stop cut the handler short: what the stop decides is settled now, and the
+            # cancellation goes on to the runner's scope.
+            _stopped(active, writer, _handler_returned(active, started), cut_short=True)
+        raise
+    attempt = _handler_returned(active, started)
+    if _stopped(active, writer, attempt, cut_short):
+        return
+    # A stop came and the handler returned anyway (it caught the cancellation): what is left
+    # must not be cancelled by the stop that ended the handler.
+    caught_stop = active.scope is shared and shared.cancel_called
+    with type(shared)(shield=True) if caught_stop else _NO_SHIELD:
+        await _conclude(active, definition, writer, limiter, attempt, error, result,
+                        cut_short=cut_short, invalid_payload=invalid_payload)  # fmt: skip
+
+
+def _handler_returned(active: ActiveRun, started: float) -> Attempt:
     active.handler_done = True
     active.done_at = time.monotonic()
-    took = (active.done_at - started) * 1000
-    attempt = active.attempt = Attempt(run.task, took / 1000)
-    # Every branch below but two hands the writer an outcome.
-    active.outcome_queued = ctx.stop_reason not in (STOP_LEASE_LOST, STOP_CANCELED)
-    if ctx.stop_reason == STOP_SHUTDOWN and cut_short:
+    attempt = active.attempt = Attempt(active.run.task, active.done_at - started)
+    # Every outcome but these two goes to the writer.
+    active.outcome_queued = active.ctx.stop_reason not in (STOP_LEASE_LOST, STOP_CANCELED)
+    return attempt
+
+
+def _stopped(active: ActiveRun, writer: OutcomeWriter, attempt: Attempt, cut_short: bool) -> bool:
+    """What a stop decides, if one did: whether the run is settled by it."""
+    reason, run, took = active.ctx.stop_reason, active.run, attempt.seconds * 1000
+    if reason == STOP_SHUTDOWN and cut_short:
         run_event("released", run, duration_ms=took)
         writer.release(active.lease, attempt)
-    elif ctx.stop_reason == STOP_LEASE_LOST:
+    elif reason == STOP_LEASE_LOST:
         # Its result is discarded: the run was reclaimed or re-claimed meanwhile.
         run_event("lease_lost", run, duration_ms=took, level=logging.WARNING)
-    elif ctx.stop_reason == STOP_CANCELED:
+    elif reason == STOP_CANCELED:
         # Nothing to write: the cancel ended the run, and the fence would refuse it anyway.
         run_event("canceled", run, duration_ms=took)
-    elif cut_short:
+    else:
+        return False
+    return True
+
+
+async def _conclude(
+    active: ActiveRun, definition: TaskDefinition | None, writer: OutcomeWriter,
+    limiter: anyio.CapacityLimiter, attempt: Attempt, error: BaseException | None, result: Any,
+    *, cut_short: bool, invalid_payload: bool,
+) -> None:  # fmt: skip
+    """Hand the writer the outcome of a handler no stop settled: a timeout, an error or its
+    result."""
+    if cut_short:
         # Nobody asked for a stop, so the deadline did.
-        ctx.request_stop()
-        timeout = MaxDurationExceededError(f"run exceeded max_duration of {run.max_duration_s}s")
+        active.ctx.request_stop()
+        timeout = MaxDurationExceededError(
+            f"run exceeded max_duration of {active.run.max_duration_s}s"
+        )
         await _failed(active, definition, timeout, writer, limiter, attempt, RunStatus.TIMED_OUT)
     elif error is not None:
         code = "INVALID_PAYLOAD" if invalid_payload else None
@@ -179,40 +234,49 @@ async def execute(
             await _failed(active, definition, bad_result, writer, limiter, attempt)
             return
         if definition is not None:
-            await run_hook(definition.on_success, ctx, result, limiter)
-        run_event("completed", run, duration_ms=took)
+            await run_hook(definition.on_success, active.ctx, result, limiter)
+        run_event("completed", active.run, duration_ms=attempt.seconds * 1000)
         writer.complete(Completion(active.lease, stored), attempt)
 
 
 async def _run_handler(
-    active: ActiveRun, definition: TaskDefinition | None, limiter: anyio.CapacityLimiter
-) -> tuple[BaseException | None, Any, bool, bool]:
-    """(error, result, cut short, the payload was invalid)."""
+    active: ActiveRun, definition: TaskDefinition | None, limiter: anyio.CapacityLimiter,
+    shared: anyio.CancelScope,
+) -> tuple[BaseException | None, Any, bool, bool]:  # fmt: skip
+    """(error, result, cut short, the payload was invalid). In ``shared``, a stop's
+    cancellation is not caught here."""
     run = active.run
     if active.ctx.stop_reason is not None:
         return None, None, True, False
-    scope = active.scope
+    if run.max_duration_s is None and active.tracer is None:
+        active.scope = shared
+        error, result, invalid_payload = await _call(active, definition, limiter)
+        return error, result, False, invalid_payload
+    scope = active.scope = type(shared)()
     if run.max_duration_s is not None:
         scope.deadline = anyio.current_time() + run.max_duration_s
-    error: BaseException | None = None
-    result: Any = None
-    invalid_payload = False
+    # Cut short, the handler ends with neither a result nor an error.
+    called: tuple[BaseException | None, Any, bool] = (None, None, False)
     with scope:
-        try:
-            payload = decode_payload(run, definition)
-        except PayloadError as invalid:
-            error, invalid_payload = invalid, True
-        else:
-            try:
-                result = await call_handler(definition, active.ctx, payload, limiter)
-            except Exception as raised:
-                error = raised
+        called = await _call(active, definition, limiter)
+    error, result, invalid_payload = called
+    return error, result, scope.cancelled_caught, invalid_payload
+
+
+async def _call(
+    active: ActiveRun, definition: TaskDefinition | None, limiter: anyio.CapacityLimiter
+) -> tuple[BaseException | None, Any, bool]:
+    """(error, result, the payload was invalid). The error is caught here, so its traceback
+    ends at this frame, which keeps no reference to it: no cycle for a full collection to
+    free."""
     try:
-        return error, result, scope.cancelled_caught, invalid_payload
-    finally:
-        # The error's traceback holds this frame: kept here too, it would tie the error, the
-        # frame and the run into a cycle that only a full collection frees.
-        del error
+        payload = decode_payload(active.run, definition)
+    except PayloadError as invalid:
+        return invalid, None, True
+    try:
+        return None, await call_handler(definition, active.ctx, payload, limiter), False
+    except Exception as raised:
+        return raised, None, False
 
 
 def decode_payload(run: ClaimedRun, definition: TaskDefinition | None) -> Any:

@@ -457,7 +457,7 @@ class Worker:
         confirmed_until = sent_at + self.store.lease_seconds
         active = ActiveRun(
             run=run, lease=lease, ctx=ctx, confirmed_until=confirmed_until,
-            scope=self._primitives.new_scope(), tracer=recording,
+            tracer=recording,
         )  # fmt: skip
         ctx._active = active
         self.held[run.id] = active
@@ -467,17 +467,25 @@ class Worker:
         self._ready.put(active)
 
     async def _runner(self) -> None:
-        """One of the long-lived tasks that execute handed-over runs one at a time."""
+        """One of the long-lived tasks that execute handed-over runs one at a time, in one
+        cancel scope until a stop cancels it (execute), then in a new one."""
         while True:
+            with self._primitives.new_scope() as scope:
+                if await self._run_in(scope):
+                    return
+
+    async def _run_in(self, scope: anyio.CancelScope) -> bool:
+        """Execute runs until ``scope`` is cancelled; True when this runner should end."""
+        while not scope.cancel_called:
             active = await self._ready.get()
             try:
-                await execute(active, self.registry, self.writer, self._limiter)
+                await execute(active, self.registry, self.writer, self._limiter, scope)
+            finally:
                 if active.ctx.stop_reason == STOP_CANCELED and active.attempt is not None:
                     # No outcome to write (the cancel ended the run), but the attempt ended.
                     self.metrics.run_finished(
                         active.attempt.task, "CANCELED", active.attempt.seconds
                     )
-            finally:
                 self._executing -= 1
                 if self._executing == 0:
                     self._handlers_idle.set()
@@ -492,7 +500,8 @@ class Worker:
             if self._surplus_runners > 0:
                 # A handler that waited has resumed on its own runner: the pool shrinks back.
                 self._surplus_runners -= 1
-                return
+                return True
+        return False
 
     async def _drain(self) -> None:
         """Let running handlers finish within the grace period, then cancel the rest."""
