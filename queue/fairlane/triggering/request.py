@@ -23,6 +23,7 @@ from typing import Any
 
 from fairlane.durations import MAX_SECONDS, Duration, seconds
 from fairlane.errors import PayloadError, TriggerOptionError
+from fairlane.frozen import fast_init
 from fairlane.payload import MAX_JSON_DEPTH, encode_json, too_deep
 from fairlane.triggering.checks import BATCH_QUEUE, MAX_ATTEMPTS_CEILING, check_request
 from fairlane.triggering.debounce import Debounce, DebounceParams, debounce_params
@@ -31,6 +32,7 @@ from fairlane.triggering.idempotency import IdempotencyScope, stored_key
 __all__ = ["BATCH_QUEUE", "MAX_ATTEMPTS_CEILING", "MAX_SECONDS", "TriggerRequest", "insert_params"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TriggerRequest:
     """One run to create.

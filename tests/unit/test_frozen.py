@@ -1,0 +1,96 @@
+"""fairlane.frozen.fast_init: the faster __init__ builds the same instance as the dataclass's
+own, keeps it frozen, and refuses classes it would build wrongly."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import pytest
+
+from fairlane.frozen import fast_init
+from fairlane.triggering.debounce import Debounce
+from fairlane.triggering.request import TriggerRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Plain:
+    name: str
+    count: int = 0
+    tags: tuple[str, ...] = ()
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class Fast:
+    name: str
+    count: int = 0
+    tags: tuple[str, ...] = ()
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [(("a",), {}), (("a", 2), {}), (("a",), {"tags": ("x",)}), ((), {"name": "b", "count": 3})],
+)
+def test_it_sets_what_the_dataclass_init_sets(
+    args: tuple[object, ...], kwargs: dict[str, object]
+) -> None:
+    plain, fast = Plain(*args, **kwargs), Fast(*args, **kwargs)  # type: ignore[arg-type]
+    assert dataclasses.astuple(fast) == dataclasses.astuple(plain)
+    assert repr(fast).removeprefix("Fast") == repr(plain).removeprefix("Plain")
+
+
+def test_the_instance_stays_frozen_and_replaceable() -> None:
+    request = TriggerRequest("send", {"to": "a"}, queue="mail", delay=timedelta(seconds=5))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.task = "other"  # type: ignore[misc]
+    changed = dataclasses.replace(request, priority=3)
+    assert (changed.task, changed.queue, changed.priority, changed.delay) == (
+        "send", "mail", 3, timedelta(seconds=5),
+    )  # fmt: skip
+    assert request == TriggerRequest("send", {"to": "a"}, queue="mail", delay=timedelta(seconds=5))
+    assert request.debounce is None
+    assert TriggerRequest("t", debounce=Debounce("k", 1.0)).keyed
+
+
+def test_it_keeps_the_signature() -> None:
+    parameters = inspect.signature(TriggerRequest).parameters
+    assert list(parameters) == [f.name for f in dataclasses.fields(TriggerRequest)]
+    assert parameters["environment"].default == "default"
+    assert parameters["task"].default is inspect.Parameter.empty
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'task'"):
+        TriggerRequest()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'queues'"):
+        TriggerRequest("t", queues="q")  # type: ignore[call-arg]
+
+
+def test_it_refuses_what_it_would_build_wrongly() -> None:
+    @dataclass(frozen=True)
+    class Unslotted:
+        name: str
+
+    @dataclass(slots=True)
+    class Thawed:
+        name: str
+
+    @dataclass(frozen=True, slots=True)
+    class Factory:
+        items: list[int] = field(default_factory=list)
+
+    @dataclass(frozen=True, slots=True)
+    class PostInit:
+        name: str
+
+        def __post_init__(self) -> None:
+            pass
+
+    for cls, complaint in (
+        (Unslotted, "not a frozen dataclass with slots"),
+        (Thawed, "not a frozen dataclass with slots"),
+        (Factory, "default_factory"),
+        (PostInit, "__post_init__"),
+    ):
+        with pytest.raises(TypeError, match=complaint):
+            fast_init(cls)
