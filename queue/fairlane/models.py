@@ -7,8 +7,10 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import Any
 from uuid import UUID
+
+from fairlane.frozen import fast_init
 
 
 class RunStatus(enum.StrEnum):
@@ -78,9 +80,11 @@ class Run:
     queue_order: datetime | None = None
 
 
-class ClaimedRun(NamedTuple):
-    """A run a worker holds under a lease. Immutable; a named tuple because a claim builds
-    thousands of them a second (a frozen dataclass took 2.3 µs to build, this 0.4)."""
+@fast_init
+@dataclass(frozen=True, slots=True)
+class ClaimedRun:
+    """A run a worker holds under a lease. A claim builds thousands a second: its ``__init__``
+    sets the slots directly (``fairlane.frozen``; 2.3 µs a run with the dataclass's own)."""
 
     id: int
     lease_token: UUID

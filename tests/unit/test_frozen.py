@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from fairlane.frozen import fast_init
+from fairlane.models import ClaimedRun
 from fairlane.triggering.debounce import Debounce
 from fairlane.triggering.request import TriggerRequest
 
@@ -53,6 +56,20 @@ def test_the_instance_stays_frozen_and_replaceable() -> None:
     assert request == TriggerRequest("send", {"to": "a"}, queue="mail", delay=timedelta(seconds=5))
     assert request.debounce is None
     assert TriggerRequest("t", debounce=Debounce("k", 1.0)).keyed
+
+
+def test_a_claimed_run_is_still_a_frozen_dataclass() -> None:
+    token = uuid.uuid4()
+    values: tuple[Any, ...] = (7, token, "send", {"to": "a"}, 1, 3, "default", "mail", {}, None, 2)
+    run = ClaimedRun(*values)
+    assert dataclasses.astuple(run) == (*values, None)
+    assert run == ClaimedRun(
+        id=7, lease_token=token, task="send", payload={"to": "a"}, attempt=1, max_attempts=3,
+        environment="default", queue="mail", metadata={}, machine=None, max_duration_s=2,
+    )  # fmt: skip
+    assert dataclasses.replace(run, attempt=2).attempt == 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.attempt = 2  # type: ignore[misc]
 
 
 def test_it_keeps_the_signature() -> None:
