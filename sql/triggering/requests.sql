@@ -40,31 +40,30 @@ $$;
 -- counts before any row is inserted; a rejection inserts nothing and comes back as one row
 -- with a NULL id, so the caller's transaction stays usable. Without limits it is not called.
 WITH t AS (
-    SELECT * FROM {schema}.trigger_requests(%(runs)s::jsonb)
+    SELECT r.*,
+           CASE WHEN r.delay_until > now() THEN r.delay_until
+                WHEN r.delay_s > 0 THEN now() + make_interval(secs => r.delay_s)
+           END AS start_at
+    FROM {schema}.trigger_requests(%(runs)s::jsonb) AS r
+), queues_added AS (
+    -- One row per queue of the call, read once from the requests: the settings rows, the size
+    -- limits and the wake-ups each read these few rows, not every request again.
+    SELECT environment, queue, count(*)::integer AS runs, bool_or(start_at IS NULL) AS queued
+    FROM t GROUP BY 1, 2
 ), max_ttl AS (
     SELECT (value #>> '{{}}')::float8 AS seconds FROM {schema}.settings WHERE name = 'max_ttl_s'
-), ttl AS (
-    -- The configured maximum fills a missing TTL and caps a larger one.
-    SELECT t.*,
-           CASE WHEN max_ttl.seconds IS NULL THEN t.ttl_s
-                ELSE least(coalesce(t.ttl_s, max_ttl.seconds), max_ttl.seconds)
-           END AS capped_ttl_s,
-           CASE WHEN t.delay_until > now() THEN t.delay_until
-                WHEN t.delay_s > 0 THEN now() + make_interval(secs => t.delay_s)
-           END AS start_at
-    FROM t LEFT JOIN max_ttl ON true
 ), new_environments AS (
     INSERT INTO {schema}.environments (name)
-    SELECT DISTINCT environment FROM t ORDER BY 1
+    SELECT DISTINCT environment FROM queues_added ORDER BY 1
     ON CONFLICT DO NOTHING
 ), new_queues AS (
     INSERT INTO {schema}.queues (environment, name)
-    SELECT DISTINCT environment, queue FROM t ORDER BY 1, 2
+    SELECT environment, queue FROM queues_added ORDER BY 1, 2
     ON CONFLICT DO NOTHING
 ), limited AS (
     -- Runs added per queue, where the queue or its environment has a size limit.
     SELECT added.environment, added.queue, added.runs
-    FROM (SELECT environment, queue, count(*)::integer AS runs FROM t GROUP BY 1, 2) AS added
+    FROM queues_added AS added
     LEFT JOIN {schema}.environments e ON e.name = added.environment
     LEFT JOIN {schema}.queues q ON q.environment = added.environment AND q.name = added.queue
     WHERE e.size_limit IS NOT NULL OR q.size_limit IS NOT NULL
@@ -93,19 +92,26 @@ WITH t AS (
            coalesce(t.metadata, '{{}}'),
            t.machine,
            t.max_duration_s,
-           t.capped_ttl_s,
+           ttl.seconds,
            -- Armed now only when the run is enqueued now; a delayed run arms it when promoted.
-           CASE WHEN t.start_at IS NULL AND t.capped_ttl_s IS NOT NULL
-                THEN now() + make_interval(secs => t.capped_ttl_s) END,
+           CASE WHEN t.start_at IS NULL AND ttl.seconds IS NOT NULL
+                THEN now() + make_interval(secs => ttl.seconds) END,
            t.parent_run_id
-    FROM ttl AS t
+    FROM t
+    LEFT JOIN max_ttl ON true
+    -- The configured maximum fills a missing TTL and caps a larger one.
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN max_ttl.seconds IS NULL THEN t.ttl_s
+                    ELSE least(coalesce(t.ttl_s, max_ttl.seconds), max_ttl.seconds) END
+    ) AS ttl(seconds)
     WHERE NOT EXISTS (SELECT 1 FROM rejected)
     ORDER BY t.ord
-    RETURNING id, environment, status
+    RETURNING id
 ), woken AS (
     -- Idle workers of each environment with new claimable runs wake up; delivered at commit.
     SELECT pg_notify({channel}, envs.environment)
-    FROM (SELECT DISTINCT environment FROM inserted WHERE status = 'QUEUED') AS envs
+    FROM (SELECT DISTINCT environment FROM queues_added WHERE queued) AS envs
+    WHERE NOT EXISTS (SELECT 1 FROM rejected)
 )
 SELECT id, 'created'::text AS outcome, NULL::text AS environment, NULL::text AS queue,
        NULL::integer AS size_limit, NULL::text AS scope, NULL::integer AS size,

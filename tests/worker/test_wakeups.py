@@ -9,7 +9,15 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import AsyncClient, RunContext, TaskRegistry, TriggerRequest, Worker
+from fairlane import (
+    AsyncClient,
+    QueueSizeLimitExceeded,
+    RunContext,
+    TaskRegistry,
+    TriggerRequest,
+    Worker,
+    limits,
+)
 from tests.helpers import announced, running, statuses, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -115,3 +123,19 @@ async def test_every_trigger_path_announces_its_environment_once(
         await client.trigger("t", environment="e", delay=60)
         await client.trigger("t", environment="f", delay=60, idempotency_key="k2")
         assert announced(db) == []
+
+
+async def test_a_refused_trigger_announces_nothing(dsn: str, db: psycopg.Connection[Any]) -> None:
+    limits.set_queue(db, "f", "default", size_limit=2)
+    db.execute('LISTEN "fairlane.runs"')
+    async with AsyncClient(dsn) as client:
+        with pytest.raises(QueueSizeLimitExceeded):
+            await client.trigger_many(
+                [TriggerRequest("t", i, environment=env) for i, env in enumerate("aafff")]
+            )
+        assert announced(db) == []
+        assert statuses(db) == {}
+        await client.trigger_many(
+            [TriggerRequest("t", i, environment=env) for i, env in enumerate("aff")]
+        )
+        assert announced(db) == ["a", "f"]
