@@ -6,27 +6,49 @@
 -- order): a worker's heartbeat and its outcome writer hold runs of one worker at once, a
 -- cancel locks a tree children first, and a completion then locks the runs waiting on what it
 -- finished; all take runs in that one order, so none of them can wait for another in a cycle.
+--
+-- The leases drive each statement: sorted by id, descending, each finds its run by primary key
+-- (a LATERAL subquery that locks it; OFFSET 0 keeps the planner from flattening it or pushing
+-- the status check into it, where an index of statuses would be a path), and the UPDATE finds
+-- the locked runs again through `id = ANY(the call's ids)`. Each is planned on every call
+-- (fairlane.engine.leases), with the ids known. So a call costs what its leases cost, and
+-- locks in lease order, at any size of the table: the join these statements made before (the
+-- runs of a status, then their leases), in the plan a worker kept from its first calls on an
+-- empty table, looped over every executing run for each lease (seconds per call at a few
+-- thousand; tests/sql/test_plans_after_growth.py).
 
 -- name: heartbeat_runs
 -- Extend every held lease in one statement. Ids missing from the result are lost.
-WITH held AS (
-    SELECT r.id
-    FROM {schema}.runs AS r
-    JOIN unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) AS lease(id, token)
-      ON r.id = lease.id AND r.lease_token = lease.token
-    WHERE r.status IN ('EXECUTING', 'WAITING')
-    ORDER BY r.id DESC
-    FOR UPDATE OF r
+WITH held AS MATERIALIZED (
+    SELECT run.id
+    FROM (SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) AS lease(id, token)
+          ORDER BY lease.id DESC OFFSET 0) AS lease
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.status FROM {schema}.runs AS r
+        WHERE r.id = lease.id AND r.lease_token = lease.token
+        OFFSET 0 FOR UPDATE) AS run
+    WHERE run.status IN ('EXECUTING', 'WAITING')
 )
 UPDATE {schema}.runs AS r
 SET lease_until = now() + make_interval(secs => %(lease_s)s)
 FROM held
-WHERE r.id = held.id
+WHERE r.id = held.id AND r.id = ANY(%(ids)b::bigint[])
 RETURNING r.id;
 
 -- name: complete_runs
 -- A completed run keeps no error: the one an earlier attempt left (a retry, a lapsed lease) is
 -- cleared.
+WITH done AS MATERIALIZED (
+    SELECT run.id, lease.result
+    FROM (SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(results)b::text[])
+              AS lease(id, token, result)
+          ORDER BY lease.id DESC OFFSET 0) AS lease
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.status FROM {schema}.runs AS r
+        WHERE r.id = lease.id AND r.lease_token = lease.token
+        OFFSET 0 FOR UPDATE) AS run
+    WHERE run.status = 'EXECUTING'
+)
 UPDATE {schema}.runs AS r
 SET status = 'COMPLETED',
     result = done.result::jsonb,
@@ -34,20 +56,25 @@ SET status = 'COMPLETED',
     finished_at = now(),
     lease_token = NULL,
     lease_until = NULL
-FROM (SELECT r.id, lease.result
-      FROM {schema}.runs AS r
-      JOIN unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(results)b::text[])
-           AS lease(id, token, result)
-        ON r.id = lease.id AND r.lease_token = lease.token
-      WHERE r.status = 'EXECUTING'
-      ORDER BY r.id DESC
-      FOR UPDATE OF r) AS done
-WHERE r.id = done.id
+FROM done
+WHERE r.id = done.id AND r.id = ANY(%(ids)b::bigint[])
 RETURNING r.id;
 
 -- name: fail_runs
 -- The worker decides the next status (DELAYED for a retry, else a final status) because it
 -- holds the attempt count the claim returned and the task's retry policy.
+WITH failed AS MATERIALIZED (
+    SELECT run.id, lease.error, lease.next_status, lease.retry_delay_s
+    FROM (SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(errors)b::text[],
+                               %(next_statuses)b::text[], %(retry_delays)b::float8[])
+              AS lease(id, token, error, next_status, retry_delay_s)
+          ORDER BY lease.id DESC OFFSET 0) AS lease
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.status FROM {schema}.runs AS r
+        WHERE r.id = lease.id AND r.lease_token = lease.token
+        OFFSET 0 FOR UPDATE) AS run
+    WHERE run.status = 'EXECUTING'
+)
 UPDATE {schema}.runs AS r
 SET status = failed.next_status,
     error = failed.error::jsonb,
@@ -57,23 +84,24 @@ SET status = failed.next_status,
     finished_at = CASE WHEN failed.next_status = 'DELAYED' THEN NULL ELSE now() END,
     lease_token = NULL,
     lease_until = NULL
-FROM (SELECT r.id, lease.error, lease.next_status, lease.retry_delay_s
-      FROM {schema}.runs AS r
-      JOIN unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(errors)b::text[],
-                  %(next_statuses)b::text[], %(retry_delays)b::float8[])
-           AS lease(id, token, error, next_status, retry_delay_s)
-        ON r.id = lease.id AND r.lease_token = lease.token
-      WHERE r.status = 'EXECUTING'
-      ORDER BY r.id DESC
-      FOR UPDATE OF r) AS failed
-WHERE r.id = failed.id
+FROM failed
+WHERE r.id = failed.id AND r.id = ANY(%(ids)b::bigint[])
 RETURNING r.id, r.status;
 
 -- name: release_runs
 -- Give runs back without burning the attempt the claim counted (graceful shutdown), and wake
 -- the other workers so they pick them up at once. The run started, so it has no TTL any more
 -- (the claim disarmed it; cleared here too for runs claimed before it did).
-WITH released AS (
+WITH held AS MATERIALIZED (
+    SELECT run.id
+    FROM (SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) AS lease(id, token)
+          ORDER BY lease.id DESC OFFSET 0) AS lease
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.status FROM {schema}.runs AS r
+        WHERE r.id = lease.id AND r.lease_token = lease.token
+        OFFSET 0 FOR UPDATE) AS run
+    WHERE run.status IN ('EXECUTING', 'WAITING')
+), released AS (
     UPDATE {schema}.runs AS r
     SET status = 'QUEUED',
         attempts = r.attempts - 1,
@@ -83,14 +111,8 @@ WITH released AS (
         started_at = NULL,
         expires_at = NULL,
         resume_ready = false
-    FROM (SELECT r.id
-          FROM {schema}.runs AS r
-          JOIN unnest(%(ids)b::bigint[], %(tokens)b::uuid[]) AS lease(id, token)
-            ON r.id = lease.id AND r.lease_token = lease.token
-          WHERE r.status IN ('EXECUTING', 'WAITING')
-          ORDER BY r.id DESC
-          FOR UPDATE OF r) AS held
-    WHERE r.id = held.id
+    FROM held
+    WHERE r.id = held.id AND r.id = ANY(%(ids)b::bigint[])
     RETURNING r.id, r.environment
 ), woken AS (
     SELECT pg_notify({channel}, environment)

@@ -161,6 +161,10 @@ $$;
 -- Without it, a claim the known environments cannot fill looks anyway, so work is only left
 -- unseen while others keep every claim full, and the worker asks for a full scan whenever a
 -- notification says new work arrived.
+-- Every statement of the claim walks an index (tests/sql/test_claim_plan.py): with sequential
+-- scans off, the planner keeps to them when it prices a scan of a table it believes small (one
+-- it planned for while the table was nearly empty) or a few thousand runs of a mid-sized one
+-- against as many index probes (which it prices as reads from disk, and which are not).
 CREATE OR REPLACE FUNCTION {schema}.claim_runs(
     claim_limit integer, lease_s double precision, claimer text,
     only_environments text[] DEFAULT NULL, only_queues text[] DEFAULT NULL,
@@ -171,6 +175,7 @@ RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts i
                max_attempts integer, environment text, queue text, metadata jsonb,
                machine text, max_duration_s double precision, queue_order timestamptz)
 LANGUAGE plpgsql
+SET enable_seqscan = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -288,7 +293,10 @@ BEGIN
         END LOOP;
     END LOOP;
 
-    -- Start what was picked, in the order it was picked; the attempt is counted here.
+    -- Start what was picked, in the order it was picked; the attempt is counted here. The
+    -- runs are found through an index condition on the primary key: joined on id alone, the
+    -- plan a session keeps from claims made while the table held a few runs hashed the picked
+    -- ids and scanned the whole table on every later claim.
     IF cardinality(picked) > 0 THEN
         RETURN QUERY
         WITH started AS (
@@ -302,7 +310,7 @@ BEGIN
                 -- Started: the TTL is spent, so nothing that hands the run back can expire it.
                 expires_at = NULL
             FROM unnest(picked) WITH ORDINALITY AS p(id, nth)
-            WHERE r.id = p.id
+            WHERE r.id = p.id AND r.id = ANY(picked)
             RETURNING r.id, r.lease_token, r.task, r.payload, r.attempts, r.max_attempts,
                       r.environment, r.queue, r.metadata, r.machine, r.max_duration_s,
                       r.queue_order, p.nth
