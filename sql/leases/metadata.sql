@@ -2,8 +2,8 @@
 -- batches, coalesced per run. Fenced like every statement of sql/leases: a patch lands only on
 -- a run whose id AND lease_token match, while it is EXECUTING or WAITING, so a worker whose
 -- lease lapsed and was re-claimed changes nothing. Runs are locked in descending id order (the
--- global lock order of docs/concurrency.md), found from the leases and planned on every call as
--- in outcomes.sql; its arrays go in binary, as there.
+-- global lock order of docs/concurrency.md), found from the leases as in outcomes.sql; its
+-- arrays go in binary, as there.
 
 -- name: set_run_metadata
 -- Each patch (a JSON object) is merged into the run's metadata: its top-level keys replace the

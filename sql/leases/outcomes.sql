@@ -10,12 +10,13 @@
 -- The leases drive each statement: sorted by id, descending, each finds its run by primary key
 -- (a LATERAL subquery that locks it; OFFSET 0 keeps the planner from flattening it or pushing
 -- the status check into it, where an index of statuses would be a path), and the UPDATE finds
--- the locked runs again through `id = ANY(the call's ids)`. Each is planned on every call
--- (fairlane.engine.leases), with the ids known. So a call costs what its leases cost, and
--- locks in lease order, at any size of the table: the join these statements made before (the
--- runs of a status, then their leases), in the plan a worker kept from its first calls on an
--- empty table, looped over every executing run for each lease (seconds per call at a few
--- thousand; tests/sql/test_plans_after_growth.py).
+-- the locked runs again through `id = ANY(the call's ids)`. The worker sends them on
+-- connections that plan no sequential scan (fairlane.worker.worker.FENCED_WRITE_SETTINGS). So
+-- a call costs what its leases cost, and locks in lease order, whatever the table held when its
+-- plan was made: the join these statements made before (the runs of a status, then their
+-- leases), in the plan a worker kept from its first calls on an empty table, looped over every
+-- executing run for each lease (seconds per call at a few thousand;
+-- tests/sql/test_plans_after_growth.py).
 
 -- name: heartbeat_runs
 -- Extend every held lease in one statement. Ids missing from the result are lost.

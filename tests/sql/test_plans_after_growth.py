@@ -7,18 +7,23 @@ with autovacuum off). Planned while the table held a few runs, the claim's UPDAT
 picked ids and scanned the whole table on every claim, and a completion looped over every
 executing run for each lease: a worker started before a burst of 100,000 runs drained it five
 times slower than one started after it. The fenced writes are now driven by their leases, and
-they and the claim's UPDATE find their runs through an index condition on the primary key.
+they and the claim's UPDATE find their runs through an index condition on the primary key, on
+connections (and in a function) that plan no sequential scan.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
 
+from fairlane import AsyncClient, RunContext, TaskRegistry, TriggerRequest, Worker
+from fairlane.connection.options import ConnectionOptions
 from fairlane.worker.lease_store import Completion, Failure, Lease, LeaseStore
-from tests.helpers import log_nested_plans
+from fairlane.worker.worker import FENCED_WRITE_SETTINGS
+from tests.helpers import log_nested_plans, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +47,10 @@ async def test_plans_made_on_an_empty_table_still_use_the_primary_key(
     store = LeaseStore("fairlane", lease_seconds=30, worker_id="early")
     db.execute("INSERT INTO fairlane.environments (name) VALUES ('default')")
     db.execute("INSERT INTO fairlane.queues (environment, name) VALUES ('default', 'default')")
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+    # The settings of the worker's writer and heartbeat connections (its claims run in
+    # claim_runs, which sets its own).
+    options = ConnectionOptions(settings=FENCED_WRITE_SETTINGS).kwargs(dsn)
+    async with await psycopg.AsyncConnection.connect(dsn, **options) as conn:
         # Past the fifth execution psycopg prepares a statement, and past the fifth of those
         # PostgreSQL may switch to a generic plan: twelve rounds leave every plan it keeps.
         for _ in range(12):
@@ -82,3 +90,50 @@ async def test_plans_made_on_an_empty_table_still_use_the_primary_key(
         # Joined with the picked ids by hash, or probed by them: never every run the index
         # condition found against every picked id.
         assert "Hash Join" in plan or "Index Cond: (id = p.id)" in plan, plan
+
+
+def runs_table_scans(db: psycopg.Connection[Any]) -> int:
+    """Sequential scans of the runs table so far, as the statistics of ended sessions show."""
+    db.execute("SELECT pg_stat_clear_snapshot()")
+    row = db.execute(
+        "SELECT seq_scan FROM pg_stat_user_tables WHERE relid = 'fairlane.runs'::regclass"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def worker_sessions(db: psycopg.Connection[Any]) -> int:
+    row = db.execute(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND application_name LIKE 'fairlane %%'"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+async def test_a_worker_started_on_an_empty_table_never_scans_it(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    handled: list[int] = []
+    tasks = TaskRegistry()
+
+    @tasks.task("burst")
+    async def record(ctx: RunContext, payload: int) -> None:
+        handled.append(payload)
+
+    worker = Worker(tasks, dsn, concurrency=400, claim_batch=200, run_periodic_jobs=False)
+    async with AsyncClient(dsn) as client, anyio.create_task_group() as group:
+        await group.start(worker.run)
+        # Its first claims and outcomes, one run at a time, on a table of a few runs.
+        for i in range(20):
+            await client.trigger("burst", i)
+            await wait_until(lambda n=i + 1: len(handled) == n, what=f"run {i} handled")
+        # Then a burst (the table never analyzed: autovacuum may be off, or not there yet).
+        for start in range(20, 20_020, 1000):
+            await client.trigger_many(
+                [TriggerRequest("burst", n) for n in range(start, start + 1000)]
+            )
+        await wait_until(lambda: len(handled) == 20_020, within=60, what="the burst handled")
+        worker.stop()
+    # A session's statistics reach the views when it ends.
+    await wait_until(lambda: worker_sessions(db) == 0, what="the worker's sessions ended")
+    assert runs_table_scans(db) == 0

@@ -1,9 +1,5 @@
 """A worker's fenced writes about the runs it holds (sql/leases/outcomes.sql). Each matches id
-AND lease_token: a worker whose lease lapsed and was re-claimed changes nothing.
-
-Each is planned on every call (``planned_per_call``), with its ids known: a call carries one
-lease or thousands, into a table of a hundred runs or millions, and a plan kept from one of
-those can serve the others by scanning the table for every lease."""
+AND lease_token: a worker whose lease lapsed and was re-claimed changes nothing."""
 
 from __future__ import annotations
 
@@ -25,10 +21,7 @@ class Leases(Section):
     ) -> Statement[int]:
         """Rows: the ids whose lease was extended (the others are lost)."""
         return self._statement(
-            "heartbeat_runs",
-            {**_leases(ids, tokens), "lease_s": lease_s},
-            scalar,
-            planned_per_call=True,
+            "heartbeat_runs", {**_leases(ids, tokens), "lease_s": lease_s}, scalar
         )
 
     def complete(
@@ -36,10 +29,7 @@ class Leases(Section):
     ) -> Statement[int]:
         """Rows: the ids the fence accepted."""
         return self._statement(
-            "complete_runs",
-            {**_leases(ids, tokens), "results": list(results)},
-            scalar,
-            planned_per_call=True,
+            "complete_runs", {**_leases(ids, tokens), "results": list(results)}, scalar
         )
 
     def fail(
@@ -55,9 +45,7 @@ class Leases(Section):
             **_leases(ids, tokens), "errors": list(errors),
             "next_statuses": list(next_statuses), "retry_delays": list(retry_delays),
         }  # fmt: skip
-        return self._statement(
-            "fail_runs", params, lambda row: int(row["id"]), planned_per_call=True
-        )
+        return self._statement("fail_runs", params, lambda row: int(row["id"]))
 
     def set_metadata(
         self, ids: Sequence[int], tokens: Sequence[UUID], patches: Sequence[str]
@@ -65,12 +53,9 @@ class Leases(Section):
         """Merge each JSON object of ``patches`` into its run's metadata. Rows: the ids the
         fence accepted."""
         return self._statement(
-            "set_run_metadata",
-            {**_leases(ids, tokens), "patches": list(patches)},
-            scalar,
-            planned_per_call=True,
+            "set_run_metadata", {**_leases(ids, tokens), "patches": list(patches)}, scalar
         )
 
     def release(self, ids: Sequence[int], tokens: Sequence[UUID]) -> Statement[int]:
         """Rows: the ids handed back."""
-        return self._statement("release_runs", _leases(ids, tokens), scalar, planned_per_call=True)
+        return self._statement("release_runs", _leases(ids, tokens), scalar)

@@ -20,9 +20,7 @@ class Section:
         name: str,
         params: Mapping[str, Any] | Sequence[Any] | None,
         row: Callable[[Row], T],
-        *,
-        planned_per_call: bool = False,
     ) -> Statement[T]:
         # tests/sql/test_statements.py finds every name given here: a named statement of sql/
         # that no section builds is reported as unused.
-        return Statement(name, query(name, self.schema), params, row, planned_per_call)
+        return Statement(name, query(name, self.schema), params, row)

@@ -32,17 +32,6 @@ class Statement(Generic[T]):
     sql: LiteralString
     params: Mapping[str, Any] | Sequence[Any] | None
     row: Callable[[Row], T]
-    # Planned on every call, never prepared: for statements whose best plan depends on how
-    # many runs the table holds and how many ids the call carries (a worker's fenced writes).
-    # A prepared statement's generic plan is made once, from the table as it was then, and
-    # knows no call's ids: made while the table held a few runs, it can scan the whole table
-    # for each id once the table has grown.
-    planned_per_call: bool = False
-
-    @property
-    def prepare(self) -> bool | None:
-        """psycopg's ``prepare`` argument: never, or as the connection's threshold says."""
-        return False if self.planned_per_call else None
 
 
 def no_rows(row: Row) -> None:
@@ -141,13 +130,13 @@ def _factory(make: Callable[[Row], T]) -> BaseRowFactory[T]:
 def rows(conn: SyncConn, statement: Statement[T]) -> list[T]:
     """Every row; none for a statement that returns no rows (an INSERT without RETURNING)."""
     with conn.cursor(row_factory=_factory(statement.row)) as cursor:
-        cursor.execute(statement.sql, statement.params, prepare=statement.prepare)
+        cursor.execute(statement.sql, statement.params)
         return cursor.fetchall() if _returns_rows(cursor) else []
 
 
 def first(conn: SyncConn, statement: Statement[T]) -> T | None:
     with conn.cursor(row_factory=_factory(statement.row)) as cursor:
-        cursor.execute(statement.sql, statement.params, prepare=statement.prepare)
+        cursor.execute(statement.sql, statement.params)
         return cursor.fetchone()
 
 
@@ -160,7 +149,7 @@ def one(conn: SyncConn, statement: Statement[T]) -> T:
 
 
 def run(conn: SyncConn, statement: Statement[Any]) -> None:
-    conn.execute(statement.sql, statement.params, prepare=statement.prepare)
+    conn.execute(statement.sql, statement.params)
 
 
 # -- async -----------------------------------------------------------------------------------
@@ -168,13 +157,13 @@ def run(conn: SyncConn, statement: Statement[Any]) -> None:
 
 async def rows_async(conn: AsyncConn, statement: Statement[T]) -> list[T]:
     async with conn.cursor(row_factory=_factory(statement.row)) as cursor:
-        await cursor.execute(statement.sql, statement.params, prepare=statement.prepare)
+        await cursor.execute(statement.sql, statement.params)
         return await cursor.fetchall() if _returns_rows(cursor) else []
 
 
 async def first_async(conn: AsyncConn, statement: Statement[T]) -> T | None:
     async with conn.cursor(row_factory=_factory(statement.row)) as cursor:
-        await cursor.execute(statement.sql, statement.params, prepare=statement.prepare)
+        await cursor.execute(statement.sql, statement.params)
         return await cursor.fetchone()
 
 
@@ -186,7 +175,7 @@ async def one_async(conn: AsyncConn, statement: Statement[T]) -> T:
 
 
 async def run_async(conn: AsyncConn, statement: Statement[Any]) -> None:
-    await conn.execute(statement.sql, statement.params, prepare=statement.prepare)
+    await conn.execute(statement.sql, statement.params)
 
 
 # -- operations: several statements, driven on a sync or an async connection ----------------

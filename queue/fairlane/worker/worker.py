@@ -63,6 +63,12 @@ from fairlane.worker.waiting import WaitService
 
 log = logging.getLogger("fairlane.worker")
 
+# The connections that write a worker's fenced statements (sql/leases/) never plan a scan of a
+# table: each statement finds its runs by primary key, and the plan PostgreSQL keeps for a
+# prepared statement, made from the table as it was (nearly empty, when the worker started
+# first), could otherwise scan the whole runs table for every lease once it has grown.
+FENCED_WRITE_SETTINGS = {"enable_seqscan": "off"}
+
 # Start-up retries of an unreachable database: the first after this, doubling up to the cap.
 START_RETRY_MIN_S = 0.25
 START_RETRY_MAX_S = 10.0
@@ -322,8 +328,13 @@ class Worker:
     async def _run(self, claim_conn: LoopConnection, *, task_status: TaskStatus[None]) -> None:
         # Runner tasks started below inherit it: the batch item handler finds its worker.
         batch_processing.current_processor.set(self.batch_items)
-        beat_conn = self._loop_connection("heartbeat", statement_timeout=self.heartbeat_timeout)
-        write_conn = self._loop_connection("writer")
+        beat_conn = self._loop_connection(
+            "heartbeat", statement_timeout=self.heartbeat_timeout,
+            settings={**self.connection_options.settings, **FENCED_WRITE_SETTINGS},
+        )  # fmt: skip
+        write_conn = self._loop_connection(
+            "writer", settings={**self.connection_options.settings, **FENCED_WRITE_SETTINGS}
+        )
         listen_conn = self._loop_connection("listener")
         tick_conn = self._loop_connection("periodic")
         listeners = notifier.Listeners(
