@@ -12,6 +12,10 @@
 CREATE OR REPLACE FUNCTION {schema}.prune_finished_runs()
 RETURNS jsonb
 LANGUAGE plpgsql
+-- Runs are read by index only: the plan a worker keeps from its first tick, on a table of a
+-- few runs, would otherwise scan the whole table on every later one (as the fenced writes
+-- did: tests/sql/test_plans_after_growth.py).
+SET enable_seqscan = off
 AS $$
 DECLARE
     batch_size integer := {schema}.numeric_setting('prune_batch_size', 1000);

@@ -8,7 +8,8 @@ picked ids and scanned the whole table on every claim, and a completion looped o
 executing run for each lease: a worker started before a burst of 100,000 runs drained it five
 times slower than one started after it. The fenced writes are now driven by their leases, and
 they and the claim's UPDATE find their runs through an index condition on the primary key, on
-connections (and in a function) that plan no sequential scan.
+connections (and in the functions: the claim, the pruning and batch jobs) that plan no
+sequential scan.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ async def test_a_worker_started_on_an_empty_table_never_scans_it(
     async def record(ctx: RunContext, payload: int) -> None:
         handled.append(payload)
 
-    worker = Worker(tasks, dsn, concurrency=400, claim_batch=200, run_periodic_jobs=False)
+    worker = Worker(tasks, dsn, concurrency=400, claim_batch=200)
     async with AsyncClient(dsn) as client, anyio.create_task_group() as group:
         await group.start(worker.run)
         # Its first claims and outcomes, one run at a time, on a table of a few runs.
