@@ -328,13 +328,11 @@ class Worker:
     async def _run(self, claim_conn: LoopConnection, *, task_status: TaskStatus[None]) -> None:
         # Runner tasks started below inherit it: the batch item handler finds its worker.
         batch_processing.current_processor.set(self.batch_items)
+        fenced = {**self.connection_options.settings, **FENCED_WRITE_SETTINGS}
         beat_conn = self._loop_connection(
-            "heartbeat", statement_timeout=self.heartbeat_timeout,
-            settings={**self.connection_options.settings, **FENCED_WRITE_SETTINGS},
-        )  # fmt: skip
-        write_conn = self._loop_connection(
-            "writer", settings={**self.connection_options.settings, **FENCED_WRITE_SETTINGS}
+            "heartbeat", statement_timeout=self.heartbeat_timeout, settings=fenced
         )
+        write_conn = self._loop_connection("writer", settings=fenced)
         listen_conn = self._loop_connection("listener")
         tick_conn = self._loop_connection("periodic")
         listeners = notifier.Listeners(
