@@ -113,18 +113,20 @@ WITH t AS (
     FROM (SELECT DISTINCT environment FROM queues_added WHERE queued) AS envs
     WHERE NOT EXISTS (SELECT 1 FROM rejected)
 )
-SELECT id, 'created'::text AS outcome, NULL::text AS environment, NULL::text AS queue,
-       NULL::integer AS size_limit, NULL::text AS scope, NULL::integer AS size,
-       NULL::integer AS item
-FROM inserted
+-- The runs made come back as one array in request order (their ids follow it), one row rather
+-- than a row per run for the client to read.
+SELECT NULL::bigint AS id, made.ids, 'created'::text AS outcome, NULL::text AS environment,
+       NULL::text AS queue, NULL::integer AS size_limit, NULL::text AS scope,
+       NULL::integer AS size, NULL::integer AS item
+FROM (SELECT array_agg(id ORDER BY id) AS ids FROM inserted HAVING count(*) > 0) AS made
 WHERE (SELECT count(*) FROM woken) >= 0
 UNION ALL
-SELECT NULL, NULL, environment, queue, size_limit, scope, size, NULL FROM rejected;
+SELECT NULL, NULL, NULL, environment, queue, size_limit, scope, size, NULL FROM rejected;
 
 -- name: trigger_keyed_runs
 -- Requests with an idempotency key or debounce, decided under locks taken in the global lock
 -- order (sql/trigger_keyed.sql). The same JSON parameter as insert_runs, with the keys. Rows
 -- come back in request order; a rejection (queue full) is a single row with a NULL id naming
 -- the first request that did not fit, and nothing was written.
-SELECT id, outcome, environment, queue, size_limit, scope, size, item
+SELECT id, NULL::bigint[] AS ids, outcome, environment, queue, size_limit, scope, size, item
 FROM {schema}.trigger_keyed_runs(%(runs)s::jsonb);

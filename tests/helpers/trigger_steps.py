@@ -21,6 +21,14 @@ def start_many(session: Session, requests: Sequence[TriggerRequest]) -> Future[R
     return session.start(statement.sql, dict(statement.params or {}))
 
 
+def made(rows: Rows) -> list[int]:
+    """The runs a call made or found, from either statement's rows (the plain one returns its
+    ids as one array, the keyed one a row per request); fails on a refusal."""
+    assert rows, "the call returned no row"
+    assert all(row[0] is not None or row[1] is not None for row in rows), f"refused: {rows}"
+    return [int(run) for row in rows for run in (row[1] if row[1] is not None else [row[0]])]
+
+
 def ids_of(rows: Rows) -> list[int]:
     """Run ids in request order from a keyed call's rows (item is the last column)."""
     assert all(row[0] is not None for row in rows), f"a request was refused: {rows}"

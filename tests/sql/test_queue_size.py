@@ -208,5 +208,5 @@ def test_a_trigger_waits_for_the_limit_and_counts_the_holders_run(
         rows = second.result()
         b.commit()
     # One row: no run, the limit passed, and (keyed) the request that did not fit.
-    assert [row[:7] for row in rows] == [(None, None, "acme", "mail", 1, scope, 1)]
+    assert [row[:8] for row in rows] == [(None, None, None, "acme", "mail", 1, scope, 1)]
     assert waiting(db) == 1

@@ -51,11 +51,13 @@ def trigger_statement(
 
 
 def ids_in_order(requests: Sequence[TriggerRequest], rows: Sequence[TriggerRow]) -> list[int]:
-    """Run ids in request order, or the typed error of a rejected trigger (one row with no
-    id). The keyed statement numbers its rows with the request index (``item``); the plain one
-    inserts in request order, so there sorted ids follow it."""
+    """Run ids in request order, or the typed error of a rejected trigger (a row with no id).
+    The plain statement returns them in one row, in request order; the keyed one a row per
+    request, numbered with its index (``item``)."""
     made: list[tuple[int, int]] = []
     for row in rows:
+        if row.ids is not None:
+            return row.ids
         if row.id is None:
             raise _size_error(requests, row)
         made.append((row.id if row.item is None else row.item, row.id))
