@@ -35,6 +35,9 @@ MAX_ATTEMPTS_CEILING = 250
 NOT_TAGS = "must be a collection of strings (a list, tuple or set)"
 # Priorities are stored as PostgreSQL integers.
 MAX_PRIORITY = 2**31 - 1
+# Run ids and attempts are PostgreSQL bigints.
+MAX_ID = 2**63 - 1
+POSITIVE = "must be a positive integer"
 # The queue of batch carriers: not open to triggers, since its runs count toward no limit of
 # their environment.
 BATCH_QUEUE = "__batches__"
@@ -83,8 +86,6 @@ def _check_integer(option: str, value: object, low: int, high: int, wanted: str)
 def _check_tags(tags: object) -> None:
     """A collection of strings; NUL or bad Unicode inside a tag is left to the JSON encoder,
     which refuses it as a ``PayloadError``."""
-    if tags is None:
-        return
     if isinstance(tags, str | bytes | Mapping) or not isinstance(tags, Collection):
         raise TriggerOptionError("tags", tags, NOT_TAGS)
     if len(tags) > MAX_TAGS:
@@ -123,10 +124,12 @@ def check_request(request: TriggerRequest) -> None:
     _check_integer(
         "priority", request.priority, -MAX_PRIORITY, MAX_PRIORITY, "must be a 32-bit integer"
     )
-    _check_tags(request.tags)
+    if request.tags is not None:
+        _check_tags(request.tags)
     if request.metadata is not None and not isinstance(request.metadata, Mapping):
         raise TriggerOptionError("metadata", request.metadata, "must be a mapping (a JSON object)")
-    for option in ("parent_run_id", "parent_attempt"):
-        value = getattr(request, option)
-        if value is not None:
-            _check_integer(option, value, 1, 2**63 - 1, "must be a positive integer")
+    # Written out, not looped over by name: most requests give neither, and this runs per run.
+    if request.parent_run_id is not None:
+        _check_integer("parent_run_id", request.parent_run_id, 1, MAX_ID, POSITIVE)
+    if request.parent_attempt is not None:
+        _check_integer("parent_attempt", request.parent_attempt, 1, MAX_ID, POSITIVE)

@@ -99,26 +99,36 @@ def _fields(request: TriggerRequest) -> dict[str, Any]:
     refused one is the one named; a bulk trigger's requests mostly give none, and an option
     not given costs one comparison."""
     check_request(request)
-    delay, delay_until, debounce = _start(request)
     fields: dict[str, Any] = {
         "environment": request.environment, "queue": request.queue, "task": request.task,
         "priority": request.priority,
     }  # fmt: skip
+    if request.delay is None and request.debounce is None:
+        # Most requests start at once: nothing to work out.
+        _add_run_options(request, fields)
+        if request.idempotency_key is not None:
+            _add_idempotency(request, fields)
+        return fields
+    delay, delay_until, debounce = _start(request)
     if delay is not None:
         fields["delay_s"] = delay
     if delay_until is not None:
         fields["delay_until"] = delay_until.isoformat()
     _add_run_options(request, fields)
     if request.idempotency_key is not None:
-        fields["idempotency_key"], idempotency_ttl = _idempotency(request)
-        if idempotency_ttl is not None:
-            fields["idempotency_ttl_s"] = idempotency_ttl
+        _add_idempotency(request, fields)
     if debounce is not None:
         fields.update(debounce_key=debounce.key, debounce_delay_s=debounce.delay_s,
                       debounce_trailing=debounce.trailing)  # fmt: skip
         if debounce.max_delay_s is not None:
             fields["debounce_max_delay_s"] = debounce.max_delay_s
     return fields
+
+
+def _add_idempotency(request: TriggerRequest, fields: dict[str, Any]) -> None:
+    fields["idempotency_key"], idempotency_ttl = _idempotency(request)
+    if idempotency_ttl is not None:
+        fields["idempotency_ttl_s"] = idempotency_ttl
 
 
 def _start(request: TriggerRequest) -> tuple[float | None, datetime | None, DebounceParams | None]:
@@ -148,20 +158,24 @@ def _add_run_options(request: TriggerRequest, fields: dict[str, Any]) -> None:
         fields["parent_run_id"] = request.parent_run_id
 
 
-def _json_values(request: TriggerRequest) -> dict[str, Any]:
-    """The request's JSON values, checked for depth (the one check the fast path below cannot
-    make on the encoded array)."""
-    values: dict[str, Any] = {"payload": request.payload}
+# The JSON values of a request's object, after its scalar fields.
+_JSON_KEYS = ("payload", "tags", "metadata")
+
+
+def _add_json_values(request: TriggerRequest, row: dict[str, Any]) -> None:
+    """Add the request's JSON values to its row, checked for depth (the one check the fast
+    path below cannot make on the encoded array)."""
+    row["payload"] = _shallow("payload", request.payload)
     if request.tags is not None:
-        values["tags"] = list(request.tags)
+        row["tags"] = _shallow("tags", list(request.tags))
     if request.metadata is not None:
-        values["metadata"] = dict(request.metadata)
-    for what, value in values.items():
-        if too_deep(value):
-            raise PayloadError(
-                f"{what} nests arrays and objects deeper than {MAX_JSON_DEPTH} levels"
-            )
-    return values
+        row["metadata"] = _shallow("metadata", dict(request.metadata))
+
+
+def _shallow(what: str, value: Any) -> Any:
+    if too_deep(value):
+        raise PayloadError(f"{what} nests arrays and objects deeper than {MAX_JSON_DEPTH} levels")
+    return value
 
 
 def _row_text(request: TriggerRequest, fields: dict[str, Any]) -> str:
@@ -187,22 +201,24 @@ def insert_params(requests: Iterable[TriggerRequest]) -> dict[str, str]:
     encoding of each value on its own, which names the request and the value.
     """
     listed = list(requests)
-    checked: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    rows: list[dict[str, Any]] = []
     for index, request in enumerate(listed):
         try:
-            checked.append((_fields(request), _json_values(request)))
+            row = _fields(request)
+            _add_json_values(request, row)
         except PayloadError as error:
             raise PayloadError(str(error), index=index) from None
         except TriggerOptionError as error:
             raise error.at(index) from None
-    rows = [{**fields, **values} for fields, values in checked]
+        rows.append(row)
     try:
         text = json.dumps(rows, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         if "\\u0000" in text:
             raise ValueError("a NUL escape, or an escaped backslash before u0000")
         text.encode("utf-8")
     except (TypeError, ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
-        return {"runs": _each_on_its_own(listed, [fields for fields, _values in checked])}
+        scalars = [{k: v for k, v in row.items() if k not in _JSON_KEYS} for row in rows]
+        return {"runs": _each_on_its_own(listed, scalars)}
     return {"runs": text}
 
 
