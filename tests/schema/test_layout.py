@@ -82,12 +82,12 @@ def test_installed_wheel_reads_its_own_sql_and_migrations(
         """
         import sys, sysconfig
         from pathlib import Path
-        import fairlane, fairlane.schema.migrate, fairlane.engine.sqlfiles
+        import fairlane, fairlane.schema.migrate, fairlane.schema.revisions, fairlane.engine.sqlfiles
 
         site = Path(sysconfig.get_paths()["purelib"]).resolve()
         package = Path(fairlane.__file__).resolve().parent
         sql_dir = Path(str(fairlane.engine.sqlfiles.sql_dir())).resolve()
-        migrations = fairlane.schema.migrate.migrations_dir().resolve()
+        migrations = fairlane.schema.revisions.migrations_dir().resolve()
         assert package == site / "fairlane", package
         assert sql_dir == package / "_sql", sql_dir
         assert migrations == package / "_migrations", migrations

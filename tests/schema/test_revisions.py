@@ -7,17 +7,17 @@ from pathlib import Path
 
 from fairlane.schema import migrate
 from fairlane.schema.check import SCHEMA_REVISION, known_revisions
-from fairlane.schema.revisions import hash_line, revision_drift
+from fairlane.schema.revisions import hash_line, migrations_dir, revision_drift
 
 
 def test_every_revision_is_listed_with_the_hash_it_landed_with() -> None:
-    assert revision_drift(migrate.migrations_dir()) == []
+    assert revision_drift(migrations_dir()) == []
 
 
 def test_an_edited_added_or_removed_revision_is_caught(tmp_path: Path) -> None:
     """The check above means something: a copy of the migrations with each kind of drift."""
     copy = tmp_path / "migrations"
-    shutil.copytree(migrate.migrations_dir(), copy)
+    shutil.copytree(migrations_dir(), copy)
     edited = copy / "versions" / "0004_trigger_options.py"
     edited.write_text(edited.read_text() + "\n# a later edit\n")
     added = copy / "versions" / "0099_unlisted.py"

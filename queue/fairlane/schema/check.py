@@ -19,8 +19,8 @@ from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.engine import engine
 from fairlane.engine.statement import Operation, drive, drive_async
 from fairlane.errors import SchemaMismatchError
-from fairlane.schema.migrate import migrations_dir
 from fairlane.schema.objects import expected_checksums
+from fairlane.schema.revisions import migrations_dir
 
 # The revision this package needs: the head of migrations/versions (a test holds them equal).
 SCHEMA_REVISION = "0016"

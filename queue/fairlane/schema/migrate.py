@@ -8,7 +8,6 @@ forward-only: the only downgrade is to ``base``, which drops every object and ta
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -21,20 +20,13 @@ from psycopg import sql
 from fairlane.config import database_url, psycopg_dsn, schema_name, sqlalchemy_url
 from fairlane.errors import ConfigurationError
 from fairlane.schema.install import InstallResult, drop_objects, install_objects, migration_lock
+from fairlane.schema.revisions import migrations_dir
 from fairlane.schema.tables import VERSION_TABLE
 
 SCHEMA_ATTRIBUTE = "fairlane_schema"
 URL_ATTRIBUTE = "fairlane_url"
 HEAD = "head"
 BASE = "base"
-
-
-def migrations_dir() -> Path:
-    """The alembic script folder: inside the installed wheel, else at the top of the tree."""
-    packaged = Path(__file__).resolve().parents[1] / "_migrations"
-    if packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parents[3] / "migrations"
 
 
 def alembic_config(url: str | None = None, schema: str | None = None) -> Config:

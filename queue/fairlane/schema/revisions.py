@@ -13,6 +13,14 @@ from pathlib import Path
 HASH_FILE = "revisions.sha256"
 
 
+def migrations_dir() -> Path:
+    """The alembic script folder: inside the installed wheel, else at the top of the tree."""
+    packaged = Path(__file__).resolve().parents[1] / "_migrations"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[3] / "migrations"
+
+
 def file_hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
