@@ -39,19 +39,25 @@ $$;
 -- the others). Where a queue or environment has a size limit, check_queue_sizes locks and
 -- counts before any row is inserted; a rejection inserts nothing and comes back as one row
 -- with a NULL id, so the caller's transaction stays usable. Without limits it is not called.
-WITH t AS (
+WITH max_ttl AS (
+    -- Always one row, NULL when the setting is absent.
+    SELECT (SELECT (value #>> '{{}}')::float8 FROM {schema}.settings
+            WHERE name = 'max_ttl_s') AS seconds
+), t AS (
     SELECT r.*,
            CASE WHEN r.delay_until > now() THEN r.delay_until
                 WHEN r.delay_s > 0 THEN now() + make_interval(secs => r.delay_s)
-           END AS start_at
+           END AS start_at,
+           -- The configured maximum fills a missing TTL and caps a larger one (least() skips
+           -- NULLs: without a maximum this is the request's own).
+           least(coalesce(r.ttl_s, max_ttl.seconds), max_ttl.seconds) AS ttl
     FROM {schema}.trigger_requests(%(runs)s::jsonb) AS r
+    CROSS JOIN max_ttl
 ), queues_added AS (
     -- One row per queue of the call, read once from the requests: the settings rows, the size
     -- limits and the wake-ups each read these few rows, not every request again.
     SELECT environment, queue, count(*)::integer AS runs, bool_or(start_at IS NULL) AS queued
     FROM t GROUP BY 1, 2
-), max_ttl AS (
-    SELECT (value #>> '{{}}')::float8 AS seconds FROM {schema}.settings WHERE name = 'max_ttl_s'
 ), new_environments AS (
     INSERT INTO {schema}.environments (name)
     SELECT DISTINCT environment FROM queues_added ORDER BY 1
@@ -92,18 +98,12 @@ WITH t AS (
            coalesce(t.metadata, '{{}}'),
            t.machine,
            t.max_duration_s,
-           ttl.seconds,
+           t.ttl,
            -- Armed now only when the run is enqueued now; a delayed run arms it when promoted.
-           CASE WHEN t.start_at IS NULL AND ttl.seconds IS NOT NULL
-                THEN now() + make_interval(secs => ttl.seconds) END,
+           CASE WHEN t.start_at IS NULL AND t.ttl IS NOT NULL
+                THEN now() + make_interval(secs => t.ttl) END,
            t.parent_run_id
     FROM t
-    LEFT JOIN max_ttl ON true
-    -- The configured maximum fills a missing TTL and caps a larger one.
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN max_ttl.seconds IS NULL THEN t.ttl_s
-                    ELSE least(coalesce(t.ttl_s, max_ttl.seconds), max_ttl.seconds) END
-    ) AS ttl(seconds)
     WHERE NOT EXISTS (SELECT 1 FROM rejected)
     ORDER BY t.ord
     RETURNING id

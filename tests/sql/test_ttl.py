@@ -56,6 +56,7 @@ def test_max_ttl_fills_a_missing_ttl_and_caps_a_larger_one(db: psycopg.Connectio
     assert ttl_of(db, trigger(db, "t", None, ttl=10))[0] == 10
     maintenance.set_setting(db, "max_ttl_s", None)
     assert ttl_of(db, trigger(db, "t", None))[0] is None
+    assert ttl_of(db, trigger(db, "t", None, ttl=3600))[0] == 3600
 
 
 def test_ttl_is_armed_when_a_delayed_run_is_first_enqueued(db: psycopg.Connection[Any]) -> None:
