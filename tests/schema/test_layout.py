@@ -82,7 +82,8 @@ def test_installed_wheel_reads_its_own_sql_and_migrations(
         """
         import sys, sysconfig
         from pathlib import Path
-        import fairlane, fairlane.schema.migrate, fairlane.schema.revisions, fairlane.engine.sqlfiles
+        import fairlane, fairlane.engine.sqlfiles
+        import fairlane.schema.migrate, fairlane.schema.revisions
 
         site = Path(sysconfig.get_paths()["purelib"]).resolve()
         package = Path(fairlane.__file__).resolve().parent
