@@ -59,13 +59,14 @@ SITTING = [
         "error": "exit 1",
         "cmd": "python pgqueuer_bench.py latency",
     },
-    drain("drain/best", 100000, 20000),
+    drain("drain/best", 100000, 20000, enqueue_runs_per_s=91000),
     peer("graphile", "tuned", 100000, 21000),
     peer("pgqueuer", "batch100", 100000, 8000),
     drain(
         "drain/best",
         1000000,
         18000,
+        enqueue_runs_per_s=105000,
         runs_table_bytes_before=250_000_000,
         runs_table_bytes_after=40_000_000,
         runs_index_bytes_before=120_000_000,
@@ -73,7 +74,7 @@ SITTING = [
         runs_table_bytes_pruned=25_000,
         runs_index_bytes_pruned=180_000_000,
     ),
-    peer("graphile", "tuned", 1000000, 59000),
+    peer("graphile", "tuned", 1000000, 59000, enqueue=84000),
     # a second repetition of the 20k best drain: the cell shows the median and both runs
     drain("drain/best", 20000, 25000),
 ]
@@ -112,6 +113,14 @@ def test_workload_rows_hold_medians_with_each_run_in_brackets() -> None:
     assert table["bulk enqueue 20k, 1,000 per call (runs/s)"] == [
         "60,000", "from tuned: 75,000", "from batch100: 69,873",
     ]  # fmt: skip
+    # Above the enqueue step's size, every side's bulk enqueue is the one that filled its drain.
+    assert table["bulk enqueue 100k before the best drain, 1,000 per call (runs/s)"] == [
+        "from 400/200: 91,000", "from tuned: 70,000", "from batch100: 70,000",
+    ]  # fmt: skip
+    assert table["bulk enqueue 1M before the best drain, 1,000 per call (runs/s)"] == [
+        "from 400/200: 105,000", "from tuned: 84,000", "\u2013",
+    ]  # fmt: skip
+    assert "bulk enqueue 20k before the best drain, 1,000 per call (runs/s)" not in table
     assert table["pickup p50 / p99 (ms)"] == ["3.00 / 5.00", "4.40 / 10.80", "failed (exit 1)"]
 
 
@@ -121,6 +130,8 @@ def test_ratio_rows_are_those_the_targets_are_stated_in() -> None:
     assert table["fairlane ÷ peer, drain 1M best"] == ["", "0.31x", ""]
     assert table["fairlane ÷ peer, drain 20k concurrency 10"] == ["", "2.00x", "2.67x"]
     assert table["fairlane ÷ peer, bulk enqueue 20k"] == ["", "0.80x", "0.86x"]
+    assert table["fairlane ÷ peer, bulk enqueue 100k before the drain"] == ["", "1.30x", "1.30x"]
+    assert table["fairlane ÷ peer, bulk enqueue 1M before the drain"] == ["", "1.25x", ""]
     assert table["fairlane ÷ peer, pickup p50 / p99"] == ["", "0.68x / 0.46x", ""]
     assert table["drain 100k ÷ drain 20k, best setting"] == ["0.83x", "0.44x", "0.40x"]
     assert table["drain 1M ÷ drain 100k, best setting"] == ["0.90x", "2.81x", ""]

@@ -21,6 +21,8 @@ class Side:
     c10: str  # case of the drain at concurrency 10
     rate_field: str  # a drain line's runs per second, timed from the first handler call
     enqueue_field: str  # a line's bulk enqueue rate (fairlane: its own enqueue step)
+    # A drain line's rate of the bulk enqueue (1,000 per call) that queued its runs.
+    filling_field: str
     max_best_size: int | None = None  # larger drains are not run (minutes each)
     script: str = ""  # the harness file that runs a peer's steps
     runtime: str = ""  # "python" or "node": the harness interpreter the script needs
@@ -34,6 +36,7 @@ FAIRLANE = Side(
     c10="drain/c10",
     rate_field="process_runs_per_s",
     enqueue_field="runs_per_s",
+    filling_field="enqueue_runs_per_s",
 )
 GRAPHILE = Side(
     name="graphile",
@@ -42,6 +45,7 @@ GRAPHILE = Side(
     c10="throughput/c10",
     rate_field="process_jobs_per_s",
     enqueue_field="enqueue_jobs_per_s",
+    filling_field="enqueue_jobs_per_s",
     script="graphile_bench.js",
     runtime="node",
     package="graphile-worker",
@@ -53,6 +57,7 @@ PGQUEUER = Side(
     c10="throughput/c10",
     rate_field="process_jobs_per_s",
     enqueue_field="enqueue_jobs_per_s",
+    filling_field="enqueue_jobs_per_s",
     # The harness stops at 100k for PgQueuer: about 8k jobs/s there, two minutes at 1M.
     max_best_size=100_000,
     script="pgqueuer_bench.py",

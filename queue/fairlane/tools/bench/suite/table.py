@@ -75,6 +75,10 @@ def _workload_rows(results: Results) -> list[Row]:
     for size in results.sizes(FAIRLANE, ENQUEUE):
         cells = [_enqueue_cell(results, side, size) for side in SIDES]
         rows.append((f"bulk enqueue {size_text(size)}, 1,000 per call (runs/s)", cells))
+    for size in _filling_sizes(results):
+        cells = [_filling_cell(results, side, size) for side in SIDES]
+        title = f"bulk enqueue {size_text(size)} before the best drain, 1,000 per call (runs/s)"
+        rows.append((title, cells))
     if any(results.sizes(side, LATENCY) for side in SIDES):
         rows.append(("pickup p50 / p99 (ms)", [_latency_cell(results, side) for side in SIDES]))
     return rows
@@ -125,6 +129,25 @@ def _enqueue_cell(results: Results, side: Side, size: int) -> str:
     return results.cell(side, side.best, size, field_value(side.enqueue_field), _rate, prefix)
 
 
+def _filling_sizes(results: Results) -> list[int]:
+    """The best drains' sizes that the enqueue step does not cover: every side times the bulk
+    enqueue that fills a drain (the peers' enqueue figures all come from there)."""
+    measured = set(results.sizes(FAIRLANE, ENQUEUE))
+    return [
+        size for size in _sizes(results, "best")
+        if size not in measured and any(
+            side.filling_field in line for side in SIDES
+            for line in results.lines(side, side.best, size)
+        )
+    ]  # fmt: skip
+
+
+def _filling_cell(results: Results, side: Side, size: int) -> str:
+    lines = results.lines(side, side.best, size)
+    prefix = f"from {_setting(lines)}" if lines else ""
+    return results.cell(side, side.best, size, field_value(side.filling_field), _rate, prefix)
+
+
 def _latency_cell(results: Results, side: Side) -> str:
     p50 = results.cell(side, LATENCY, 0, P50, _ms)
     p99 = results.cell(side, LATENCY, 0, P99, _ms)
@@ -149,6 +172,13 @@ def _enqueue_and_pickup_ratios(results: Results) -> list[Row]:
             for peer in PEERS
         ]
         rows.append((f"fairlane ÷ peer, bulk enqueue {size_text(size)}", cells))
+    for size in _filling_sizes(results):
+        ours = results.median(FAIRLANE, FAIRLANE.best, size, field_value(FAIRLANE.filling_field))
+        cells = [""] + [
+            _ratio(ours, results.median(peer, peer.best, size, field_value(peer.filling_field)))
+            for peer in PEERS
+        ]
+        rows.append((f"fairlane ÷ peer, bulk enqueue {size_text(size)} before the drain", cells))
     pickup = [""]
     for peer in PEERS:
         p50, p99 = (_pickup_ratio(results, peer, value) for value in (P50, P99))
