@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from fairlane.engine.statement import ByColumns
 from fairlane.models import ClaimedRun, Run, RunStatus
@@ -17,6 +19,18 @@ def run_from_row(row: Mapping[str, Any]) -> Run:
     return Run(**values)
 
 
+def _claimed_run(
+    id: int, lease_token: UUID, task: str, payload: Any, attempts: int, max_attempts: int,
+    environment: str, queue: str, metadata: dict[str, Any] | None, machine: str | None,
+    max_duration_s: float | None, queue_order: datetime | None,
+) -> ClaimedRun:  # fmt: skip
+    # The claim sends empty metadata as NULL (sql/scheduling/claim.sql); a run's own dict.
+    return ClaimedRun(
+        id, lease_token, task, payload, attempts, max_attempts, environment, queue,
+        {} if metadata is None else metadata, machine, max_duration_s, queue_order,
+    )  # fmt: skip
+
+
 # A ``ClaimedRun`` from a row of the ``claim_runs`` statement: its fields in order, ``attempts``
 # for ``attempt``.
 claimed_from_row = ByColumns(
@@ -24,5 +38,5 @@ claimed_from_row = ByColumns(
         "id", "lease_token", "task", "payload", "attempts", "max_attempts", "environment",
         "queue", "metadata", "machine", "max_duration_s", "queue_order",
     ),
-    ClaimedRun,
+    _claimed_run,
 )  # fmt: skip
