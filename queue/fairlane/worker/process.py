@@ -16,9 +16,9 @@ promoted, which in turn set off full collections that found nothing to free. A y
 threshold of 10,000 let most runs end before they were walked: in 200,000-run drains at
 2000/1000, interleaved, 28 full collections (0.8 s) became one, and the worker's CPU per run
 went from 39.5 and 36.8 us to 31.1 and 34.1. The count is of objects allocated and not yet
-freed, and at the larger claims the worker makes now (4000/2000) what a drain holds alive
-since the freeze (runner tasks, runs in flight, their rows) reached about 200,000 with
-collections off: at 10,000 the young collections still walked and promoted them. At 100,000,
+freed, and at the benchmarks' best setting since (4000 runners, claims of 2000) what a drain
+holds alive after the freeze (runner tasks, runs in flight, their rows) reached about 200,000
+with collections off: at 10,000 the young collections still walked and promoted them. At 100,000,
 100k drains at 4000/2000, three interleaved rounds, ran at 56,330 · 55,317 · 59,258 runs/s
 with 10.3-10.9 us of worker CPU per run, against 54,517 · 53,772 · 51,692 and 11.6-11.8 us at
 10,000; peak memory (118 MB), pickup latency and the drain at concurrency 10 the same either
