@@ -103,20 +103,12 @@ def _fields(request: TriggerRequest) -> dict[str, Any]:
         "environment": request.environment, "queue": request.queue, "task": request.task,
         "priority": request.priority,
     }  # fmt: skip
-    if request.delay is None and request.debounce is None:
-        # Most requests start at once: nothing to work out.
-        _add_run_options(request, fields)
-        if request.idempotency_key is not None:
-            _add_idempotency(request, fields)
-        return fields
-    delay, delay_until, debounce = _start(request)
-    if delay is not None:
-        fields["delay_s"] = delay
-    if delay_until is not None:
-        fields["delay_until"] = delay_until.isoformat()
+    debounce = _add_start(request, fields)
     _add_run_options(request, fields)
     if request.idempotency_key is not None:
-        _add_idempotency(request, fields)
+        fields["idempotency_key"], idempotency_ttl = _idempotency(request)
+        if idempotency_ttl is not None:
+            fields["idempotency_ttl_s"] = idempotency_ttl
     if debounce is not None:
         fields.update(debounce_key=debounce.key, debounce_delay_s=debounce.delay_s,
                       debounce_trailing=debounce.trailing)  # fmt: skip
@@ -125,10 +117,17 @@ def _fields(request: TriggerRequest) -> dict[str, Any]:
     return fields
 
 
-def _add_idempotency(request: TriggerRequest, fields: dict[str, Any]) -> None:
-    fields["idempotency_key"], idempotency_ttl = _idempotency(request)
-    if idempotency_ttl is not None:
-        fields["idempotency_ttl_s"] = idempotency_ttl
+def _add_start(request: TriggerRequest, fields: dict[str, Any]) -> DebounceParams | None:
+    """The request's delay or start time, checked, into its fields; its debounce, if any."""
+    if request.delay is None and request.debounce is None:
+        # Most requests start at once: nothing to work out.
+        return None
+    delay, delay_until, debounce = _start(request)
+    if delay is not None:
+        fields["delay_s"] = delay
+    if delay_until is not None:
+        fields["delay_until"] = delay_until.isoformat()
+    return debounce
 
 
 def _start(request: TriggerRequest) -> tuple[float | None, datetime | None, DebounceParams | None]:

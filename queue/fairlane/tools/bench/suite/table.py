@@ -167,17 +167,11 @@ def _enqueue_and_pickup_ratios(results: Results) -> list[Row]:
     rows: list[Row] = []
     for size in results.sizes(FAIRLANE, ENQUEUE):
         ours = results.median(FAIRLANE, ENQUEUE, size, field_value(FAIRLANE.enqueue_field))
-        cells = [""] + [
-            _ratio(ours, results.median(peer, peer.best, size, field_value(peer.enqueue_field)))
-            for peer in PEERS
-        ]
+        cells = _enqueue_against_peers(results, ours, size, "enqueue_field")
         rows.append((f"fairlane ÷ peer, bulk enqueue {size_text(size)}", cells))
     for size in _filling_sizes(results):
         ours = results.median(FAIRLANE, FAIRLANE.best, size, field_value(FAIRLANE.filling_field))
-        cells = [""] + [
-            _ratio(ours, results.median(peer, peer.best, size, field_value(peer.filling_field)))
-            for peer in PEERS
-        ]
+        cells = _enqueue_against_peers(results, ours, size, "filling_field")
         rows.append((f"fairlane ÷ peer, bulk enqueue {size_text(size)} before the drain", cells))
     pickup = [""]
     for peer in PEERS:
@@ -185,6 +179,17 @@ def _enqueue_and_pickup_ratios(results: Results) -> list[Row]:
         pickup.append(f"{p50} / {p99}" if p50 and p99 else "")
     rows.append(("fairlane ÷ peer, pickup p50 / p99", pickup))
     return rows
+
+
+def _enqueue_against_peers(
+    results: Results, ours: float | None, size: int, field: str
+) -> list[str]:
+    """fairlane's enqueue rate ÷ each peer's (read from its best drain's lines, ``field`` of
+    its ``Side``), after fairlane's empty cell."""
+    return [""] + [
+        _ratio(ours, results.median(peer, peer.best, size, field_value(getattr(peer, field))))
+        for peer in PEERS
+    ]
 
 
 def _pickup_ratio(results: Results, peer: Side, value: Value) -> str:
