@@ -1,4 +1,4 @@
--- The database-side metric series. Each reads partial indexes only (runs_executing_idx,
+-- The database-side metric series. Each reads partial indexes only (runs_held_idx,
 -- runs_queued_idx, runs_delayed_queue_idx), never the runs table's finished history, so a
 -- scrape costs the same with 1M finished runs as with none.
 

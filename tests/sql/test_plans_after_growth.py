@@ -138,3 +138,30 @@ async def test_a_worker_started_on_an_empty_table_never_scans_it(
     # A session's statistics reach the views when it ends.
     await wait_until(lambda: worker_sessions(db) == 0, what="the worker's sessions ended")
     assert runs_table_scans(db) == 0
+
+
+async def test_the_lease_reclaim_walks_the_held_runs_index_and_marks_ended_runs(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """The reclaim finds lapsed leases through runs_held_idx in a plain index scan (which
+    marks the entries of runs that ended dead as it passes; a bitmap scan marks none), also in
+    a session that planned it on an empty table, and reclaims exactly the lapsed runs."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        for _ in range(12):
+            await conn.execute("SELECT fairlane.reclaim_expired_leases()")
+        db.execute(GROW)
+        db.execute(
+            "UPDATE fairlane.runs SET lease_until = now() - interval '1 second'"
+            " WHERE id IN (SELECT id FROM fairlane.runs WHERE task = 'busy' ORDER BY id LIMIT 7)"
+        )
+        plans = await log_nested_plans(conn)
+        cursor = await conn.execute("SELECT fairlane.reclaim_expired_leases()")
+        outcome = await cursor.fetchone()
+    assert outcome is not None
+    assert outcome[0]["requeued"] == 7, outcome
+    reclaims = [plan for plan in plans if "lease_until < now()" in plan]
+    assert reclaims, plans
+    for plan in reclaims:
+        assert "Index Scan using runs_held_idx" in plan, plan
+        assert "Bitmap" not in plan, plan
+        assert "Seq Scan" not in plan, plan

@@ -181,16 +181,24 @@ def test_transitions(
     dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Each state change reports what it wrote; a claim is not HOT (status is in the partial
-    indexes' predicates), so every run gets a new entry in the primary key and the two indexes
-    of running runs."""
+    indexes' predicates), so every run gets a new entry in the primary key and the index of held
+    runs; a heartbeat changes no indexed column, so it can be HOT."""
     before = bench_databases(db)
     result = bench(capsys, "transitions", "--dsn", dsn, "--runs", "50")
     by_name = {figures["transition"]: figures for figures in result["transitions"]}
-    assert list(by_name) == ["trigger", "claim", "complete", "fail_retry"]
+    assert list(by_name) == ["trigger", "claim", "heartbeat", "complete", "fail_retry"]
     assert by_name["trigger"]["index_entries_per_run"] == {"runs_pkey": 1.0, "runs_queued_idx": 1.0}
-    assert by_name["claim"]["index_entries_per_run"] == {
-        "runs_executing_idx": 1.0, "runs_leased_idx": 1.0, "runs_pkey": 1.0,
-    }  # fmt: skip
+    assert by_name["claim"]["index_entries_per_run"] == {"runs_held_idx": 1.0, "runs_pkey": 1.0}
+    assert by_name["claim"]["hot_updates_per_run"] == 0.0
+    # HOT wherever the run's page has room for the new version (the claim's versions filled
+    # some of these few pages); a version moved to another page takes at most the two entries
+    # (fewer when a page about to split drops dead ones).
+    heartbeat = by_name["heartbeat"]
+    assert heartbeat["hot_updates_per_run"] > 0
+    assert set(heartbeat["index_entries_per_run"]) <= {"runs_held_idx", "runs_pkey"}
+    for entries in heartbeat["index_entries_per_run"].values():
+        assert entries <= 1.0 - heartbeat["hot_updates_per_run"] + 1e-9
+    assert by_name["complete"]["hot_updates_per_run"] == 0.0
     assert by_name["complete"]["index_entries_per_run"]["runs_prunable_idx"] == 1.0
     assert all(figures["wal_bytes_per_run"] > 0 for figures in by_name.values())
     assert bench_databases(db) == before

@@ -113,12 +113,14 @@ def _runs(metadata: MetaData) -> Table:
             "id",
             postgresql_where=text("status = 'QUEUED'"),
         ),
-        # Slots are derived from this index: a run holds a slot exactly while EXECUTING.
+        # The runs workers hold under a lease. Slots are derived from it (a run holds a slot
+        # exactly while EXECUTING), and the lease reclaim walks it for lapsed leases. The lease's
+        # end is in no index, so a heartbeat can be a HOT update.
         Index(
-            "runs_executing_idx",
+            "runs_held_idx",
             "environment",
             "queue",
-            postgresql_where=text("status = 'EXECUTING'"),
+            postgresql_where=text("status IN ('EXECUTING', 'WAITING')"),
         ),
         Index("runs_delayed_idx", "available_at", postgresql_where=text("status = 'DELAYED'")),
         Index(
@@ -156,11 +158,6 @@ def _runs(metadata: MetaData) -> Table:
         ),
         Index(
             "runs_parent_idx", "parent_run_id", postgresql_where=text("parent_run_id IS NOT NULL")
-        ),
-        Index(
-            "runs_leased_idx",
-            "lease_until",
-            postgresql_where=text("status IN ('EXECUTING', 'WAITING')"),
         ),
         # Ready runs keep room reserved in their queue: claims leave it to them.
         Index(

@@ -8,9 +8,10 @@ on the runs table, before and after (an UPDATE that is not HOT adds an entry to 
 whose predicate the new row version satisfies; old entries stay until vacuum, or until a page
 about to split deletes the dead versions bottom-up).
 
-Transitions: trigger (insert QUEUED), claim (QUEUED → EXECUTING), complete (EXECUTING →
-COMPLETED); then, on a second set of runs, fail with a retry (EXECUTING → DELAYED). Needs the
-pageinspect extension (PostgreSQL's contrib; superuser), created in the benchmark's database.
+Transitions: trigger (insert QUEUED), claim (QUEUED → EXECUTING), heartbeat (the lease
+extended: a HOT update where the run's page has room), complete (EXECUTING → COMPLETED); then,
+on a second set of runs, fail with a retry (EXECUTING → DELAYED). Needs the pageinspect
+extension (PostgreSQL's contrib; superuser), created in the benchmark's database.
 """
 
 from __future__ import annotations
@@ -47,10 +48,18 @@ ORDER BY c.relname
 """
 
 EXPLAIN: LiteralString = "EXPLAIN (ANALYZE, WAL, BUFFERS, FORMAT JSON) "
+# HOT updates of runs this session has not yet reported to the statistics (so read before and
+# after a statement in one transaction: the difference is the statement's).
+HOT_UPDATES_SQL = "SELECT pg_stat_get_xact_tuples_hot_updated('fairlane.runs'::regclass)"
 
 
 def index_entries(conn: psycopg.Connection[Any]) -> dict[str, int]:
     return {str(name): int(count) for name, count in conn.execute(INDEX_ENTRIES_SQL).fetchall()}
+
+
+def _hot_updates(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(HOT_UPDATES_SQL).fetchone()
+    return int(row[0]) if row else 0
 
 
 def measure(
@@ -60,7 +69,9 @@ def measure(
     before = index_entries(conn)
     started = time.perf_counter()
     with conn.transaction():
+        hot_before = _hot_updates(conn)
         (row,) = conn.execute(EXPLAIN + statement.sql, statement.params).fetchall()
+        hot = _hot_updates(conn) - hot_before
     seconds = time.perf_counter() - started
     plan = (row[0] if isinstance(row[0], list) else json.loads(row[0]))[0]
     top = plan["Plan"]
@@ -74,6 +85,7 @@ def measure(
         "wal_records_per_run": round(top.get("WAL Records", 0) / runs, 2),
         "wal_bytes_per_run": round(top.get("WAL Bytes", 0) / runs, 1),
         "wal_fpi_per_run": round(top.get("WAL FPI", 0) / runs, 3),
+        "hot_updates_per_run": round(hot / runs, 2),
         "buffers_per_run": round(
             (top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)) / runs, 2
         ),
@@ -107,6 +119,8 @@ def transitions(dsn: str, runs: int) -> list[dict[str, Any]]:
         figures.append(measure(conn, "trigger", trigger_statement(requests, schema=SCHEMA), runs))
         figures.append(measure(conn, "claim", claim, runs))
         ids, tokens = _claimed(conn, runs)
+        heartbeat = sections.leases.heartbeat(ids, tokens, 30.0)
+        figures.append(measure(conn, "heartbeat", heartbeat, runs))
         complete = sections.leases.complete(ids, tokens, ["null"] * runs)
         figures.append(measure(conn, "complete", complete, runs))
         rows(conn, trigger_statement(requests, schema=SCHEMA))
