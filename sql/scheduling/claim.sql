@@ -29,11 +29,15 @@
 
 -- function: slot_holders
 -- The runs holding (or owed) a slot in an environment: EXECUTING ones, and WAITING ones whose
--- waitpoints completed, so that they resume ahead of fresh work.
+-- waitpoints completed, so that they resume ahead of fresh work. Plain index scans: they mark
+-- the entries of runs that ended dead as they pass them, so the next count skips them, where a
+-- bitmap scan marks none and fetched every run the environment ended since the last vacuum
+-- (50 capped environments drained 200,000 runs 15 % slower that way).
 CREATE OR REPLACE FUNCTION {schema}.slot_holders(env_name text)
 RETURNS TABLE (queue text)
 LANGUAGE plpgsql
 STABLE
+SET enable_bitmapscan = off
 AS $$
 BEGIN
     RETURN QUERY

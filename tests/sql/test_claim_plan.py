@@ -66,3 +66,24 @@ async def test_claim_never_scans_the_runs_table(dsn: str, db: psycopg.Connection
     started = "SELECT count(*) FROM fairlane.runs WHERE status <> 'QUEUED' AND ttl_s = %s"
     assert db.execute(started, (1,)).fetchone() == (0,), "a run past its TTL was started"
     assert db.execute(started, (3600,)).fetchone() != (0,)
+
+
+async def test_slot_counts_walk_the_held_runs_index_plainly(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """A capped environment's slot count reads runs_held_idx in a plain index scan: one that
+    marks the entries of runs that ended dead as it passes them, so the counts of a deep drain
+    do not fetch every run it ended since the last vacuum again (a bitmap scan marks none)."""
+    db.execute(FILL)
+    db.execute("UPDATE fairlane.environments SET concurrency_limit = 900 WHERE name = 'env-1'")
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        store = LeaseStore("fairlane", lease_seconds=30, worker_id="plan")
+        assert len(await store.claim(conn, 800, environments=["env-1"])) == 800
+        db.execute("ANALYZE fairlane.runs")
+        plans = await log_nested_plans(conn)
+        assert await store.claim(conn, 20, environments=["env-1"])
+    counts = [plan for plan in plans if "'EXECUTING'" in plan and "env_name" in plan]
+    assert counts, plans
+    for plan in counts:
+        assert "Index Scan using runs_held_idx" in plan, plan
+        assert "Bitmap" not in plan, plan
