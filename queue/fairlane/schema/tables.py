@@ -114,11 +114,13 @@ def _runs(metadata: MetaData) -> Table:
             postgresql_where=text("status = 'QUEUED'"),
         ),
         # The runs workers hold under a lease. Slots are derived from it (a run holds a slot
-        # exactly while EXECUTING), and the lease reclaim walks it for lapsed leases. The lease's
-        # end is in no index, so a heartbeat can be a HOT update.
+        # exactly while EXECUTING: the status key skips an environment's waiting runs), and the
+        # lease reclaim walks it for lapsed leases. The lease's end is in no index, so a
+        # heartbeat can be a HOT update.
         Index(
             "runs_held_idx",
             "environment",
+            "status",
             "queue",
             postgresql_where=text("status IN ('EXECUTING', 'WAITING')"),
         ),
