@@ -20,8 +20,8 @@ class Side:
     best: str  # case of the drain at the side's high-throughput setting
     c10: str  # case of the drain at concurrency 10
     rate_field: str  # a drain line's runs per second, timed from the first handler call
-    enqueue_field: str  # a line's bulk enqueue rate (fairlane: its own enqueue step)
-    # A drain line's rate of the bulk enqueue (1,000 per call) that queued its runs.
+    # A drain line's rate of the bulk enqueue (1,000 per call) that queued its runs: a peer's
+    # enqueue figures all come from there (fairlane's at the enqueue step's size: ENQUEUE_RATE).
     filling_field: str
     max_best_size: int | None = None  # larger drains are not run (minutes each)
     script: str = ""  # the harness file that runs a peer's steps
@@ -35,7 +35,6 @@ FAIRLANE = Side(
     best="drain/best",
     c10="drain/c10",
     rate_field="process_runs_per_s",
-    enqueue_field="runs_per_s",
     filling_field="enqueue_runs_per_s",
 )
 GRAPHILE = Side(
@@ -44,7 +43,6 @@ GRAPHILE = Side(
     best="throughput/tuned",
     c10="throughput/c10",
     rate_field="process_jobs_per_s",
-    enqueue_field="enqueue_jobs_per_s",
     filling_field="enqueue_jobs_per_s",
     script="graphile_bench.js",
     runtime="node",
@@ -56,7 +54,6 @@ PGQUEUER = Side(
     best="throughput/batch100",
     c10="throughput/c10",
     rate_field="process_jobs_per_s",
-    enqueue_field="enqueue_jobs_per_s",
     filling_field="enqueue_jobs_per_s",
     # The harness stops at 100k for PgQueuer: about 8k jobs/s there, two minutes at 1M.
     max_best_size=100_000,
@@ -68,6 +65,8 @@ PEERS = (GRAPHILE, PGQUEUER)
 SIDES = (FAIRLANE, *PEERS)
 
 ENQUEUE = "enqueue"
+# fairlane's enqueue step's line: its runs per second.
+ENQUEUE_RATE = "runs_per_s"
 LATENCY = "latency"
 TENANTS = (1, 50)
 # The harness's default job count: its labels carry no size suffix at this size.

@@ -23,6 +23,7 @@ from fairlane.tools.bench.suite.results import (
 )
 from fairlane.tools.bench.suite.sides import (
     ENQUEUE,
+    ENQUEUE_RATE,
     FAIRLANE,
     LATENCY,
     PEERS,
@@ -123,10 +124,10 @@ def _setting(lines: list[Line]) -> str:
 
 def _enqueue_cell(results: Results, side: Side, size: int) -> str:
     if side is FAIRLANE:
-        return results.cell(side, ENQUEUE, size, field_value(side.enqueue_field), _rate)
+        return results.cell(side, ENQUEUE, size, field_value(ENQUEUE_RATE), _rate)
     # A peer's bulk enqueue is timed inside its throughput step (the same 1,000 per call).
     prefix = f"from {side.best.rsplit('/', 1)[1]}: "
-    return results.cell(side, side.best, size, field_value(side.enqueue_field), _rate, prefix)
+    return results.cell(side, side.best, size, field_value(side.filling_field), _rate, prefix)
 
 
 def _filling_sizes(results: Results) -> list[int]:
@@ -166,12 +167,12 @@ def _against_peers(results: Results, kind: str, size: int) -> list[str]:
 def _enqueue_and_pickup_ratios(results: Results) -> list[Row]:
     rows: list[Row] = []
     for size in results.sizes(FAIRLANE, ENQUEUE):
-        ours = results.median(FAIRLANE, ENQUEUE, size, field_value(FAIRLANE.enqueue_field))
-        cells = _enqueue_against_peers(results, ours, size, "enqueue_field")
+        ours = results.median(FAIRLANE, ENQUEUE, size, field_value(ENQUEUE_RATE))
+        cells = _enqueue_against_peers(results, ours, size)
         rows.append((f"fairlane ÷ peer, bulk enqueue {size_text(size)}", cells))
     for size in _filling_sizes(results):
         ours = results.median(FAIRLANE, FAIRLANE.best, size, field_value(FAIRLANE.filling_field))
-        cells = _enqueue_against_peers(results, ours, size, "filling_field")
+        cells = _enqueue_against_peers(results, ours, size)
         rows.append((f"fairlane ÷ peer, bulk enqueue {size_text(size)} before the drain", cells))
     pickup = [""]
     for peer in PEERS:
@@ -181,13 +182,11 @@ def _enqueue_and_pickup_ratios(results: Results) -> list[Row]:
     return rows
 
 
-def _enqueue_against_peers(
-    results: Results, ours: float | None, size: int, field: str
-) -> list[str]:
-    """fairlane's enqueue rate ÷ each peer's (read from its best drain's lines, ``field`` of
-    its ``Side``), after fairlane's empty cell."""
+def _enqueue_against_peers(results: Results, ours: float | None, size: int) -> list[str]:
+    """fairlane's enqueue rate ÷ each peer's (read from its best drain's lines), after
+    fairlane's empty cell."""
     return [""] + [
-        _ratio(ours, results.median(peer, peer.best, size, field_value(getattr(peer, field))))
+        _ratio(ours, results.median(peer, peer.best, size, field_value(peer.filling_field)))
         for peer in PEERS
     ]
 
