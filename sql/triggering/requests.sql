@@ -4,9 +4,11 @@
 -- function: trigger_requests
 -- The trigger statements' parameter as rows in request order: one JSON object per request,
 -- with the fields fairlane.triggering.request names and payload, tags and metadata as JSON; an
--- option the request did not give is left out (NULL here). The one place that gives those
--- fields their SQL types. A plain STABLE sql function, so the planner inlines it into the
--- statements that read it.
+-- option the request did not give is left out (NULL here). The client leaves out what is at
+-- its default too: the environment and queue 'default' and priority 0 are filled in here, a
+-- missing payload stays NULL (the JSON null the statements store for it). The one place that
+-- gives those fields their SQL types. A plain STABLE sql function, so the planner inlines it
+-- into the statements that read it.
 CREATE OR REPLACE FUNCTION {schema}.trigger_requests(requests jsonb)
 RETURNS TABLE (environment text, queue text, task text, payload jsonb, priority integer,
                max_attempts integer, delay_s float8, delay_until timestamptz, tags jsonb,
@@ -17,14 +19,18 @@ RETURNS TABLE (environment text, queue text, task text, payload jsonb, priority 
 LANGUAGE sql
 STABLE
 AS $$
-    SELECT *
+    SELECT coalesce(r.environment, 'default'), coalesce(r.queue, 'default'), r.task, r.payload,
+           coalesce(r.priority, 0), r.max_attempts, r.delay_s, r.delay_until, r.tags,
+           r.metadata, r.machine, r.max_duration_s, r.ttl_s, r.parent_run_id,
+           r.idempotency_key, r.idempotency_ttl_s, r.debounce_key, r.debounce_delay_s,
+           r.debounce_trailing, r.debounce_max_delay_s, r.ordinality
     FROM ROWS FROM (jsonb_to_recordset(requests) AS (
             environment text, queue text, task text, payload jsonb, priority integer,
             max_attempts integer, delay_s float8, delay_until timestamptz, tags jsonb,
             metadata jsonb, machine text, max_duration_s float8, ttl_s float8,
             parent_run_id bigint, idempotency_key text, idempotency_ttl_s float8,
             debounce_key text, debounce_delay_s float8, debounce_trailing boolean,
-            debounce_max_delay_s float8)) WITH ORDINALITY
+            debounce_max_delay_s float8)) WITH ORDINALITY AS r
 $$;
 
 -- name: insert_runs

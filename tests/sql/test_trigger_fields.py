@@ -4,12 +4,15 @@ names, and every option arrives in its column: nothing is matched by position.""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 
 from fairlane import Debounce, TriggerRequest
+from fairlane.engine.statement import rows
+from fairlane.triggering.api import trigger_statement
 from fairlane.triggering.request import insert_params
 
 EVERY_OPTION = TriggerRequest(
@@ -43,3 +46,38 @@ def test_a_delay_in_seconds_arrives_in_delay_s(db: psycopg.Connection[Any]) -> N
         (json.dumps([sent]),),
     ).fetchone()
     assert row == (5.0, None)
+
+
+def test_a_request_at_its_defaults_sends_its_task_alone() -> None:
+    (sent,) = json.loads(insert_params([TriggerRequest("t")])["runs"])
+    assert sent == {"task": "t"}
+    (named,) = json.loads(insert_params([TriggerRequest("t", environment="default")])["runs"])
+    assert named == {"task": "t"}, "a default given by name is the default"
+
+
+def test_trigger_requests_fills_in_what_a_request_left_out(db: psycopg.Connection[Any]) -> None:
+    row = db.execute(
+        "SELECT environment, queue, priority, payload FROM fairlane.trigger_requests(%s::jsonb)",
+        (json.dumps([{"task": "t"}]),),
+    ).fetchone()
+    assert row == ("default", "default", 0, None)
+
+
+def test_runs_left_at_their_defaults_are_stored_as_runs_that_give_them(
+    db: psycopg.Connection[Any],
+) -> None:
+    """Both trigger statements (plain and keyed) store the same run for a request that leaves
+    its defaults out as for one that gives them (as an earlier client sent them)."""
+    given = {"environment": "default", "queue": "default", "priority": 0, "payload": None}
+    plain = trigger_statement([TriggerRequest("t")], schema="fairlane")
+    sent = [{"task": "t"}, {"task": "t", **given}]
+    rows(db, replace(plain, params={"runs": json.dumps(sent)}))
+    keyed = trigger_statement([TriggerRequest("t", idempotency_key="a")], schema="fairlane")
+    sent = [{"task": "t", "idempotency_key": "a"}, {"task": "t", "idempotency_key": "b", **given}]
+    rows(db, replace(keyed, params={"runs": json.dumps(sent)}))
+    stored = db.execute(
+        "SELECT environment, queue, priority, payload = 'null'::jsonb, queue_order - queued_at"
+        " FROM fairlane.runs ORDER BY id"
+    ).fetchall()
+    assert len(stored) == 4
+    assert set(stored) == {("default", "default", 0, True, timedelta(0))}

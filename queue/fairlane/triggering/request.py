@@ -31,6 +31,11 @@ from fairlane.triggering.idempotency import IdempotencyScope, stored_key
 
 __all__ = ["BATCH_QUEUE", "MAX_ATTEMPTS_CEILING", "MAX_SECONDS", "TriggerRequest", "insert_params"]
 
+# A request's environment and queue when it names none (sql/triggering/requests.sql fills the
+# same names in for a request that leaves them out).
+DEFAULT_ENVIRONMENT = "default"
+DEFAULT_QUEUE = "default"
+
 
 @fast_init
 @dataclass(frozen=True, slots=True)
@@ -46,8 +51,8 @@ class TriggerRequest:
 
     task: str
     payload: Any = None
-    environment: str = "default"
-    queue: str = "default"
+    environment: str = DEFAULT_ENVIRONMENT
+    queue: str = DEFAULT_QUEUE
     priority: int = 0
     max_attempts: int | None = None
     delay: Duration | datetime | None = None
@@ -99,10 +104,15 @@ def _fields(request: TriggerRequest) -> dict[str, Any]:
     refused one is the one named; a bulk trigger's requests mostly give none, and an option
     not given costs one comparison."""
     check_request(request)
-    fields: dict[str, Any] = {
-        "environment": request.environment, "queue": request.queue, "task": request.task,
-        "priority": request.priority,
-    }  # fmt: skip
+    # A value left at its default is not sent: trigger_requests fills it in (a bulk trigger's
+    # JSON is a fifth of the size, and the server parses and the client encodes that much less).
+    fields: dict[str, Any] = {"task": request.task}
+    if request.environment != DEFAULT_ENVIRONMENT:
+        fields["environment"] = request.environment
+    if request.queue != DEFAULT_QUEUE:
+        fields["queue"] = request.queue
+    if request.priority != 0:
+        fields["priority"] = request.priority
     debounce = _add_start(request, fields)
     _add_run_options(request, fields)
     if request.idempotency_key is not None:
@@ -164,7 +174,8 @@ _JSON_KEYS = ("payload", "tags", "metadata")
 def _add_json_values(request: TriggerRequest, row: dict[str, Any]) -> None:
     """Add the request's JSON values to its row, checked for depth (the one check the fast
     path below cannot make on the encoded array)."""
-    row["payload"] = _shallow("payload", request.payload)
+    if request.payload is not None:
+        row["payload"] = _shallow("payload", request.payload)
     if request.tags is not None:
         row["tags"] = _shallow("tags", list(request.tags))
     if request.metadata is not None:
@@ -180,8 +191,9 @@ def _shallow(what: str, value: Any) -> Any:
 def _row_text(request: TriggerRequest, fields: dict[str, Any]) -> str:
     """One request as a JSON object, each JSON value encoded and checked on its own, so that a
     refused one is named exactly."""
-    scalars = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))
-    row = f'{scalars[:-1]},"payload":{encode_json(request.payload)}'
+    row = json.dumps(fields, ensure_ascii=False, separators=(",", ":"))[:-1]
+    if request.payload is not None:
+        row += f',"payload":{encode_json(request.payload)}'
     if request.tags is not None:
         row += f',"tags":{encode_json(list(request.tags), what="tags")}'
     if request.metadata is not None:
