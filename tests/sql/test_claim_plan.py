@@ -99,3 +99,21 @@ async def test_slot_counts_walk_the_held_runs_index_plainly(
         assert "Bitmap" not in plan, plan
         # The status is a key of the index: the environment's waiting runs are never read.
         assert "(status = 'EXECUTING'::text)" in plan.split("Index Cond:")[1].splitlines()[0], plan
+
+
+async def test_a_claim_starts_its_runs_on_a_generic_plan_from_the_first(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """The UPDATE that starts the picked runs is not planned anew for each claim: from a
+    session's first claim its plan takes the picked ids as a parameter (a custom plan, which
+    PostgreSQL kept choosing for it, writes them into the plan)."""
+    db.execute(FILL)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        plans = await log_nested_plans(conn)
+        store = LeaseStore("fairlane", lease_seconds=30, worker_id="plan")
+        for _ in range(8):
+            assert len(await store.claim(conn, 10)) == 10
+    started = [plan for plan in plans if "status = 'EXECUTING'," in plan]
+    assert len(started) == 8, plans
+    for plan in started:
+        assert re.search(r"Index Cond: \(id = ANY \(\$\d+\)\)", plan), plan
