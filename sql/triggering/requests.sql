@@ -33,7 +33,7 @@ AS $$
             debounce_max_delay_s float8)) WITH ORDINALITY AS r
 $$;
 
--- name: insert_runs
+-- function: insert_runs
 -- Any number of runs in one statement: the parameter is a JSON array with one object per run
 -- (fairlane.trigger), read as a recordset, so a bulk trigger is one round trip and one value.
 -- Delays use the database clock, not the caller's.
@@ -45,89 +45,110 @@ $$;
 -- the others). Where a queue or environment has a size limit, check_queue_sizes locks and
 -- counts before any row is inserted; a rejection inserts nothing and comes back as one row
 -- with a NULL id, so the caller's transaction stays usable. Without limits it is not called.
-WITH max_ttl AS (
-    -- Always one row, NULL when the setting is absent.
-    SELECT (SELECT (value #>> '{{}}')::float8 FROM {schema}.settings
-            WHERE name = 'max_ttl_s') AS seconds
-), t AS (
-    SELECT r.*,
-           CASE WHEN r.delay_until > now() THEN r.delay_until
-                WHEN r.delay_s > 0 THEN now() + make_interval(secs => r.delay_s)
-           END AS start_at,
-           -- The configured maximum fills a missing TTL and caps a larger one (least() skips
-           -- NULLs: without a maximum this is the request's own).
-           least(coalesce(r.ttl_s, max_ttl.seconds), max_ttl.seconds) AS ttl
-    FROM {schema}.trigger_requests(%(runs)s::jsonb) AS r
-    CROSS JOIN max_ttl
-), queues_added AS (
-    -- One row per queue of the call, read once from the requests: the settings rows, the size
-    -- limits and the wake-ups each read these few rows, not every request again.
-    SELECT environment, queue, count(*)::integer AS runs, bool_or(start_at IS NULL) AS queued
-    FROM t GROUP BY 1, 2
-), new_environments AS (
-    INSERT INTO {schema}.environments (name)
-    SELECT DISTINCT environment FROM queues_added ORDER BY 1
-    ON CONFLICT DO NOTHING
-), new_queues AS (
-    INSERT INTO {schema}.queues (environment, name)
-    SELECT environment, queue FROM queues_added ORDER BY 1, 2
-    ON CONFLICT DO NOTHING
-), limited AS (
-    -- Runs added per queue, where the queue or its environment has a size limit.
-    SELECT added.environment, added.queue, added.runs
-    FROM queues_added AS added
-    LEFT JOIN {schema}.environments e ON e.name = added.environment
-    LEFT JOIN {schema}.queues q ON q.environment = added.environment AND q.name = added.queue
-    WHERE e.size_limit IS NOT NULL OR q.size_limit IS NOT NULL
-), rejected AS (
-    SELECT full_queue.*
-    FROM (SELECT array_agg(environment) AS envs, array_agg(queue) AS queues,
-                 array_agg(runs) AS runs
-          FROM limited HAVING count(*) > 0) AS batch
-    CROSS JOIN LATERAL {schema}.check_queue_sizes(batch.envs, batch.queues, batch.runs)
-        AS full_queue
-), inserted AS (
-    INSERT INTO {schema}.runs
-        (environment, queue, task, payload, status, priority, max_attempts, available_at,
-         tags, metadata, machine, max_duration_s, ttl_s, expires_at, parent_run_id)
-    SELECT t.environment,
-           t.queue,
-           t.task,
-           coalesce(t.payload, 'null'),
-           CASE WHEN t.start_at IS NOT NULL THEN 'DELAYED' ELSE 'QUEUED' END,
-           t.priority,
-           coalesce(t.max_attempts, 3),
-           t.start_at,
-           -- Most runs have no tags: no subquery for them.
-           CASE WHEN t.tags IS NULL THEN '{{}}'::text[]
-                ELSE ARRAY(SELECT jsonb_array_elements_text(t.tags)) END,
-           coalesce(t.metadata, '{{}}'),
-           t.machine,
-           t.max_duration_s,
-           t.ttl,
-           -- Armed now only when the run is enqueued now; a delayed run arms it when promoted.
-           CASE WHEN t.start_at IS NULL AND t.ttl IS NOT NULL
-                THEN now() + make_interval(secs => t.ttl) END,
-           t.parent_run_id
-    FROM t
-    WHERE NOT EXISTS (SELECT 1 FROM rejected)
-    ORDER BY t.ord
-    RETURNING id
-), woken AS (
-    -- Idle workers of each environment with new claimable runs wake up; delivered at commit.
-    SELECT pg_notify({channel}, envs.environment)
-    FROM (SELECT DISTINCT environment FROM queues_added WHERE queued) AS envs
-    WHERE NOT EXISTS (SELECT 1 FROM rejected)
-)
--- The runs made come back as one array in request order (their ids follow it), one row rather
--- than a row per run for the client to read.
-SELECT NULL::bigint AS id, made.ids, 'created'::text AS outcome, NULL::text AS environment,
-       NULL::text AS queue, NULL::integer AS size_limit, NULL::text AS scope,
-       NULL::integer AS size, NULL::integer AS item
-FROM (SELECT array_agg(id ORDER BY id) AS ids FROM inserted HAVING count(*) > 0) AS made
-WHERE (SELECT count(*) FROM woken) >= 0
-UNION ALL
-SELECT NULL, NULL, NULL, environment, queue, size_limit, scope, size, NULL FROM rejected;
+-- A plpgsql function, so that the statement is planned once per session, on a generic plan from
+-- the first call (its plan does not depend on the requests): called as a statement, it was
+-- planned anew for each of a connection's first ten calls or so (psycopg prepares it at the
+-- sixth, PostgreSQL tries five custom plans before its generic one), and for every call on a
+-- connection that prepares nothing (behind a transaction-pooling PgBouncer).
+CREATE OR REPLACE FUNCTION {schema}.insert_runs(requests jsonb)
+RETURNS TABLE (id bigint, ids bigint[], outcome text, environment text, queue text,
+               size_limit integer, scope text, size integer, item integer)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH max_ttl AS (
+        -- Always one row, NULL when the setting is absent.
+        SELECT (SELECT (value #>> '{{}}')::float8 FROM {schema}.settings
+                WHERE name = 'max_ttl_s') AS seconds
+    ), t AS (
+        SELECT r.*,
+               CASE WHEN r.delay_until > now() THEN r.delay_until
+                    WHEN r.delay_s > 0 THEN now() + make_interval(secs => r.delay_s)
+               END AS start_at,
+               -- The configured maximum fills a missing TTL and caps a larger one (least() skips
+               -- NULLs: without a maximum this is the request's own).
+               least(coalesce(r.ttl_s, max_ttl.seconds), max_ttl.seconds) AS ttl
+        FROM {schema}.trigger_requests(requests) AS r
+        CROSS JOIN max_ttl
+    ), queues_added AS (
+        -- One row per queue of the call, read once from the requests: the settings rows, the size
+        -- limits and the wake-ups each read these few rows, not every request again.
+        SELECT environment, queue, count(*)::integer AS runs, bool_or(start_at IS NULL) AS queued
+        FROM t GROUP BY 1, 2
+    ), new_environments AS (
+        INSERT INTO {schema}.environments (name)
+        SELECT DISTINCT environment FROM queues_added ORDER BY 1
+        ON CONFLICT DO NOTHING
+    ), new_queues AS (
+        INSERT INTO {schema}.queues (environment, name)
+        SELECT environment, queue FROM queues_added ORDER BY 1, 2
+        ON CONFLICT DO NOTHING
+    ), limited AS (
+        -- Runs added per queue, where the queue or its environment has a size limit.
+        SELECT added.environment, added.queue, added.runs
+        FROM queues_added AS added
+        LEFT JOIN {schema}.environments e ON e.name = added.environment
+        LEFT JOIN {schema}.queues q ON q.environment = added.environment AND q.name = added.queue
+        WHERE e.size_limit IS NOT NULL OR q.size_limit IS NOT NULL
+    ), rejected AS (
+        SELECT full_queue.*
+        FROM (SELECT array_agg(environment) AS envs, array_agg(queue) AS queues,
+                     array_agg(runs) AS runs
+              FROM limited HAVING count(*) > 0) AS batch
+        CROSS JOIN LATERAL {schema}.check_queue_sizes(batch.envs, batch.queues, batch.runs)
+            AS full_queue
+    ), inserted AS (
+        INSERT INTO {schema}.runs
+            (environment, queue, task, payload, status, priority, max_attempts, available_at,
+             tags, metadata, machine, max_duration_s, ttl_s, expires_at, parent_run_id)
+        SELECT t.environment,
+               t.queue,
+               t.task,
+               coalesce(t.payload, 'null'),
+               CASE WHEN t.start_at IS NOT NULL THEN 'DELAYED' ELSE 'QUEUED' END,
+               t.priority,
+               coalesce(t.max_attempts, 3),
+               t.start_at,
+               -- Most runs have no tags: no subquery for them.
+               CASE WHEN t.tags IS NULL THEN '{{}}'::text[]
+                    ELSE ARRAY(SELECT jsonb_array_elements_text(t.tags)) END,
+               coalesce(t.metadata, '{{}}'),
+               t.machine,
+               t.max_duration_s,
+               t.ttl,
+               -- Armed now only when the run is enqueued now; a delayed run arms it when promoted.
+               CASE WHEN t.start_at IS NULL AND t.ttl IS NOT NULL
+                    THEN now() + make_interval(secs => t.ttl) END,
+               t.parent_run_id
+        FROM t
+        WHERE NOT EXISTS (SELECT 1 FROM rejected)
+        ORDER BY t.ord
+        RETURNING id
+    ), woken AS (
+        -- Idle workers of each environment with new claimable runs wake up; delivered at commit.
+        SELECT pg_notify({channel}, envs.environment)
+        FROM (SELECT DISTINCT environment FROM queues_added WHERE queued) AS envs
+        WHERE NOT EXISTS (SELECT 1 FROM rejected)
+    )
+    -- The runs made come back as one array in request order (their ids follow it), one row rather
+    -- than a row per run for the client to read.
+    SELECT NULL::bigint AS id, made.ids, 'created'::text AS outcome, NULL::text AS environment,
+           NULL::text AS queue, NULL::integer AS size_limit, NULL::text AS scope,
+           NULL::integer AS size, NULL::integer AS item
+    FROM (SELECT array_agg(id ORDER BY id) AS ids FROM inserted HAVING count(*) > 0) AS made
+    WHERE (SELECT count(*) FROM woken) >= 0
+    UNION ALL
+    SELECT NULL, NULL, NULL, environment, queue, size_limit, scope, size, NULL FROM rejected;
+END;
+$$;
+
+-- name: insert_runs
+-- Plain requests (no idempotency key, no debounce): the insert_runs function above.
+SELECT id, ids, outcome, environment, queue, size_limit, scope, size, item
+FROM {schema}.insert_runs(%(runs)s::jsonb);
 
 -- name: trigger_keyed_runs
 -- Requests with an idempotency key or debounce, decided under locks taken in the global lock

@@ -9,11 +9,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+import pytest
 
 from fairlane import Debounce, TriggerRequest
-from fairlane.engine.statement import rows
+from fairlane.engine.statement import rows, rows_async
 from fairlane.triggering.api import trigger_statement
 from fairlane.triggering.request import insert_params
+from tests.helpers import log_nested_plans
 
 EVERY_OPTION = TriggerRequest(
     "send", {"to": "a"}, environment="acme", queue="mail", priority=3, max_attempts=4,
@@ -81,3 +83,23 @@ def test_runs_left_at_their_defaults_are_stored_as_runs_that_give_them(
     ).fetchall()
     assert len(stored) == 4
     assert set(stored) == {("default", "default", 0, True, timedelta(0))}
+
+
+@pytest.mark.anyio
+async def test_a_sessions_first_plain_trigger_runs_on_a_plan_made_for_any_requests(
+    dsn: str,
+) -> None:
+    """insert_runs is planned once per session: the plan of the first call already takes the
+    requests as a parameter. Sent as a statement it was planned for each call with the JSON
+    written into the plan, ten times or so per connection and on every call where nothing is
+    prepared (behind a transaction-pooling PgBouncer)."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        plans = await log_nested_plans(conn)
+        await conn.execute("SET auto_explain.log_verbose = on")
+        statement = trigger_statement([TriggerRequest("t")], schema="fairlane")
+        (made,) = await rows_async(conn, statement)
+    assert made.ids is not None
+    assert len(made.ids) == 1
+    inserting = [plan for plan in plans if "Insert on fairlane.runs" in plan]
+    assert len(inserting) == 1, plans
+    assert "Function Call: jsonb_to_recordset($1)" in inserting[0], inserting[0]
