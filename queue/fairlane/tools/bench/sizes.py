@@ -6,10 +6,16 @@ Reported in bytes: the table (heap, TOAST and their maps: ``pg_table_size``) and
 (``drained``), after a VACUUM with every finished run kept as history (``vacuumed``: what
 autovacuum leaves), and after pruning every finished run (retention 0, the pruning job run
 until it finds nothing) and a VACUUM (``pruned``).
+
+The maintenance starts once no other session is connected to the benchmark's database: a
+stopped worker's server sessions can outlive its connections for a moment, and one still there
+holds locks a VACUUM waits out (it leaves the table's empty end in place rather than wait) or
+the pruning job itself.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg
@@ -37,17 +43,49 @@ async def measure_async(conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
     return sizes_of(await cursor.fetchone())
 
 
+# How long the maintenance waits for other sessions to leave and for a held pruning job.
+SETTLE_TIMEOUT_S = 60.0
+POLL_S = 0.05
+
+OTHER_SESSIONS_SQL = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+"""
+
+
 def after_maintenance(dsn: str) -> dict[str, dict[str, int]]:
     """``vacuumed`` and ``pruned`` (the database is the benchmark's own: its settings change)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
+        _wait_alone(conn)
         conn.execute(f"VACUUM (ANALYZE) {SCHEMA}.runs")
         vacuumed = measure(conn)
         set_setting(conn, "prune_retention_s", 0, schema=SCHEMA)
-        while _pruned_rows(run_now(conn, "prune_finished_runs", schema=SCHEMA)):
-            pass
+        _prune_everything(conn)
         conn.execute(f"VACUUM (ANALYZE) {SCHEMA}.runs")
         pruned = measure(conn)
     return {"vacuumed": vacuumed, "pruned": pruned}
+
+
+def _wait_alone(conn: psycopg.Connection[Any]) -> None:
+    give_up_at = time.monotonic() + SETTLE_TIMEOUT_S
+    while (row := conn.execute(OTHER_SESSIONS_SQL).fetchone()) and row[0]:
+        if time.monotonic() > give_up_at:
+            raise RuntimeError(f"{row[0]} other sessions still on the benchmark's database")
+        time.sleep(POLL_S)
+
+
+def _prune_everything(conn: psycopg.Connection[Any]) -> None:
+    """Pruning ticks until one deletes nothing. A tick another session holds (``run_now``
+    gives None) is not an empty one: it is tried again."""
+    give_up_at = time.monotonic() + SETTLE_TIMEOUT_S
+    while True:
+        outcome = run_now(conn, "prune_finished_runs", schema=SCHEMA)
+        if outcome is None:
+            if time.monotonic() > give_up_at:
+                raise RuntimeError("the pruning job stayed held by another session")
+            time.sleep(POLL_S)
+        elif not _pruned_rows(outcome):
+            return
 
 
 def _pruned_rows(outcome: Any) -> int:
