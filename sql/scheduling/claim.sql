@@ -172,8 +172,8 @@ $$;
 -- Its statements, and those of the functions it calls, run on generic plans from the first
 -- claim. Every other one had settled on its generic plan; left to choose, PostgreSQL kept
 -- planning the UPDATE that starts the picked runs anew for each claim (a custom plan knows the
--- picked ids), which cost a claim of one run a quarter to a third of its time and the pickup 0.3 to
--- 0.8 ms. Its generic plan hashes the picked ids and finds the runs by primary key
+-- picked ids), which cost a claim of one run a quarter to a third of its time and the pickup
+-- 0.3 to 0.8 ms. Its generic plan hashes the picked ids and finds the runs by primary key
 -- (tests/sql/test_plans_after_growth.py holds that after growth).
 CREATE OR REPLACE FUNCTION {schema}.claim_runs(
     claim_limit integer, lease_s double precision, claimer text,
