@@ -16,6 +16,7 @@ the pruning job itself.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -67,25 +68,36 @@ def after_maintenance(dsn: str) -> dict[str, dict[str, int]]:
 
 
 def _wait_alone(conn: psycopg.Connection[Any]) -> None:
-    give_up_at = time.monotonic() + SETTLE_TIMEOUT_S
-    while (row := conn.execute(OTHER_SESSIONS_SQL).fetchone()) and row[0]:
-        if time.monotonic() > give_up_at:
-            raise RuntimeError(f"{row[0]} other sessions still on the benchmark's database")
-        time.sleep(POLL_S)
+    def alone() -> bool:
+        row = conn.execute(OTHER_SESSIONS_SQL).fetchone()
+        return row is None or row[0] == 0
+
+    _wait_for(alone, "other sessions stayed on the benchmark's database")
 
 
 def _prune_everything(conn: psycopg.Connection[Any]) -> None:
     """Pruning ticks until one deletes nothing. A tick another session holds (``run_now``
-    gives None) is not an empty one: it is tried again."""
-    give_up_at = time.monotonic() + SETTLE_TIMEOUT_S
-    while True:
+    gives None) is not an empty one: it is waited for."""
+    outcome: Any = None
+
+    def ran() -> bool:
+        nonlocal outcome
         outcome = run_now(conn, "prune_finished_runs", schema=SCHEMA)
-        if outcome is None:
-            if time.monotonic() > give_up_at:
-                raise RuntimeError("the pruning job stayed held by another session")
-            time.sleep(POLL_S)
-        elif not _pruned_rows(outcome):
+        return outcome is not None
+
+    while True:
+        _wait_for(ran, "the pruning job stayed held by another session")
+        if not _pruned_rows(outcome):
             return
+
+
+def _wait_for(ready: Callable[[], bool], failure: str) -> None:
+    """Poll ``ready`` until it holds; raise after ``SETTLE_TIMEOUT_S``."""
+    give_up_at = time.monotonic() + SETTLE_TIMEOUT_S
+    while not ready():
+        if time.monotonic() > give_up_at:
+            raise RuntimeError(f"{failure} for {SETTLE_TIMEOUT_S:.0f} s")
+        time.sleep(POLL_S)
 
 
 def _pruned_rows(outcome: Any) -> int:
