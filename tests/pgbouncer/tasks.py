@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import anyio
+
 from fairlane import RunContext, TaskRegistry, TriggerRequest
 
 tasks = TaskRegistry()
@@ -9,6 +11,13 @@ tasks = TaskRegistry()
 
 @tasks.task("echo")
 async def echo(ctx: RunContext, payload: int) -> int:
+    return payload
+
+
+@tasks.task("slow_echo")
+async def slow_echo(ctx: RunContext, payload: int) -> int:
+    """An echo that takes 50 ms, so that a drain outlasts its workers' starts."""
+    await anyio.sleep(0.05)
     return payload
 
 

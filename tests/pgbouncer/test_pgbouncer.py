@@ -116,9 +116,11 @@ def test_worker_processes_drain_1000_runs_through_pgbouncer(
     through: str, db: psycopg.Connection[Any], bouncer: PgBouncer, tmp_path: Path
 ) -> None:
     """Two ``fairlane worker --burst --no-listen --prepare-threshold none`` processes, five or
-    more connections each, share PgBouncer's four server sessions."""
+    more connections each, share PgBouncer's four server sessions. Counted while both are
+    started and draining: handlers of 50 ms make the drain outlast the second one's start (one
+    worker alone drained 1,000 no-op runs before the other had connected)."""
     with Client(through, prepare_threshold=None) as client:
-        run_ids = client.trigger_many([TriggerRequest("echo", n) for n in range(DRAINED)])
+        run_ids = client.trigger_many([TriggerRequest("slow_echo", n) for n in range(DRAINED)])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "queue")])}
     command = [
         sys.executable, "-m", "fairlane.cli", "worker", TASKS, "--dsn", through, "--burst",
@@ -136,7 +138,9 @@ def test_worker_processes_drain_1000_runs_through_pgbouncer(
         deadline = time.monotonic() + 90
         while any(worker.poll() is None for worker in workers):
             # While both drain (a worker that exits may leave a session on its way out).
-            if all(worker.poll() is None for worker in workers):
+            if all(worker.poll() is None for worker in workers) and all(
+                "started:" in log.read_text() for log in logs
+            ):
                 most_sessions = max(most_sessions, server_sessions(db, bouncer))
                 clients = [row for row in bouncer.show("CLIENTS") if row["database"] == dbname]
                 most_clients = max(most_clients, len(clients))
