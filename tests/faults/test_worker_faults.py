@@ -138,12 +138,14 @@ async def test_worker_connections_carry_timeouts_and_keepalives(
                 await show(conn, "statement_timeout"),
                 await show(conn, "synchronous_commit"),
                 await show(conn, "application_name"),
+                await show(conn, "plan_cache_mode"),
             )
+    claims = "on" if durable_claims else "off"
     assert seen == {
-        "claim": ("12s", "on" if durable_claims else "off", "fairlane claim"),
-        "heartbeat": ("2s", "on", "fairlane heartbeat"),
-        "writer": ("12s", "on", "fairlane writer"),
-        "periodic": ("12s", "on", "fairlane periodic"),
+        "claim": ("12s", claims, "fairlane claim", "auto"),
+        "heartbeat": ("2s", "on", "fairlane heartbeat", "force_generic_plan"),
+        "writer": ("12s", "on", "fairlane writer", "force_generic_plan"),
+        "periodic": ("12s", "on", "fairlane periodic", "auto"),
     }
 
 

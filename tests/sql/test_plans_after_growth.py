@@ -61,6 +61,7 @@ async def test_plans_made_on_an_empty_table_still_use_the_primary_key(
             assert await store.heartbeat(conn, [lease]) == set()  # none lost
             assert await store.set_metadata(conn, [(lease, '{"step": 1}')]) == {run.id}
             assert await store.complete(conn, [Completion(lease, "null")]) == {run.id}
+        kept = await kept_plans(conn)
         db.execute(GROW)
         plans = await log_nested_plans(conn)
         claimed = await store.claim(conn, 600)
@@ -76,6 +77,12 @@ async def test_plans_made_on_an_empty_table_still_use_the_primary_key(
         assert await store.fail(conn, failures) == {lease.run_id for lease in failed}
         assert await store.release(conn, released) == {lease.run_id for lease in released}
     assert len(claimed) == 600
+    # Planned once each, not on every call: the plans checked below are the ones made while the
+    # table held a few runs.
+    assert {statement: plans for statement, plans in kept.items() if "lease.token" in statement}
+    for statement, (generic, custom) in kept.items():
+        if "lease.token" in statement:
+            assert (generic, custom) == (7, 0), statement
     for plan in plans:
         assert "Seq Scan on runs" not in plan, plan
     fenced = [plan for plan in plans if "lease.token" in plan]
@@ -91,6 +98,15 @@ async def test_plans_made_on_an_empty_table_still_use_the_primary_key(
         # Joined with the picked ids by hash, or probed by them: never every run the index
         # condition found against every picked id.
         assert "Hash Join" in plan or "Index Cond: (id = p.id)" in plan, plan
+
+
+async def kept_plans(conn: psycopg.AsyncConnection[Any]) -> dict[str, tuple[int, int]]:
+    """The session's prepared statements: how many times each ran on its generic plan and on
+    a custom one (a plan made for that call's parameters)."""
+    cursor = await conn.execute(
+        "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+    )
+    return {statement: (generic, custom) for statement, generic, custom in await cursor.fetchall()}
 
 
 def runs_table_scans(db: psycopg.Connection[Any]) -> int:

@@ -66,8 +66,11 @@ log = logging.getLogger("fairlane.worker")
 # The connections that write a worker's fenced statements (sql/leases/) never plan a scan of a
 # table: each statement finds its runs by primary key, and the plan PostgreSQL keeps for a
 # prepared statement, made from the table as it was (nearly empty, when the worker started
-# first), could otherwise scan the whole runs table for every lease once it has grown.
-FENCED_WRITE_SETTINGS = {"enable_seqscan": "off"}
+# first), could otherwise scan the whole runs table for every lease once it has grown. And they
+# keep that one plan: left to choose, PostgreSQL planned every call anew for good (a custom plan
+# counts the elements of the call's arrays, so it always looks cheaper than the generic plan's
+# guess), about 0.3 ms of the server's time for every completion, failure and heartbeat.
+FENCED_WRITE_SETTINGS = {"enable_seqscan": "off", "plan_cache_mode": "force_generic_plan"}
 
 # Start-up retries of an unreachable database: the first after this, doubling up to the cap.
 START_RETRY_MIN_S = 0.25
