@@ -20,6 +20,15 @@ class ConfigurationError(FairlaneError):
     """A setting is missing or malformed."""
 
 
+class UnsupportedServerError(ConfigurationError):
+    """The PostgreSQL server is older than the oldest version fairlane supports."""
+
+    def __init__(self, found: str, needed: str) -> None:
+        self.found = found
+        self.needed = needed
+        super().__init__(f"PostgreSQL {found} is not supported: fairlane needs PostgreSQL {needed}")
+
+
 class DatabaseUnavailable(FairlaneError):
     """The database could not be reached or stopped answering: no connection within the
     connect timeout, a connection lost during a call, or no answer in time

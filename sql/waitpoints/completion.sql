@@ -47,7 +47,7 @@ END;
 $$;
 
 -- trigger: runs_complete_waitpoints
-CREATE OR REPLACE TRIGGER runs_complete_waitpoints
+CREATE TRIGGER runs_complete_waitpoints
 AFTER UPDATE OF status ON {schema}.runs
 FOR EACH ROW
 WHEN (NEW.has_waiters
@@ -77,7 +77,7 @@ END;
 $$;
 
 -- trigger: runs_wake_waiters
-CREATE OR REPLACE TRIGGER runs_wake_waiters
+CREATE TRIGGER runs_wake_waiters
 AFTER UPDATE OF status ON {schema}.runs
 FOR EACH STATEMENT
 EXECUTE FUNCTION {schema}.wake_after_statement();

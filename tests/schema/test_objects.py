@@ -47,7 +47,7 @@ CREATE OR REPLACE FUNCTION {schema}.touch_items() RETURNS trigger
 LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END; $$;
 
 -- trigger: items_touched
-CREATE OR REPLACE TRIGGER items_touched BEFORE INSERT ON {schema}.items
+CREATE TRIGGER items_touched BEFORE INSERT ON {schema}.items
 FOR EACH ROW EXECUTE FUNCTION {schema}.touch_items();
 """
 

@@ -88,6 +88,10 @@ def connect_failure(error: BaseException, schema_revision: str) -> FairlaneError
     """The error to stop on when connecting failed with ``error`` and waiting cannot help; None
     for an outage (refused, timed out, starting up...), which is worth retrying."""
     text = str(error)
+    if isinstance(error, psycopg.Error) and error.sqlstate is not None:
+        # The server answered with an SQL error (a statement failed after connecting): not a
+        # problem of the URL, and not an outage either.
+        return None
     if isinstance(error, psycopg.ProgrammingError) or (
         isinstance(error, psycopg.OperationalError) and text.startswith("connection is bad:")
     ):

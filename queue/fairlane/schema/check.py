@@ -18,12 +18,14 @@ import psycopg
 from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.engine import engine
 from fairlane.engine.statement import Operation, drive, drive_async
-from fairlane.errors import SchemaMismatchError
+from fairlane.errors import SchemaMismatchError, UnsupportedServerError
 from fairlane.schema.objects import expected_checksums
 from fairlane.schema.revisions import migrations_dir
 
 # The revision this package needs: the head of migrations/versions (a test holds them equal).
 SCHEMA_REVISION = "0018"
+# The oldest PostgreSQL the schema installs on and the suite runs against (server_version_num).
+OLDEST_SERVER = 130000
 _REVISION_FILE = re.compile(r"^(\d{4})_\w+\.py$")
 
 
@@ -66,13 +68,32 @@ def _check(schema: str) -> Operation[None]:
         judge(revision, recorded, schema)
 
 
+def require_supported_server(server_version: int) -> None:
+    """Refuse a server older than ``OLDEST_SERVER``, in one line naming the version needed.
+    Costs no statement: libpq reports the version when it connects."""
+    if server_version >= OLDEST_SERVER:
+        return
+    raise UnsupportedServerError(
+        _version_text(server_version), f"{OLDEST_SERVER // 10000} or newer"
+    )
+
+
+def _version_text(number: int) -> str:
+    """libpq's version number as PostgreSQL prints it: 120022 is 12.22, 90624 is 9.6.24."""
+    if number >= 100000:
+        return f"{number // 10000}.{number % 10000}"
+    return f"{number // 10000}.{number // 100 % 100}.{number % 100}"
+
+
 def check_schema(conn: psycopg.Connection[Any], schema: str) -> None:
     """The start-up check on a sync connection (autocommit, or inside any transaction)."""
+    require_supported_server(conn.info.server_version)
     drive(conn, _check(schema))
 
 
 async def check_schema_async(conn: psycopg.AsyncConnection[Any], schema: str) -> None:
     """``check_schema`` on an async connection."""
+    require_supported_server(conn.info.server_version)
     await drive_async(conn, _check(schema))
 
 

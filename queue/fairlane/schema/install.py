@@ -139,6 +139,10 @@ class _Installer:
             identity = trigger_identity(self.conn, self.schema, obj)
             if old is not None and old[1] != identity and old[1] in self.present.get(obj.name, ()):
                 self._drop(obj.name, "trigger", old[1])
+            # CREATE OR REPLACE TRIGGER needs PostgreSQL 14: drop and create in the install's
+            # transaction instead, so that no statement ever sees the table without it.
+            if identity in self.present.get(obj.name, ()):
+                self._drop(obj.name, "trigger", identity)
             self.conn.execute(obj.statement)
             return identity
         try:

@@ -19,6 +19,7 @@ from psycopg import sql
 
 from fairlane.config import database_url, psycopg_dsn, schema_name, sqlalchemy_url
 from fairlane.errors import ConfigurationError
+from fairlane.schema.check import require_supported_server
 from fairlane.schema.install import InstallResult, drop_objects, install_objects, migration_lock
 from fairlane.schema.revisions import migrations_dir
 from fairlane.schema.tables import VERSION_TABLE
@@ -79,6 +80,7 @@ def upgrade(
     target = schema_name(schema)
     ensure_database(url)
     with _MigrationLock(url, target) as conn:
+        require_supported_server(conn.info.server_version)
         command.upgrade(alembic_config(url, target), revision)
         if revision != HEAD and revision != head_revision():
             return None
