@@ -44,6 +44,19 @@ FINAL_STATUSES = frozenset(
 )
 
 
+# How many failed attempts' errors a run keeps in full (sql/runs/attempts.sql keeps the same).
+KEPT_ATTEMPT_ERRORS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptError:
+    """The error one failed attempt of a run ended with (``Run.attempt_errors``)."""
+
+    attempt: int
+    failed_at: datetime
+    error: dict[str, Any]
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
     """A run as stored: what ``Client.get_run`` and the CLI return."""
@@ -78,6 +91,11 @@ class Run:
     # priority in seconds (README, Scheduling).
     queued_at: datetime | None = None
     queue_order: datetime | None = None
+    # The errors of its most recent failed attempts (at most KEPT_ATTEMPT_ERRORS), oldest
+    # first, and how many earlier failed attempts are counted but no longer kept. ``error`` is
+    # the last one's.
+    attempt_errors: tuple[AttemptError, ...] = ()
+    earlier_attempt_errors: int = 0
 
 
 @fast_init

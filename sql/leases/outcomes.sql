@@ -79,6 +79,8 @@ WITH failed AS MATERIALIZED (
 UPDATE {schema}.runs AS r
 SET status = failed.next_status,
     error = failed.error::jsonb,
+    attempt_errors = {schema}.with_attempt_error(r.attempt_errors, r.attempts,
+                                                 failed.error::jsonb),
     available_at = CASE WHEN failed.next_status = 'DELAYED'
                         THEN now() + make_interval(secs => failed.retry_delay_s)
                         ELSE r.available_at END,

@@ -30,7 +30,11 @@ SET enable_bitmapscan = off
 SET enable_seqscan = off
 AS $$
 WITH expired AS (
-    SELECT id
+    SELECT id, jsonb_build_object(
+               'type', 'LeaseExpired',
+               'code', 'LEASE_EXPIRED',
+               'message', 'lease of worker ' || coalesce(worker_id, '?')
+                          || ' lapsed during attempt ' || attempts) AS error
     FROM {schema}.runs
     WHERE status IN ('EXECUTING', 'WAITING') AND lease_until < now()
     ORDER BY lease_until
@@ -40,11 +44,8 @@ WITH expired AS (
     UPDATE {schema}.runs AS r
     SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'CRASHED' ELSE 'QUEUED' END,
         finished_at = CASE WHEN r.attempts >= r.max_attempts THEN now() END,
-        error = jsonb_build_object(
-            'type', 'LeaseExpired',
-            'code', 'LEASE_EXPIRED',
-            'message', 'lease of worker ' || coalesce(r.worker_id, '?')
-                       || ' lapsed during attempt ' || r.attempts),
+        error = expired.error,
+        attempt_errors = {schema}.with_attempt_error(r.attempt_errors, r.attempts, expired.error),
         lease_token = NULL,
         lease_until = NULL,
         worker_id = NULL,

@@ -18,7 +18,10 @@ DECLARE
     waiting_repaired integer := 0;
 BEGIN
     WITH orphaned AS (
-        SELECT r.id
+        SELECT r.id, jsonb_build_object(
+                   'type', 'SlotReconciled', 'code', 'SLOT_RECONCILED',
+                   'message', 'EXECUTING without a live lease; returned by the concurrency sweeper'
+               ) AS error
         FROM {schema}.runs r
         WHERE r.status = 'EXECUTING'
           AND (r.lease_token IS NULL OR r.lease_until IS NULL
@@ -28,9 +31,9 @@ BEGIN
         UPDATE {schema}.runs AS r
         SET status = CASE WHEN r.attempts >= r.max_attempts THEN 'CRASHED' ELSE 'QUEUED' END,
             finished_at = CASE WHEN r.attempts >= r.max_attempts THEN now() END,
-            error = jsonb_build_object(
-                'type', 'SlotReconciled', 'code', 'SLOT_RECONCILED',
-                'message', 'EXECUTING without a live lease; returned by the concurrency sweeper'),
+            error = orphaned.error,
+            attempt_errors = {schema}.with_attempt_error(r.attempt_errors, r.attempts,
+                                                         orphaned.error),
             lease_token = NULL,
             lease_until = NULL,
             worker_id = NULL

@@ -4,7 +4,7 @@
 SELECT id, environment, queue, task, payload, status, priority, attempts, max_attempts,
        available_at, created_at, started_at, finished_at, lease_token, lease_until, worker_id,
        result, error, tags, metadata, machine, max_duration_s, parent_run_id, idempotency_key,
-       idempotency_key_expires_at, queued_at, queue_order
+       idempotency_key_expires_at, queued_at, queue_order, attempt_errors
 FROM {schema}.runs
 WHERE id = %(id)s;
 
@@ -22,7 +22,7 @@ ORDER BY status;
 SELECT id, environment, queue, task, payload, status, priority, attempts, max_attempts,
        available_at, created_at, started_at, finished_at, lease_token, lease_until, worker_id,
        result, error, tags, metadata, machine, max_duration_s, parent_run_id, idempotency_key,
-       idempotency_key_expires_at, queued_at, queue_order
+       idempotency_key_expires_at, queued_at, queue_order, attempt_errors
 FROM {schema}.runs
 WHERE (%(environment)s::text IS NULL OR environment = %(environment)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)

@@ -58,7 +58,7 @@ def _line(run: Run) -> str:
 
 
 def _document(run: Run) -> dict[str, Any]:
-    return {key: getattr(run, key) for key in run.__slots__}
+    return asdict(run)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from fairlane.engine.statement import ByColumns
-from fairlane.models import ClaimedRun, Run, RunStatus
+from fairlane.models import AttemptError, ClaimedRun, Run, RunStatus
 
 
 def run_from_row(row: Mapping[str, Any]) -> Run:
@@ -16,6 +16,12 @@ def run_from_row(row: Mapping[str, Any]) -> Run:
     values = dict(row)
     values["status"] = RunStatus(values["status"])
     values["tags"] = list(values["tags"])
+    history = values.pop("attempt_errors") or {}
+    values["attempt_errors"] = tuple(
+        AttemptError(entry["attempt"], datetime.fromisoformat(entry["failed_at"]), entry["error"])
+        for entry in history.get("attempts", ())
+    )
+    values["earlier_attempt_errors"] = int(history.get("earlier", 0))
     return Run(**values)
 
 

@@ -71,6 +71,9 @@ def _runs(metadata: MetaData) -> Table:
         Column("worker_id", Text),
         Column("result", JSONB),
         Column("error", JSONB),
+        # The errors of the most recent failed attempts, newest last, and how many older ones
+        # were dropped: {"earlier": n, "attempts": [{"attempt", "failed_at", "error"}, ...]}.
+        Column("attempt_errors", JSONB),
         Column("tags", ARRAY(Text), nullable=False, server_default="{}"),
         Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
         Column("machine", Text),

@@ -289,7 +289,7 @@ class EagerRuns:
             return False, error
         status, code, _delay = failure_decision(ctx.run, error, definition)
         if status is RunStatus.DELAYED:
-            record.error = error_document(error, record.attempts, code)
+            record.attempt_failed(error_document(error, record.attempts, code))
             return True, None
         await self._final(record, ctx, definition, error, status, code, limiter)
         return False, error

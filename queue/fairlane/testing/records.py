@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import anyio
 
 from fairlane.durations import seconds
-from fairlane.models import ClaimedRun, Run, RunStatus
+from fairlane.models import KEPT_ATTEMPT_ERRORS, AttemptError, ClaimedRun, Run, RunStatus
 from fairlane.payload import encode_json
 from fairlane.triggering.idempotency import stored_key
 from fairlane.triggering.request import TriggerRequest
@@ -67,6 +67,8 @@ class EagerRecord:
     finished_at: datetime | None = None
     result: Any = None
     error: dict[str, Any] | None = None
+    attempt_errors: list[AttemptError] = field(default_factory=list)
+    earlier_attempt_errors: int = 0
 
     @classmethod
     def of(cls, run_id: int, request: TriggerRequest, key: str | None) -> EagerRecord:
@@ -109,7 +111,20 @@ class EagerRecord:
     def finish(
         self, status: RunStatus, *, result: Any = None, error: dict[str, Any] | None = None
     ) -> None:
-        self.status, self.result, self.error, self.finished_at = status, result, error, _now()
+        self.status, self.result, self.finished_at = status, result, _now()
+        if error is not None:
+            self.attempt_failed(error)
+        else:
+            self.error = None
+
+    def attempt_failed(self, error: dict[str, Any]) -> None:
+        """The attempt ended with ``error``: the last error, and one more in the history (the
+        database keeps the last ten)."""
+        self.error = error
+        self.attempt_errors.append(AttemptError(self.attempts, _now(), error))
+        if len(self.attempt_errors) > KEPT_ATTEMPT_ERRORS:
+            del self.attempt_errors[0]
+            self.earlier_attempt_errors += 1
 
     def run(self) -> Run:
         started = self.started_at is not None
@@ -123,6 +138,8 @@ class EagerRecord:
             error=self.error, tags=list(self.tags), metadata=dict(self.metadata),
             machine=self.machine, max_duration_s=self.max_duration_s,
             parent_run_id=self.parent_run_id, idempotency_key=self.idempotency_key,
+            attempt_errors=tuple(self.attempt_errors),
+            earlier_attempt_errors=self.earlier_attempt_errors,
         )  # fmt: skip
 
     def wait_result(self) -> WaitResult:

@@ -40,6 +40,11 @@ def run_json(run: Run) -> dict[str, Any]:
         "available_at": when(run.available_at), "started_at": when(run.started_at),
         "finished_at": when(run.finished_at), "lease_until": when(run.lease_until),
         "idempotency_key_expires_at": when(run.idempotency_key_expires_at),
+        "attempt_errors": [
+            {"attempt": e.attempt, "failed_at": when(e.failed_at), "error": e.error}
+            for e in run.attempt_errors
+        ],
+        "earlier_attempt_errors": run.earlier_attempt_errors,
     }  # fmt: skip
 
 
