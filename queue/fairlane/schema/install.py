@@ -11,11 +11,13 @@ nothing.
 A function is replaced in place (``CREATE OR REPLACE``) when PostgreSQL allows it; when its
 return type or parameter names changed it is dropped and created, and so are the triggers and
 views of ``sql/`` that depend on it. A changed argument list makes a new overload: the old one
-is dropped, so only the current signature remains.
+is dropped, so only the current signature remains. A constraint trigger (``CREATE CONSTRAINT
+TRIGGER``, which PostgreSQL will not replace) is dropped and created.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +38,10 @@ from fairlane.schema.catalog import (
 from fairlane.schema.objects import UNRECORDED_LEGACY, SqlObject, manifest
 
 Conn = psycopg.Connection[Any]
+
+_CONSTRAINT_TRIGGER = re.compile(
+    r"^\s*CREATE\s+CONSTRAINT\s+TRIGGER\b", re.IGNORECASE | re.MULTILINE
+)
 
 
 @dataclass(slots=True)
@@ -139,6 +145,10 @@ class _Installer:
             identity = trigger_identity(self.conn, self.schema, obj)
             if old is not None and old[1] != identity and old[1] in self.present.get(obj.name, ()):
                 self._drop(obj.name, "trigger", old[1])
+            if _CONSTRAINT_TRIGGER.search(obj.statement) and identity in self.present.get(
+                obj.name, ()
+            ):
+                self._drop(obj.name, "trigger", identity)
             self.conn.execute(obj.statement)
             return identity
         try:
