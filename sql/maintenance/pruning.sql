@@ -3,7 +3,7 @@
 -- small without long locks. Nothing that is still promised goes: a finished run holding an
 -- active idempotency key (one that ended COMPLETED or CANCELED: the others free theirs) stays
 -- until the key expires, and the retention counts from there; a waitpoint stays while a wait
--- edge points to it.
+-- edge points to it (a time waitpoint goes with the run it was made for, due or not).
 
 -- function: prune_finished_runs
 -- Finished runs, their wait edges and the waitpoints only they needed (prune_runs_batch, by
@@ -82,8 +82,10 @@ $$;
 -- function: prune_wait_edges
 -- The wait edges of pruned runs go with them; the waitpoints those edges or runs pointed to
 -- go too once no edge points to them (a RUN waitpoint once its run is gone, a token once it is
--- due itself). Candidates are locked first, skipping any a waiter holds (it locks a waitpoint
--- before it adds its edge); the NOT EXISTS is a later statement, so it sees committed edges.
+-- due itself, a time whether or not it came due: it was made for the one run that waited on
+-- it, which may have been cancelled long before its time). Candidates are locked first,
+-- skipping any a waiter holds (it locks a waitpoint before it adds its edge) or the due-time
+-- job is completing; the NOT EXISTS is a later statement, so it sees committed edges.
 CREATE OR REPLACE FUNCTION {schema}.prune_wait_edges(pruned bigint[], cutoff timestamptz)
 RETURNS integer
 LANGUAGE plpgsql
@@ -106,7 +108,7 @@ BEGIN
     END IF;
     SELECT array_agg(l.id) INTO candidates
     FROM (SELECT w.id FROM {schema}.waitpoints w
-          WHERE w.id = ANY(candidates) AND w.status = 'COMPLETED'
+          WHERE w.id = ANY(candidates) AND (w.status = 'COMPLETED' OR w.kind = 'DATETIME')
           ORDER BY w.id
           FOR UPDATE SKIP LOCKED) AS l;
     DELETE FROM {schema}.waitpoints AS w

@@ -11,6 +11,13 @@
 CREATE OR REPLACE FUNCTION {schema}.cancel_run(target bigint)
 RETURNS TABLE (previous_status text, canceled boolean, descendants integer)
 LANGUAGE plpgsql
+-- The runs are read by index only, whatever the statistics say: on a table autovacuum has not
+-- analysed yet, the walk hashed the whole table once per level, and a bulk cancel of a few
+-- thousand runs ran into the statement timeout (tests/sql/test_bulk_cancel_plan.py). Without
+-- statistics the walk's estimate is the table's, not the tree's: past jit_above_cost every
+-- call compiled its plan, which cost twenty times what the walk itself did.
+SET enable_seqscan = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -22,11 +29,17 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    -- The walk goes through ended runs too: a finished child may have live children.
+    -- The walk goes through ended runs too: a finished child may have live children. Each
+    -- run's children are looked up on their own (LATERAL; OFFSET 0 keeps it from being
+    -- flattened into a join), so runs_parent_idx is probed once per run of the tree and the
+    -- cost is the tree's, not the table's.
     WITH RECURSIVE walk(id) AS (
         SELECT target
         UNION
-        SELECT c.id FROM {schema}.runs c JOIN walk ON c.parent_run_id = walk.id
+        SELECT child.id
+        FROM walk
+        CROSS JOIN LATERAL (SELECT c.id FROM {schema}.runs c
+                            WHERE c.parent_run_id = walk.id OFFSET 0) AS child
     )
     SELECT array_agg(walk.id) INTO tree FROM walk;
     -- Descendants before ancestors (a child is always made after its parent: id descending),

@@ -42,7 +42,58 @@ $$;
 -- name: create_token
 SELECT {schema}.create_token(%(key)s, %(key_ttl_s)s, %(timeout_s)s);
 
+-- function: wake_at_commit
+-- Notes a token this transaction completed; the runs waiting on it are woken at its commit
+-- (wake_tokens_at_commit), with those of every other token it completed. A caller's
+-- transaction may complete any number of tokens, one statement each, in any order: woken
+-- statement by statement, their waiting runs were locked in the order of the calls, against
+-- a heartbeat that locks them in descending id order (docs/concurrency.md, lock order 9).
+-- Returns the token.
+CREATE OR REPLACE FUNCTION {schema}.wake_at_commit(token bigint)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    list_name text := 'fairlane_wake_at_commit.' || {schema_name};
+BEGIN
+    PERFORM set_config(list_name, concat_ws(',', nullif(current_setting(list_name, true), ''),
+                                            token), true);
+    RETURN token;
+END;
+$$;
+
+-- function: wake_tokens_at_commit
+-- At commit, the first of the deferred row events of the tokens this transaction completed
+-- wakes the runs waiting on all of them at once (wake_waiting_runs: one statement, runs in
+-- descending id order); the others find the list empty. A rolled-back subtransaction takes
+-- its tokens off the list with its other settings.
+CREATE OR REPLACE FUNCTION {schema}.wake_tokens_at_commit()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    list_name text := 'fairlane_wake_at_commit.' || {schema_name};
+    pending text := current_setting(list_name, true);
+BEGIN
+    IF pending IS NULL OR pending = '' THEN
+        RETURN NULL;
+    END IF;
+    PERFORM set_config(list_name, '', true);
+    PERFORM {schema}.wake_waiting_runs(string_to_array(pending, ',')::bigint[]);
+    RETURN NULL;
+END;
+$$;
+
+-- trigger: tokens_wake_at_commit
+CREATE CONSTRAINT TRIGGER tokens_wake_at_commit
+AFTER UPDATE OF status ON {schema}.waitpoints
+DEFERRABLE INITIALLY DEFERRED
+FOR EACH ROW
+WHEN (NEW.kind = 'MANUAL' AND NEW.status = 'COMPLETED' AND OLD.status = 'PENDING')
+EXECUTE FUNCTION {schema}.wake_tokens_at_commit();
+
 -- name: complete_token
+-- The waiting runs are woken when the caller's transaction commits (wake_at_commit).
 WITH done AS (
     UPDATE {schema}.waitpoints AS w
     SET status = 'COMPLETED', completed_at = now(), is_error = false,
@@ -50,7 +101,7 @@ WITH done AS (
     WHERE w.id = %(id)s AND w.kind = 'MANUAL' AND w.status = 'PENDING'
     RETURNING w.id
 )
-SELECT id, {schema}.wake_waiting_runs(ARRAY[id]) FROM done;
+SELECT {schema}.wake_at_commit(done.id) AS id FROM done;
 
 -- name: token_timeout_at_most
 UPDATE {schema}.waitpoints

@@ -26,6 +26,7 @@ from fairlane.schema.objects import manifest
 # function that sql/ defines.
 TABLES = {table.name for table in build_metadata("fairlane").tables.values()} | {VERSION_TABLE}
 FUNCTIONS = {obj.name for obj in manifest("fairlane") if obj.kind == "function"}
+TRIGGERS = {"runs_complete_waitpoints", "runs_wake_waiters", "tokens_wake_at_commit"}
 
 
 @pytest.fixture
@@ -124,7 +125,7 @@ def test_downgrade_to_base_drops_everything_and_upgrade_rebuilds_it(
     assert version_rows(db, "fairlane") == [head]
     assert tables(db, "fairlane") == TABLES
     assert functions(db, "fairlane") == FUNCTIONS
-    assert triggers(db, "fairlane") == {"runs_complete_waitpoints", "runs_wake_waiters"}
+    assert triggers(db, "fairlane") == TRIGGERS
 
     migrate.downgrade(dsn)
     assert migrate.current_revision(dsn) is None

@@ -131,6 +131,28 @@ def test_a_trigger_moved_to_another_table_leaves_the_first(probe: psycopg.Connec
     assert rows == [("probe.other_items",)]
 
 
+def test_a_changed_constraint_trigger_is_dropped_and_made_again(
+    probe: psycopg.Connection[Any],
+) -> None:
+    """PostgreSQL will not CREATE OR REPLACE a constraint trigger: the install step drops the
+    one it made before."""
+    deferred = BASE.replace(
+        "CREATE OR REPLACE TRIGGER items_touched BEFORE INSERT ON {schema}.items\nFOR EACH ROW",
+        "CREATE CONSTRAINT TRIGGER items_touched AFTER INSERT ON {schema}.items\n"
+        "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW",
+    ).replace("RETURN NEW;", "RETURN NULL;")
+    assert install_objects(probe, PROBE, objects(deferred)).replaced == [
+        "touch_items",
+        "items_touched",
+    ]
+    changed = deferred.replace("AFTER INSERT ON", "AFTER INSERT OR UPDATE ON")
+    assert install_objects(probe, PROBE, objects(changed)).replaced == ["items_touched"]
+    rows = probe.execute(
+        "SELECT tgdeferrable, tginitdeferred, tgtype FROM pg_trigger WHERE tgname = 'items_touched'"
+    ).fetchall()
+    assert rows == [(True, True, 1 | 4 | 16)]  # row, insert, update
+
+
 def test_an_object_dropped_by_hand_is_made_again(probe: psycopg.Connection[Any]) -> None:
     probe.execute("DROP VIEW probe.doubled")
     result = install_objects(probe, PROBE, objects(BASE))

@@ -190,3 +190,23 @@ def test_a_token_being_waited_on_is_not_pruned_under_the_waiter(
     assert db.execute("SELECT fairlane.prune_tokens(now(), 100)").fetchone() == (0,)
     db.execute("DELETE FROM fairlane.run_waitpoints")
     assert db.execute("SELECT fairlane.prune_tokens(now(), 100)").fetchone() == (1,)
+
+
+def test_a_run_cancelled_while_it_waits_on_a_time_takes_the_time_with_it(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """A time waitpoint belongs to the one run that waits on it: once that run is pruned, the
+    waitpoint goes too, even if it never came due (cancelled long before its time)."""
+    parent, lease = executing_run(db, "parent")
+    row = db.execute(
+        query("create_time_waitpoint", "fairlane"), {"at": None, "delay_s": 90 * 24 * 3600.0}
+    ).fetchone()
+    assert row is not None
+    insert_edges(db, parent, [int(row[0])])
+    waiting = db.execute(query("begin_waiting", "fairlane"), {"run_id": parent, "token": lease})
+    assert waiting.fetchone() == ("WAITING",)
+    db.execute(query("cancel_run", "fairlane"), {"id": parent})
+    age(db)
+    assert prune(db) == {"deleted": 1, "waitpoints": 1, "statements": 1}
+    for table in ("runs", "run_waitpoints", "waitpoints"):
+        assert count(db, table) == 0, table

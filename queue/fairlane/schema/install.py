@@ -11,7 +11,8 @@ nothing.
 A function is replaced in place (``CREATE OR REPLACE``) when PostgreSQL allows it; when its
 return type or parameter names changed it is dropped and created, and so are the triggers and
 views of ``sql/`` that depend on it. A changed argument list makes a new overload: the old one
-is dropped, so only the current signature remains.
+is dropped, so only the current signature remains. A constraint trigger (``CREATE CONSTRAINT
+TRIGGER``, which PostgreSQL will not replace) is dropped and created.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from fairlane.schema.catalog import (
 from fairlane.schema.objects import UNRECORDED_LEGACY, SqlObject, manifest
 
 Conn = psycopg.Connection[Any]
-
 
 @dataclass(slots=True)
 class InstallResult:
@@ -139,8 +139,9 @@ class _Installer:
             identity = trigger_identity(self.conn, self.schema, obj)
             if old is not None and old[1] != identity and old[1] in self.present.get(obj.name, ()):
                 self._drop(obj.name, "trigger", old[1])
-            # CREATE OR REPLACE TRIGGER needs PostgreSQL 14: drop and create in the install's
-            # transaction instead, so that no statement ever sees the table without it.
+            # CREATE OR REPLACE TRIGGER needs PostgreSQL 14 and cannot replace a constraint
+            # trigger: drop and create in the install's transaction instead, so that no
+            # statement ever sees the table without it.
             if identity in self.present.get(obj.name, ()):
                 self._drop(obj.name, "trigger", identity)
             self.conn.execute(obj.statement)

@@ -72,7 +72,10 @@ def create_token(
 def complete_token(
     conn: psycopg.Connection[Any], token_id: int, output: Any = None, *, schema: str | None = None
 ) -> bool:
-    """Complete a token and wake whoever waits on it; False if it was already complete."""
+    """Complete a token and wake whoever waits on it; False if it was already complete.
+
+    In a transaction, the waiting runs wake when it commits (with those of every token it
+    completed, in one lock order: docs/concurrency.md)."""
     return drive(conn, _complete(token_id, output, schema))
 
 
