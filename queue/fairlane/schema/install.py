@@ -38,6 +38,7 @@ from fairlane.schema.objects import UNRECORDED_LEGACY, SqlObject, manifest
 
 Conn = psycopg.Connection[Any]
 
+
 @dataclass(slots=True)
 class InstallResult:
     """What one run of the install step did, by object name."""
