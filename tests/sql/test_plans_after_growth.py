@@ -79,8 +79,9 @@ async def test_plans_made_on_an_empty_table_still_use_the_primary_key(
     assert len(claimed) == 600
     # The heartbeat, metadata and completion statements were planned once each, not on every
     # call: the plans checked below are the ones made while the table held a few runs.
-    fenced_counts = [counts for statement, counts in kept.items() if "lease.token" in statement]
-    assert fenced_counts == [(7, 0)] * 3, kept
+    if kept is not None:
+        fenced_counts = [counts for statement, counts in kept.items() if "lease.token" in statement]
+        assert fenced_counts == [(7, 0)] * 3, kept
     for plan in plans:
         assert "Seq Scan on runs" not in plan, plan
     fenced = [plan for plan in plans if "lease.token" in plan]
@@ -98,9 +99,12 @@ async def test_plans_made_on_an_empty_table_still_use_the_primary_key(
         assert "Hash Join" in plan or "Index Cond: (id = p.id)" in plan, plan
 
 
-async def kept_plans(conn: psycopg.AsyncConnection[Any]) -> dict[str, tuple[int, int]]:
+async def kept_plans(conn: psycopg.AsyncConnection[Any]) -> dict[str, tuple[int, int]] | None:
     """The session's prepared statements: how many times each ran on its generic plan and on
-    a custom one (a plan made for that call's parameters)."""
+    a custom one (a plan made for that call's parameters). None before PostgreSQL 14, which
+    does not count them; the plans logged below are checked on every version."""
+    if conn.info.server_version < 140000:
+        return None
     cursor = await conn.execute(
         "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
     )
