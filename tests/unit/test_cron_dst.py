@@ -54,16 +54,28 @@ def synthetic_zone_by_name(tmp_path_factory: pytest.TempPathFactory) -> Iterator
 ZONES: dict[str, tzinfo] = {
     name: ZoneInfo(name)
     for name in (
-        "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Pacific/Chatham",
+        "Europe/Berlin",
+        "America/New_York",
+        "Australia/Lord_Howe",
+        "Pacific/Chatham",
         "Asia/Kathmandu",
     )
-}  # fmt: skip
+}
 ZONES[SYNTHETIC_NAME] = SYNTHETIC
 # Whole-minute expressions (the oracle's resolution), one with a seconds field.
 CRONS = [
-    "* * * * *", "*/15 * * * *", "0 * * * *", "30 * * * *", "0 2 * * *", "30 2 * * *",
-    "45 2 * * *", "0 3 * * *", "15 1-4 * * *", "5 0 * * *", "0 */20 * * * *",
-]  # fmt: skip
+    "* * * * *",
+    "*/15 * * * *",
+    "0 * * * *",
+    "30 * * * *",
+    "0 2 * * *",
+    "30 2 * * *",
+    "45 2 * * *",
+    "0 3 * * *",
+    "15 1-4 * * *",
+    "5 0 * * *",
+    "0 */20 * * * *",
+]
 
 
 def offset(zone: tzinfo, at: datetime) -> timedelta:
@@ -235,8 +247,10 @@ def test_a_time_a_half_hour_gap_skips_fires_at_the_gap_end() -> None:
         hours.append(next_tick("0 * * * *", "Australia/Lord_Howe", hours[-1]))
     lord_howe = ZoneInfo("Australia/Lord_Howe")
     assert [hour.astimezone(lord_howe).strftime("%H:%M%z") for hour in hours[1:]] == [
-        "01:00+1030", "02:30+1100", "03:00+1100",
-    ]  # fmt: skip
+        "01:00+1030",
+        "02:30+1100",
+        "03:00+1100",
+    ]
 
 
 def test_the_synthetic_zone_repeats_and_skips_two_hours() -> None:
@@ -245,8 +259,11 @@ def test_the_synthetic_zone_repeats_and_skips_two_hours() -> None:
     for _ in range(4):
         quarter.append(next_tick("*/30 * * * *", SYNTHETIC_NAME, quarter[-1]))
     assert [wall(SYNTHETIC, tick).strftime("%H:%M") for tick in quarter[1:]] == [
-        "03:00", "03:30", "04:00", "04:30",
-    ]  # fmt: skip
+        "03:00",
+        "03:30",
+        "04:00",
+        "04:30",
+    ]
     assert quarter[3] - quarter[2] == timedelta(hours=2, minutes=30)
     assert last_tick("0 3 * * *", SYNTHETIC_NAME, utc(2026, 10, 25, 2, 30)) == utc(2026, 10, 25, 0)
     # 2026-03-29 01:00Z: 02:00 +01:00 becomes 04:00 +03:00: 02:xx and 03:xx fire at 01:00Z.
