@@ -50,8 +50,9 @@ def check_cron(cron: str, timezone: str = "UTC") -> None:
 
 
 def next_tick(cron: str, timezone: str, after: datetime) -> datetime:
-    """The first tick strictly after ``after`` (an aware datetime), in ``timezone``; in UTC
-    (a datetime in the zone at a repeated wall time equals no datetime of another zone)."""
+    """The first tick of ``cron`` in ``timezone`` strictly after ``after`` (an aware
+    datetime), in UTC: a datetime of the zone at a repeated wall time would compare unequal
+    to every datetime of another zone (PEP 495)."""
     zone = _zone(timezone)
     shown, reached = _clock_high(zone, after)
     # The first wall time the clock has not shown by ``after``: past the highest it showed,
@@ -61,7 +62,7 @@ def next_tick(cron: str, timezone: str, after: datetime) -> datetime:
 
 
 def last_tick(cron: str, timezone: str, at_or_before: datetime) -> datetime:
-    """The latest tick at or before ``at_or_before`` (never after it)."""
+    """The latest tick at or before ``at_or_before`` (never after it), in UTC."""
     zone = _zone(timezone)
     shown, reached = _clock_high(zone, at_or_before)
     wall = _matching(cron, shown + _EPSILON if reached else shown, forward=False)
