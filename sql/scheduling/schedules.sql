@@ -1,5 +1,5 @@
 -- Cron schedules (fairlane.schedules, fired by every worker's periodic loop,
--- fairlane.scheduling.firing). The cron arithmetic is Python's (croniter, DST-correct); the
+-- fairlane.scheduling.firing). The cron arithmetic is Python's (fairlane.scheduling.cron); the
 -- decisions are here: a due schedule is taken under its row lock with SKIP LOCKED, each tick is
 -- a row of schedule_fires keyed by (schedule, tick), and next_fire_at moves on in the same
 -- transaction. So each tick fires once, however many workers there are.
@@ -24,10 +24,11 @@ RETURNING s.id;
 
 -- name: lock_due_schedules
 -- Due schedules, oldest tick first, each locked; a worker firing one skips the others' rows.
+-- Due by the clock given (tests fire at chosen instants), else by the transaction's now().
 SELECT s.id, s.environment, s.key, s.task, s.cron, s.timezone, s.payload, s.options,
-       s.next_fire_at, now() AS now
+       s.next_fire_at, coalesce(%(now)s::timestamptz, now()) AS now
 FROM {schema}.schedules AS s
-WHERE NOT s.paused AND s.next_fire_at <= now()
+WHERE NOT s.paused AND s.next_fire_at <= coalesce(%(now)s::timestamptz, now())
 ORDER BY s.next_fire_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;

@@ -82,12 +82,13 @@ def test_ticks_are_dst_correct() -> None:
     winter = next_tick("0 9 * * *", "Europe/Paris", datetime(2025, 3, 1, tzinfo=UTC))
     summer = next_tick("0 9 * * *", "Europe/Paris", datetime(2025, 4, 1, tzinfo=UTC))
     assert (winter.astimezone(UTC).hour, summer.astimezone(UTC).hour) == (8, 7)
-    # On 2025-10-26 02:00-03:00 happens twice: an hourly schedule fires at both.
+    # On 2025-10-26 02:00-03:00 happens twice: an hourly schedule fires at the first 02:00
+    # only, then at 03:00 (two hours later).
     hours = [datetime(2025, 10, 26, 1, 30, tzinfo=PARIS)]
     for _ in range(3):
         hours.append(next_tick("0 * * * *", "Europe/Paris", hours[-1]))
     utc_hours = [hour.astimezone(UTC).strftime("%H:%M") for hour in hours[1:]]
-    assert utc_hours == ["00:00", "01:00", "02:00"]
+    assert utc_hours == ["00:00", "02:00", "03:00"]
 
 
 def _due(next_fire_at: datetime, now: datetime, cron: str = "* * * * * *") -> DueSchedule:
@@ -210,6 +211,29 @@ async def test_missed_ticks_make_one_run(
     assert after.last_run_id == run["id"]
     assert after.next_fire_at > datetime.now(UTC)
     assert await fire_due_schedules(aconn, "fairlane") == 0
+
+
+async def test_catch_up_in_a_repeated_hour_fires_no_tick_before_its_time(
+    db: psycopg.Connection[Any], aconn: psycopg.AsyncConnection[Any]
+) -> None:
+    # Berlin, 2026-10-25: at 01:00Z the clock goes back from 03:00 CEST to 02:00 CET. A
+    # daily 02:00 schedule, its workers down since the day before, comes back at 00:59:40Z,
+    # 20 s before the second 02:00.
+    made = schedules.create(db, "tick", "0 2 * * *", "Europe/Berlin", external_id="nightly")
+    _set_next(db, made.id, datetime(2026, 10, 24, 0, tzinfo=UTC))  # yesterday's 02:00 CEST
+    back = datetime(2026, 10, 25, 0, 59, 40, tzinfo=UTC)
+    assert await fire_due_schedules(aconn, "fairlane", now=back) == 1
+    [run] = _runs_of(db, "nightly")
+    tick = datetime.fromisoformat(run["metadata"]["tick"])
+    assert tick <= back, "a run fired for a tick still to come"
+    assert tick == datetime(2026, 10, 25, 0, tzinfo=UTC), "the day's (first) 02:00"
+    after = schedules.get(db, "nightly")
+    assert after.next_fire_at == datetime(2026, 10, 26, 1, tzinfo=UTC), "the next day's 02:00"
+    # The second 02:00 passes: the wall time fired already, nothing more fires.
+    for at in (datetime(2026, 10, 25, 1, 0, 5, tzinfo=UTC), after.next_fire_at):
+        await fire_due_schedules(aconn, "fairlane", now=at)
+    ticks = [datetime.fromisoformat(run["metadata"]["tick"]) for run in _runs_of(db, "nightly")]
+    assert ticks == [tick, after.next_fire_at]
 
 
 async def test_three_workers_fire_a_declared_every_second_schedule_once_per_tick(

@@ -138,6 +138,29 @@ async def test_shutdown_releases_what_outlives_the_grace_period(
     assert attempts == [1]
 
 
+async def test_stop_skipping_the_grace_ends_a_grace_period_under_way(
+    dsn: str, db: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    log: list[str] = []
+    worker = Worker(sleepy_tasks(log), dsn, shutdown_grace=60.0, poll_interval=0.1)
+    async with AsyncClient(dsn) as client:
+        long = await client.trigger("sleep", 600.0)
+    with caplog.at_level("INFO", logger="fairlane.worker"), anyio.fail_after(20):
+        async with anyio.create_task_group() as group:
+            await group.start(worker.run)
+            await wait_until(lambda: log == ["start 600.0"], within=5, what="the handler")
+            worker.stop()
+            await wait_until(
+                lambda: "(shutdown_grace) to finish" in caplog.text,
+                within=5,
+                what="the grace period to begin",
+            )
+            worker.stop(skip_grace=True)
+    assert log == ["start 600.0", "cancelled 600.0"]
+    assert_released(db, long)
+    assert worker.stats.released == 1
+
+
 # -- real worker processes ---------------------------------------------------------------------
 
 TASK_MODULE = """
@@ -230,6 +253,36 @@ async def test_sigterm_shuts_a_worker_process_down_gracefully(
     assert "received SIGTERM" in output
     assert run_status(db, short) is RunStatus.COMPLETED, output
     assert run_row(db, short)["result"] == "slept 1.0"
+    assert_released(db, long)
+
+
+@pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+async def test_a_second_signal_ends_the_grace_period_under_way(
+    dsn: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+    start_worker_process: Callable[..., subprocess.Popen[bytes]],
+    second: signal.Signals,
+) -> None:
+    async with AsyncClient(dsn) as client:
+        long = await client.trigger("sleep", 600.0)
+    process = start_worker_process("--shutdown-grace", "60", "--lease-seconds", "30")
+    await wait_until(
+        lambda: run_status(db, long) is RunStatus.EXECUTING, within=15, what="the run to start"
+    )
+    process.send_signal(signal.SIGTERM)
+    # The grace period is running: the worker said how long it waits for its handler.
+    await wait_until(
+        lambda: "get up to 60 s (shutdown_grace)" in worker_log(tmp_path),
+        within=10,
+        what="the grace period to begin",
+    )
+    process.send_signal(second)
+    # Well within the 60 s of grace left: the handler is stopped and its run handed back now.
+    code = await exited(process, within=20)
+    output = worker_log(tmp_path)
+    assert code == 0, output
+    assert f"received {second.name}" in output
     assert_released(db, long)
 
 

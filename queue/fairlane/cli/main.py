@@ -112,9 +112,7 @@ async def _run_worker(worker: Worker, burst: bool = False) -> None:
                         "received %s: shutting down (again to skip the grace period)",
                         signal.Signals(signum).name,
                     )
-                    if received > 1:
-                        worker.shutdown_grace = 0
-                    worker.stop()
+                    worker.stop(skip_grace=received > 1)
 
         group.start_soon(on_signals)
         try:

@@ -36,9 +36,10 @@ class Schedules(Section):
         declared, next_fire_at. One row: the schedule's id."""
         return self._statement("upsert_schedule", params, scalar)
 
-    def lock_due(self, limit: int) -> Statement[DueSchedule]:
+    def lock_due(self, limit: int, now: datetime | None = None) -> Statement[DueSchedule]:
+        """Due by ``now``, or by the transaction's clock when None."""
         return self._statement(
-            "lock_due_schedules", {"limit": limit}, lambda row: DueSchedule(**row)
+            "lock_due_schedules", {"limit": limit, "now": now}, lambda row: DueSchedule(**row)
         )
 
     def record_fire(self, schedule_id: int, tick: datetime) -> Statement[int]:

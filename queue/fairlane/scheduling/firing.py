@@ -63,12 +63,15 @@ def schedule_request(
     )
 
 
-async def fire_due_schedules(conn: psycopg.AsyncConnection[Any], schema: str) -> int:
-    """Fire what is due; returns how many runs were made."""
+async def fire_due_schedules(
+    conn: psycopg.AsyncConnection[Any], schema: str, *, now: datetime | None = None
+) -> int:
+    """Fire what is due; returns how many runs were made. ``now``: the clock to fire by
+    (tests); the database's ``now()`` when None."""
     schedules = engine(schema).schedules
     made = 0
     async with conn.transaction():
-        for schedule in await rows_async(conn, schedules.lock_due(MAX_SCHEDULES)):
+        for schedule in await rows_async(conn, schedules.lock_due(MAX_SCHEDULES, now)):
             made += await _fire(conn, schema, schedule)
     return made
 

@@ -193,6 +193,9 @@ class Worker:
         self._idle = anyio.Event()
         self._stopping = False
         self._stop_event = anyio.Event()
+        # stop(skip_grace=True): the grace period is over, or ends now if it has begun.
+        self._grace_skipped = False
+        self._grace: anyio.CancelScope | None = None
         self._started = threading.Event()
         self._token: anyio.lowlevel.EventLoopToken | None = None
         # The events and scopes made per run: the backend's own classes once the loop runs.
@@ -219,14 +222,22 @@ class Worker:
 
     # -- control ------------------------------------------------------------------------
 
-    def stop(self) -> None:
-        """Ask for a graceful shutdown. Safe from any thread, and from a signal handler."""
-        if self._token is not None and threading.get_ident() != self._thread:
-            anyio.from_thread.run_sync(self._request_stop, token=self._token)
-        else:
-            self._request_stop()
+    def stop(self, *, skip_grace: bool = False) -> None:
+        """Ask for a graceful shutdown. Safe from any thread, and from a signal handler.
 
-    def _request_stop(self) -> None:
+        ``skip_grace``: give running handlers no more time; they are stopped and their runs
+        handed back at once, also when a shutdown asked for before is already in its grace
+        period (what a second SIGTERM or SIGINT does to ``fairlane worker``)."""
+        if self._token is not None and threading.get_ident() != self._thread:
+            anyio.from_thread.run_sync(self._request_stop, skip_grace, token=self._token)
+        else:
+            self._request_stop(skip_grace)
+
+    def _request_stop(self, skip_grace: bool = False) -> None:
+        if skip_grace:
+            self._grace_skipped = True
+            if self._grace is not None:
+                self._grace.cancel()
         self._stopping = True
         self._stop_event.set()
         self._wake.set()
@@ -517,10 +528,18 @@ class Worker:
 
     async def _drain(self) -> None:
         """Let running handlers finish within the grace period, then cancel the rest."""
-        if self._running:
+        if self._running and not self._grace_skipped:
+            log.info(
+                "worker %s: %d runs still held get up to %g s (shutdown_grace) to finish",
+                self.worker_id,
+                self._running,
+                self.shutdown_grace,
+            )
             self._idle = anyio.Event()
-            with anyio.move_on_after(self.shutdown_grace):
+            # A scope stop(skip_grace=True) can cancel: the timer is running by then.
+            with anyio.move_on_after(self.shutdown_grace) as self._grace:
                 await self._idle.wait()
+            self._grace = None
         for active in list(self.held.values()):
             if not active.handler_done:
                 active.stop(STOP_SHUTDOWN)
