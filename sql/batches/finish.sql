@@ -46,9 +46,10 @@ $$;
 -- run is final, with one result per item (edges at the item's index, for the attempt that made
 -- the batch's own edge, which is at item -1). Called once the batch's waitpoint is complete
 -- (finish_batch, the abort), for every run waiting on it, and by a run that starts to wait on
--- a batch that has already ended (`waiter`: just that run). The batch's waitpoint row is the meeting point: the ones that
--- complete it update it before they attach, a waiter locks it FOR SHARE before it decides, so
--- either the waiter's edge is committed and seen here, or the waiter sees it complete.
+-- a batch that has already ended (`waiter`: just that run). The batch's waitpoint row is the
+-- meeting point: the ones that complete it update it before they attach, a waiter locks it FOR
+-- SHARE before it decides, so either the waiter's edge is committed and seen here, or the
+-- waiter sees it complete.
 CREATE OR REPLACE FUNCTION {schema}.attach_batch_runs(target bigint, waiter bigint DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql
