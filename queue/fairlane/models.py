@@ -117,6 +117,9 @@ class ClaimedRun:
     max_duration_s: float | None
     # Its place in its queue's claim order (queued_at minus priority seconds).
     queue_order: datetime | None = None
+    # The attempt whose waits this execution keeps (``RunContext.wait_attempt``); None: the
+    # attempt itself.
+    wait_attempt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

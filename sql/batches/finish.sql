@@ -43,12 +43,13 @@ $$;
 
 -- function: attach_batch_runs
 -- A run waiting on a batch waits on the runs of its items too, so it resumes when every item's
--- run is final, with one result per item (edges at the item's index; the batch's own edge is at
--- item -1). Called once the batch's waitpoint is complete (finish_batch, the abort), for every
--- run waiting on it, and by a run that starts to wait on a batch that has already ended
--- (`waiter`: just that run). The batch's waitpoint row is the meeting point: the ones that
--- complete it update it before they attach, a waiter locks it FOR SHARE before it decides, so
--- either the waiter's edge is committed and seen here, or the waiter sees it complete.
+-- run is final, with one result per item (edges at the item's index, for the attempt that made
+-- the batch's own edge, which is at item -1). Called once the batch's waitpoint is complete
+-- (finish_batch, the abort), for every run waiting on it, and by a run that starts to wait on
+-- a batch that has already ended (`waiter`: just that run). The batch's waitpoint row is the
+-- meeting point: the ones that complete it update it before they attach, a waiter locks it FOR
+-- SHARE before it decides, so either the waiter's edge is committed and seen here, or the
+-- waiter sees it complete.
 CREATE OR REPLACE FUNCTION {schema}.attach_batch_runs(target bigint, waiter bigint DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql
@@ -86,8 +87,8 @@ BEGIN
     SELECT array_agg(made.run_id), array_agg(made.waitpoint_id)
     INTO item_runs, item_waitpoints
     FROM {schema}.ensure_run_waitpoints(item_runs) AS made;
-    INSERT INTO {schema}.run_waitpoints (run_id, position, item, waitpoint_id)
-    SELECT e.run_id, e.position, i.index, made.waitpoint_id
+    INSERT INTO {schema}.run_waitpoints (run_id, attempt, position, item, waitpoint_id)
+    SELECT e.run_id, e.attempt, e.position, i.index, made.waitpoint_id
     FROM {schema}.run_waitpoints e
     CROSS JOIN {schema}.batch_items i
     JOIN unnest(item_runs, item_waitpoints) AS made(run_id, waitpoint_id)

@@ -63,7 +63,8 @@ RETURNING r.id;
 
 -- name: fail_runs
 -- The worker decides the next status (DELAYED for a retry, else a final status) because it
--- holds the attempt count the claim returned and the task's retry policy.
+-- holds the attempt count the claim returned and the task's retry policy. A retry starts its
+-- own waits: its wait_attempt is the attempt the next claim counts.
 WITH failed AS MATERIALIZED (
     SELECT run.id, lease.error, lease.next_status, lease.retry_delay_s
     FROM (SELECT * FROM unnest(%(ids)b::bigint[], %(tokens)b::uuid[], %(errors)b::text[],
@@ -85,6 +86,8 @@ SET status = failed.next_status,
                         THEN now() + make_interval(secs => failed.retry_delay_s)
                         ELSE r.available_at END,
     finished_at = CASE WHEN failed.next_status = 'DELAYED' THEN NULL ELSE now() END,
+    wait_attempt = CASE WHEN failed.next_status = 'DELAYED' THEN r.attempts + 1
+                        ELSE r.wait_attempt END,
     lease_token = NULL,
     lease_until = NULL
 FROM failed

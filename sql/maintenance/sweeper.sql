@@ -85,7 +85,8 @@ BEGIN
           WHERE r.status = 'WAITING' AND NOT r.resume_ready
             AND NOT EXISTS (SELECT 1 FROM {schema}.run_waitpoints AS edge
                             JOIN {schema}.waitpoints AS w ON w.id = edge.waitpoint_id
-                            WHERE edge.run_id = r.id AND w.status = 'PENDING')
+                            WHERE edge.run_id = r.id AND edge.attempt = r.wait_attempt
+                              AND w.status = 'PENDING')
           ORDER BY r.id
           FOR UPDATE SKIP LOCKED) AS l;
     IF stuck IS NULL THEN

@@ -34,9 +34,10 @@ FROM {schema}.reschedule_run(
 -- function: retry_run
 -- A run that ended FAILED, CRASHED, TIMED_OUT, EXPIRED or SYSTEM_FAILURE goes back to QUEUED
 -- with exactly one more attempt (max_attempts = attempts + 1); its last error and result are
--- cleared and it gets no TTL (one armed at its first enqueue has lapsed or was spent). Queue
--- size limits apply as to a trigger. Returns the status it had and whether it was requeued; a
--- full queue returns the limit it hit. No row: no such run.
+-- cleared and it gets no TTL (one armed at its first enqueue has lapsed or was spent). Like a
+-- retry after a failure, that attempt starts its own waits (wait_attempt). Queue size limits
+-- apply as to a trigger. Returns the status it had and whether it was requeued; a full queue
+-- returns the limit it hit. No row: no such run.
 CREATE OR REPLACE FUNCTION {schema}.retry_run(target bigint)
 RETURNS TABLE (previous_status text, retried boolean, environment text, queue text,
                size_limit integer, scope text, size integer)
@@ -68,6 +69,7 @@ BEGIN
     SET status = 'QUEUED',
         queued_at = now(),
         max_attempts = r.attempts + 1,
+        wait_attempt = r.attempts + 1,
         available_at = NULL,
         expires_at = NULL,
         started_at = NULL,

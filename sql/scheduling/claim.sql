@@ -183,7 +183,8 @@ CREATE OR REPLACE FUNCTION {schema}.claim_runs(
     floor_ids bigint[] DEFAULT NULL)
 RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
                max_attempts integer, environment text, queue text, metadata jsonb,
-               machine text, max_duration_s double precision, queue_order timestamptz)
+               machine text, max_duration_s double precision, queue_order timestamptz,
+               wait_attempt integer)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan
@@ -324,10 +325,11 @@ BEGIN
             WHERE r.id = p.id AND r.id = ANY(picked)
             RETURNING r.id, r.lease_token, r.task, r.payload, r.attempts, r.max_attempts,
                       r.environment, r.queue, r.metadata, r.machine, r.max_duration_s,
-                      r.queue_order, p.nth
+                      r.queue_order, r.wait_attempt, p.nth
         )
         SELECT s.id, s.lease_token, s.task, s.payload, s.attempts, s.max_attempts,
-               s.environment, s.queue, s.metadata, s.machine, s.max_duration_s, s.queue_order
+               s.environment, s.queue, s.metadata, s.machine, s.max_duration_s, s.queue_order,
+               s.wait_attempt
         FROM started s
         ORDER BY s.nth;
     END IF;
@@ -428,14 +430,15 @@ $$;
 -- name: claim_runs
 -- Claim up to %(limit)s runs in one statement: fairly across environments, within every cap,
 -- each with a fresh lease token that all later writes must present (sql/scheduling.sql). The
--- attempt is counted here, so a redelivery after a lapsed lease counts as one too.
+-- attempt is counted here, so a redelivery after a lapsed lease counts as one too; its
+-- wait_attempt (the attempt whose waits it keeps) moves only when a failure is retried.
 -- %(full_scan)s: look for environments that gained work before serving the known ones.
 -- The floors (four arrays, one element per queue, or NULL): where each queue's walk starts.
 -- No payload (JSON null) and no metadata ({}) come back as SQL NULL, which the client reads
 -- without calling its JSON decoder (two calls per claimed run, most of them for these).
 SELECT id, lease_token, task, nullif(payload, 'null') AS payload, attempts, max_attempts,
        environment, queue, nullif(metadata, '{{}}') AS metadata, machine, max_duration_s,
-       queue_order
+       queue_order, wait_attempt
 FROM {schema}.claim_runs(%(limit)s, %(lease_s)s, %(worker_id)s,
                          %(environments)s::text[], %(queues)s::text[], %(full_scan)s,
                          %(floor_environments)s::text[], %(floor_queues)s::text[],

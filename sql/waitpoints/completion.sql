@@ -1,8 +1,9 @@
 -- Waitpoints: what a run can wait on (another run, a time, a token completed by hand, a batch).
 -- A waiting run is WAITING: it holds no concurrency slot (slots are derived from EXECUTING rows)
 -- but keeps its lease while its worker lives. Edges (run_waitpoints) are keyed by the waiting
--- run and the call position inside its handler, so a run re-executed after a crash finds the
--- same waitpoints, and through them the same children.
+-- run, its wait_attempt and the call position inside its handler, so a run re-executed after
+-- a crash finds the same waitpoints, and through them the same children, while an attempt
+-- after a failure makes its own; what a run waits on is its current attempt's edges.
 
 -- Who wakes a waiting run, and why none is left behind (docs/concurrency.md, Waitpoints): a
 -- waitpoint's completion and a run's decision to wait on it meet on the waitpoint's row (the
@@ -109,8 +110,9 @@ END;
 $$;
 
 -- function: mark_runs_ready
--- Of these waiting runs, which the caller has locked, the ones with nothing pending are marked
--- ready to resume and their workers told on the resume channel. Returns how many.
+-- Of these waiting runs, which the caller has locked, the ones with nothing pending (in the
+-- edges of their current attempt) are marked ready to resume and their workers told on the
+-- resume channel. Returns how many.
 CREATE OR REPLACE FUNCTION {schema}.mark_runs_ready(locked bigint[])
 RETURNS integer
 LANGUAGE sql
@@ -125,7 +127,7 @@ WITH ready AS (
           SELECT 1
           FROM {schema}.run_waitpoints AS edge
           JOIN {schema}.waitpoints AS w ON w.id = edge.waitpoint_id
-          WHERE edge.run_id = r.id AND w.status = 'PENDING')
+          WHERE edge.run_id = r.id AND edge.attempt = r.wait_attempt AND w.status = 'PENDING')
     RETURNING r.id
 )
 SELECT count(pg_notify({resume_channel}, ready.id::text))::integer FROM ready;

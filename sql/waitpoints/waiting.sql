@@ -37,21 +37,25 @@ $$;
 
 -- function: begin_waiting
 -- The waiting run gives up its slot: EXECUTING -> WAITING, fenced by its lease token, unless
--- everything it waits on is already complete. Returns WAITING, READY or LOST. The pending
--- waitpoints are locked FOR SHARE first (a completion in flight is waited for, and one that
--- comes later waits for this transaction, whose edges it then sees), then the run itself; the
--- check is a later statement than both.
+-- everything its attempt waits on (the edges of its wait_attempt; an earlier attempt's are
+-- history) is already complete. Returns WAITING, READY or LOST. The pending waitpoints are
+-- locked FOR SHARE first (a completion in flight is waited for, and one that comes later waits
+-- for this transaction, whose edges it then sees), then the run itself; the check is a later
+-- statement than both. Only a failure the worker writes under this lease moves wait_attempt,
+-- so reading it before the run's lock reads the one the check uses.
 CREATE OR REPLACE FUNCTION {schema}.begin_waiting(waiting_run bigint, token uuid)
 RETURNS text
 LANGUAGE plpgsql
 AS $$
 DECLARE
     held boolean;
+    waiting_attempt integer;
 BEGIN
+    SELECT r.wait_attempt INTO waiting_attempt FROM {schema}.runs r WHERE r.id = waiting_run;
     PERFORM 1
     FROM {schema}.waitpoints w
     WHERE w.id IN (SELECT edge.waitpoint_id FROM {schema}.run_waitpoints AS edge
-                   WHERE edge.run_id = waiting_run)
+                   WHERE edge.run_id = waiting_run AND edge.attempt = waiting_attempt)
       AND w.status = 'PENDING'
     ORDER BY w.id
     FOR SHARE;
@@ -66,7 +70,8 @@ BEGIN
         SELECT 1
         FROM {schema}.run_waitpoints AS edge
         JOIN {schema}.waitpoints AS w ON w.id = edge.waitpoint_id
-        WHERE edge.run_id = waiting_run AND w.status = 'PENDING'
+        WHERE edge.run_id = waiting_run AND edge.attempt = waiting_attempt
+          AND w.status = 'PENDING'
     ) THEN
         RETURN 'READY';
     END IF;
@@ -129,9 +134,11 @@ END;
 $$;
 
 -- name: wait_edges_at
+-- The edges the run's attempt made at this call position: a replay of the attempt finds them,
+-- a later attempt (after a failure) has its own.
 SELECT edge.item, edge.waitpoint_id
 FROM {schema}.run_waitpoints AS edge
-WHERE edge.run_id = %(run_id)s AND edge.position = %(position)s
+WHERE edge.run_id = %(run_id)s AND edge.attempt = %(attempt)s AND edge.position = %(position)s
 ORDER BY edge.item;
 
 -- name: lock_awaited_runs
@@ -158,8 +165,8 @@ ORDER BY w.id
 FOR SHARE;
 
 -- name: insert_wait_edges
-INSERT INTO {schema}.run_waitpoints (run_id, position, item, waitpoint_id)
-SELECT %(run_id)s, %(position)s, edge.item, edge.waitpoint_id
+INSERT INTO {schema}.run_waitpoints (run_id, attempt, position, item, waitpoint_id)
+SELECT %(run_id)s, %(attempt)s, %(position)s, edge.item, edge.waitpoint_id
 FROM unnest(%(items)s::integer[], %(waitpoint_ids)s::bigint[]) AS edge(item, waitpoint_id)
 ON CONFLICT DO NOTHING;
 
@@ -173,16 +180,18 @@ SELECT {schema}.resume_run(%(run_id)s, %(token)s);
 SELECT edge.item, w.status, w.is_error, w.output, w.run_id
 FROM {schema}.run_waitpoints AS edge
 JOIN {schema}.waitpoints AS w ON w.id = edge.waitpoint_id
-WHERE edge.run_id = %(run_id)s AND edge.position = %(position)s
+WHERE edge.run_id = %(run_id)s AND edge.attempt = %(attempt)s AND edge.position = %(position)s
 ORDER BY edge.item;
 
 -- name: run_waits_on
 -- What a run waits on, by call position and item: each waitpoint's kind and status, the run
 -- it stands for (RUN), its due time (DATETIME), its timeout (MANUAL) and its batch (BATCH).
+-- The waits of its current attempt (wait_attempt); an earlier attempt's are history.
 SELECT e.position, e.item, w.id AS waitpoint_id, w.kind, w.status, w.run_id,
        w.complete_after, w.timeout_at, b.id AS batch_id
-FROM {schema}.run_waitpoints e
+FROM {schema}.runs r
+JOIN {schema}.run_waitpoints e ON e.run_id = r.id AND e.attempt = r.wait_attempt
 JOIN {schema}.waitpoints w ON w.id = e.waitpoint_id
 LEFT JOIN {schema}.batches b ON w.kind = 'BATCH' AND b.waitpoint_id = w.id
-WHERE e.run_id = %(run_id)s
+WHERE r.id = %(run_id)s
 ORDER BY e.position, e.item;

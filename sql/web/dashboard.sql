@@ -41,13 +41,14 @@ ORDER BY id
 LIMIT %(limit)s;
 
 -- name: run_waits
--- What a run waits or waited on, by call position and item.
-SELECT edge.position, edge.item, w.id AS waitpoint_id, w.kind, w.status, w.run_id,
-       w.complete_after, w.timeout_at, w.completed_at, w.is_error
+-- What a run waits or waited on, by attempt (its wait_attempt: an attempt after a failure
+-- makes its own waits), call position and item; the latest attempt's first.
+SELECT edge.attempt, edge.position, edge.item, w.id AS waitpoint_id, w.kind, w.status,
+       w.run_id, w.complete_after, w.timeout_at, w.completed_at, w.is_error
 FROM {schema}.run_waitpoints edge
 JOIN {schema}.waitpoints w ON w.id = edge.waitpoint_id
 WHERE edge.run_id = %(id)s
-ORDER BY edge.position, edge.item
+ORDER BY edge.attempt DESC, edge.position, edge.item
 LIMIT %(limit)s;
 
 -- name: run_batch

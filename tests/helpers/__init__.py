@@ -232,8 +232,9 @@ def wait_on_runs(db: Conn, parent: int, token: UUID, children: list[int]) -> str
 
 
 def insert_edges(db: Conn | Session, parent: int, waitpoints: list[int]) -> None:
+    """Edges of the parent's first attempt (its wait_attempt until a failure is retried)."""
     params = {
-        "run_id": parent, "position": 0, "items": list(range(len(waitpoints))),
+        "run_id": parent, "attempt": 1, "position": 0, "items": list(range(len(waitpoints))),
         "waitpoint_ids": waitpoints,
     }  # fmt: skip
     statement = query("insert_wait_edges", "fairlane")

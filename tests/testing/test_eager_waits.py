@@ -21,6 +21,8 @@ from fairlane import (
     WaitResult,
 )
 from fairlane.testing import eager
+from fairlane.triggering.idempotency import stored_key
+from tests.helpers import wait_attempts
 
 pytestmark = pytest.mark.anyio
 
@@ -143,3 +145,28 @@ async def test_waits_eager_mode_cannot_simulate_fail_the_run(task: str, says: st
     assert run.error is not None
     assert run.error["type"] == f"{EagerModeError.__module__}.EagerModeError"
     assert says in run.error["message"]
+
+
+@pytest.mark.parametrize("task", ["keyed_parent", "plain_parent"])
+async def test_a_retried_parent_triggers_a_new_child_as_the_worker_does(task: str) -> None:
+    """The handlers of tests/worker/test_wait_attempts.py: each attempt after a failure has its
+    own child (keyed with scope "attempt", or unkeyed), and the parent completes on attempt 2."""
+    with eager(wait_attempts.registry()) as runs:
+        async with AsyncClient(NOWHERE) as client:
+            run = await client.wait_for_run(await client.trigger(task, max_attempts=3))
+    assert (run.status, run.attempts, run.result) == (RunStatus.COMPLETED, 2, [200, 2])
+    children = [child for child in runs if child.parent_run_id == run.id]
+    assert [(child.payload, child.status) for child in children] == [
+        (1, RunStatus.FAILED), (2, RunStatus.COMPLETED),
+    ]  # fmt: skip
+    if task == "keyed_parent":
+        keys = [stored_key("k", "attempt", parent_run_id=run.id, parent_attempt=n) for n in (1, 2)]
+        assert [child.idempotency_key for child in children] == keys
+
+
+async def test_a_retried_parent_makes_a_new_batch_as_the_worker_does() -> None:
+    with eager(wait_attempts.registry()) as runs:
+        async with AsyncClient(NOWHERE) as client:
+            run = await client.wait_for_run(await client.trigger("batch_parent", max_attempts=3))
+    assert (run.status, run.attempts, run.result) == (RunStatus.COMPLETED, 2, [1200, 200])
+    assert [child.payload for child in runs if child.parent_run_id == run.id] == [11, 1, 12, 2]

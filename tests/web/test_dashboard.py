@@ -180,3 +180,29 @@ async def test_dashboard_mounted_and_api_only(dsn: str, app: Starlette, keys: Ke
             assert (await http.get("/api/v1/openapi.json")).status_code == 200
     finally:
         await api_only.state.fairlane.close()
+
+
+async def test_a_run_page_shows_each_attempts_waits(
+    http: httpx.AsyncClient, keys: Keys, as_a: httpx.AsyncClient, db: psycopg.Connection[Any]
+) -> None:
+    """Attempt 1 waited and failed; attempt 2 waits on a timer of its own: both are listed,
+    and the run waits on one waitpoint, its current attempt's."""
+    run = (await as_a.post("/api/v1/tasks/parent/trigger", json={})).json()["id"]
+    db.execute(
+        "UPDATE fairlane.runs SET status = 'WAITING', attempts = 2, wait_attempt = 2 WHERE id = %s",
+        (run,),
+    )
+    for attempt, status in ((1, "COMPLETED"), (2, "PENDING")):
+        db.execute(
+            """WITH timer AS (
+                   INSERT INTO fairlane.waitpoints (kind, status, complete_after)
+                   VALUES ('DATETIME', %s, now() + interval '1 hour') RETURNING id)
+               INSERT INTO fairlane.run_waitpoints (run_id, attempt, position, item, waitpoint_id)
+               SELECT %s, %s, 0, 0, id FROM timer""",
+            (status, run, attempt),
+        )
+    await _sign_in(http, keys.admin)
+    page = (await http.get(f"/runs/{run}")).text
+    assert "<b>waiting</b> on 1 waitpoint<" in page
+    rows = re.findall(r'<tr><td class="num">(\d+)</td><td class="num">0</td>', page)
+    assert rows == ["2", "1"]

@@ -165,7 +165,13 @@ def test_a_wait_on_a_batch_ending_meanwhile_waits_on_its_runs(
     parent, batch_id, (token, waitpoint) = batch_with_parent(db, dsn)
     item_run = the_items_run(db)
     record = "SELECT fairlane.record_batch_item(%s, 0, %s, true, NULL)"
-    edge = {"run_id": parent, "position": 0, "items": [-1], "waitpoint_ids": [waitpoint]}
+    edge = {
+        "run_id": parent,
+        "attempt": 1,
+        "position": 0,
+        "items": [-1],
+        "waitpoint_ids": [waitpoint],
+    }
     with sessions(dsn, 2) as (finisher, waiter):
         finisher.begin()
         waiter.begin()

@@ -220,8 +220,8 @@ def test_completion_and_wake_up_commit_together(db: psycopg.Connection[Any], dsn
         "WHERE id = %(p)s",
         "UPDATE fairlane.runs SET has_waiters = true WHERE id = %(c)s",
         "INSERT INTO fairlane.waitpoints (kind, run_id) VALUES ('RUN', %(c)s)",
-        "INSERT INTO fairlane.run_waitpoints (run_id, position, item, waitpoint_id) "
-        "SELECT %(p)s, 0, 0, id FROM fairlane.waitpoints WHERE run_id = %(c)s",
+        "INSERT INTO fairlane.run_waitpoints (run_id, attempt, position, item, waitpoint_id) "
+        "SELECT %(p)s, 1, 0, 0, id FROM fairlane.waitpoints WHERE run_id = %(c)s",
     ):
         db.execute(statement, link)
     finish = "UPDATE fairlane.runs SET status = 'COMPLETED', result = '2' WHERE id = %s"

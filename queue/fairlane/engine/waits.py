@@ -40,15 +40,16 @@ class WaitsOn:
     batch_id: int | None
 
 
-def _position(run_id: int, position: int) -> dict[str, int]:
-    return {"run_id": run_id, "position": position}
+def _position(run_id: int, attempt: int, position: int) -> dict[str, int]:
+    return {"run_id": run_id, "attempt": attempt, "position": position}
 
 
 class Waits(Section):
-    def edges_at(self, run_id: int, position: int) -> Statement[int]:
-        """Rows: the items of the edges already at this call position (a replay finds them)."""
+    def edges_at(self, run_id: int, attempt: int, position: int) -> Statement[int]:
+        """Rows: the items of the edges the run's ``attempt`` (its wait attempt) already made
+        at this call position (a replay of that attempt finds them)."""
         return self._statement(
-            "wait_edges_at", _position(run_id, position), lambda row: int(row["item"])
+            "wait_edges_at", _position(run_id, attempt, position), lambda row: int(row["item"])
         )
 
     def lock_awaited_runs(self, run_ids: Sequence[int]) -> Statement[None]:
@@ -69,10 +70,15 @@ class Waits(Section):
         return self._statement("lock_waitpoints", {"waitpoint_ids": list(waitpoint_ids)}, scalar)
 
     def insert_edges(
-        self, run_id: int, position: int, items: Sequence[int], waitpoint_ids: Sequence[int]
+        self,
+        run_id: int,
+        attempt: int,
+        position: int,
+        items: Sequence[int],
+        waitpoint_ids: Sequence[int],
     ) -> Statement[None]:
         params = {
-            **_position(run_id, position), "items": list(items),
+            **_position(run_id, attempt, position), "items": list(items),
             "waitpoint_ids": list(waitpoint_ids),
         }  # fmt: skip
         return self._statement("insert_wait_edges", params, no_rows)
@@ -85,9 +91,9 @@ class Waits(Section):
         """RESUMED, NO_ROOM, NOT_READY or LOST."""
         return self._statement("resume_run", {"run_id": run_id, "token": token}, scalar)
 
-    def results(self, run_id: int, position: int) -> Statement[WaitRow]:
+    def results(self, run_id: int, attempt: int, position: int) -> Statement[WaitRow]:
         return self._statement(
-            "wait_results", _position(run_id, position), lambda row: WaitRow(**row)
+            "wait_results", _position(run_id, attempt, position), lambda row: WaitRow(**row)
         )
 
     def attach_to_batch(self, batch_id: int, run_id: int) -> Statement[int]:

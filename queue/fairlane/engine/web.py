@@ -24,6 +24,7 @@ class ChildRow:
 
 @dataclass(frozen=True, slots=True)
 class WaitEdgeRow:
+    attempt: int
     position: int
     item: int
     waitpoint_id: int

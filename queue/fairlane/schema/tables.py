@@ -60,6 +60,10 @@ def _runs(metadata: MetaData) -> Table:
         Column("priority", Integer, nullable=False, server_default="0"),
         Column("attempts", Integer, nullable=False, server_default="0"),
         Column("max_attempts", Integer, nullable=False, server_default="3"),
+        # The attempt whose waits the run's executions keep: 1, then the next attempt after
+        # each failure that is retried. A redelivery (lapsed lease, shutdown) counts an attempt
+        # but keeps it, so a replay finds the waits it made.
+        Column("wait_attempt", Integer, nullable=False, server_default="1"),
         # When a DELAYED run becomes claimable (first start or retry backoff).
         Column("available_at", DateTime(timezone=True)),
         Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
@@ -352,8 +356,10 @@ def _run_waitpoints(metadata: MetaData) -> Table:
     return Table(
         "run_waitpoints",
         metadata,
-        # The waiting run, the call position in its handler, the item of a batch call.
+        # The waiting run, the attempt that waits (its wait_attempt), the call position in its
+        # handler, the item of a batch call.
         Column("run_id", BigInteger, primary_key=True),
+        Column("attempt", Integer, primary_key=True),
         Column("position", Integer, primary_key=True),
         Column("item", Integer, primary_key=True),
         Column("waitpoint_id", BigInteger, nullable=False),

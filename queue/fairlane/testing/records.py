@@ -100,12 +100,14 @@ class EagerRecord:
 
     def claimed(self) -> ClaimedRun:
         """The attempt as a worker would hold it. Its metadata is the record's own dict, so the
-        handler's ``set_metadata`` lands in the record."""
+        handler's ``set_metadata`` lands in the record. An eager attempt follows a failure (no
+        worker dies here), so it is its own wait attempt: its waits start afresh."""
         return ClaimedRun(
             id=self.id, lease_token=uuid.uuid4(), task=self.task, payload=self.payload,
             attempt=self.attempts, max_attempts=self.max_attempts,
             environment=self.environment, queue=self.queue, metadata=self.metadata,
             machine=self.machine, max_duration_s=self.max_duration_s,
+            wait_attempt=self.attempts,
         )  # fmt: skip
 
     def finish(
@@ -155,7 +157,7 @@ def idempotency_key(request: TriggerRequest, parent: ClaimedRun | None) -> str |
     if request.idempotency_key is None:
         return None
     parent_id = request.parent_run_id or (parent.id if parent is not None else None)
-    parent_attempt = request.parent_attempt or (parent.attempt if parent is not None else None)
+    parent_attempt = request.parent_attempt or (parent.wait_attempt if parent is not None else None)
     return stored_key(
         request.idempotency_key, request.idempotency_scope, parent_run_id=parent_id,
         parent_attempt=parent_attempt,

@@ -98,7 +98,8 @@ class RunContext:
 
     _waits: WaitService | None = field(default=None, repr=False)
     _active: ActiveRun | None = field(default=None, repr=False)
-    # Waits are keyed by call position, so a re-executed handler finds its earlier waits.
+    # Waits are keyed by wait attempt and call position, so a handler replayed after a crash
+    # finds its attempt's waits, and one retried after a failure makes its own.
     _position: int = field(default=0, repr=False)
 
     @property
@@ -107,7 +108,19 @@ class RunContext:
 
     @property
     def attempt(self) -> int:
+        """This attempt's number, from 1. Every claim counts one: a redelivery after a lapsed
+        lease too (``max_attempts`` bounds them all)."""
         return self.run.attempt
+
+    @property
+    def wait_attempt(self) -> int:
+        """The attempt whose waits this execution keeps: ``attempt``, unless this execution
+        replays an attempt whose worker died (its lease lapsed), whose number it then is. The
+        first attempt after a failure starts its own waits (new children, a new batch, a new
+        timer); a replay finds the ones its attempt made. Idempotency scope ``attempt`` keys
+        on it."""
+        wait_attempt = self.run.wait_attempt
+        return self.run.attempt if wait_attempt is None else wait_attempt
 
     @property
     def max_attempts(self) -> int:

@@ -1,7 +1,8 @@
 """Waiting inside a handler: on child runs, on a time, on a token.
 
-Each wait is one transaction on the worker's wait connection: find the waitpoints already at
-this call position (a re-executed run finds the ones its first execution made), or make them
+Each wait is one transaction on the worker's wait connection: find the waitpoints the run's
+attempt already made at this call position (a run replayed after its worker died finds the ones
+the attempt it replays made; an attempt after a failure has none of its own yet), or make them
 (trigger the children, create their run waitpoints lazily, link them), then give up the run's
 slot (EXECUTING -> WAITING, fenced by the lease token). The handler then sleeps without holding
 a slot, locally or in the database, until the resume channel (or a poll) says its waitpoints
@@ -180,16 +181,18 @@ class WaitService:
         make: Callable[[psycopg.AsyncConnection[Any]], Awaitable[Edges]],
         after_edges: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None,
     ) -> list[tuple[int, WaitResult]]:
-        run_id, token = active.run.id, active.lease.token
+        run_id, token, attempt = active.run.id, active.lease.token, active.ctx.wait_attempt
         # Registered before the wait commits, so a wake-up right after it is not missed.
         self._ready[run_id] = anyio.Event()
         async with self._lock, self._connection.use() as conn, conn.transaction():
-            if not await rows_async(conn, self._waits.edges_at(run_id, position)):
+            if not await rows_async(conn, self._waits.edges_at(run_id, attempt, position)):
                 edges = await make(conn)
                 items = [item for item, _ in edges]
                 waitpoint_ids = [waitpoint for _, waitpoint in edges]
                 await self._lock_waitpoints(conn, waitpoint_ids)
-                statement = self._waits.insert_edges(run_id, position, items, waitpoint_ids)
+                statement = self._waits.insert_edges(
+                    run_id, attempt, position, items, waitpoint_ids
+                )
                 await run_async(conn, statement)
                 if after_edges is not None:
                     await after_edges(conn)
@@ -200,7 +203,7 @@ class WaitService:
                 raise LeaseLostError(run_id)
         if state == "WAITING":
             await self._suspend(run_id, token)
-        return await self._results(run_id, position)
+        return await self._results(run_id, attempt, position)
 
     async def _lock_waitpoints(
         self, conn: psycopg.AsyncConnection[Any], waitpoint_ids: list[int]
@@ -245,10 +248,12 @@ class WaitService:
             with anyio.CancelScope(shield=True):
                 await self._reacquire_slot()
 
-    async def _results(self, run_id: int, position: int) -> list[tuple[int, WaitResult]]:
-        """The results at this call position, by item."""
+    async def _results(
+        self, run_id: int, attempt: int, position: int
+    ) -> list[tuple[int, WaitResult]]:
+        """The results at this call position of the attempt, by item."""
         async with self._lock, self._connection.use() as conn:
-            found = await rows_async(conn, self._waits.results(run_id, position))
+            found = await rows_async(conn, self._waits.results(run_id, attempt, position))
         return [
             (row.item, WaitResult.from_row(row.is_error, row.output, row.run_id)) for row in found
         ]
@@ -272,9 +277,11 @@ class WaitService:
 
 def _linked(active: ActiveRun, requests: Sequence[TriggerRequest]) -> list[TriggerRequest]:
     """Children know their parent: cancelling the parent reaches them, and idempotency scopes
-    "run" and "attempt" key on it."""
+    "run" and "attempt" key on it. Scope "attempt" keys on the attempt whose waits these are,
+    so a replay after a crash finds the children of the attempt it replays."""
+    attempt = active.ctx.wait_attempt
     return [
         request if request.parent_run_id is not None
-        else replace(request, parent_run_id=active.run.id, parent_attempt=active.run.attempt)
+        else replace(request, parent_run_id=active.run.id, parent_attempt=attempt)
         for request in requests
     ]  # fmt: skip
