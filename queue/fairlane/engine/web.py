@@ -73,10 +73,8 @@ class Web(Section):
     def open_session(
         self, secret_hash: str, key_id: int, lifetime_s: float, idle_s: float
     ) -> Statement[str]:
-        params = {
-            "secret_hash": secret_hash, "key_id": key_id, "lifetime_s": lifetime_s,
-            "idle_s": idle_s,
-        }  # fmt: skip
+        params = {"secret_hash": secret_hash, "key_id": key_id}
+        params |= {"lifetime_s": lifetime_s, "idle_s": idle_s}
         return self._statement("open_dashboard_session", params, lambda row: row["secret_hash"])
 
     def session_key(
