@@ -14,12 +14,19 @@ WHERE (%(environment)s::text IS NULL OR environment = %(environment)s::text)
 ORDER BY id;
 
 -- name: revoke_api_key
--- Revoked at once: the next request with the key is refused. No row: no such key (or an
--- environment given that is not the key's).
-UPDATE {schema}.api_keys
-SET revoked_at = coalesce(revoked_at, now())
-WHERE id = %(id)s AND (%(environment)s::text IS NULL OR environment = %(environment)s::text)
-RETURNING id, kind, environment, name, prefix, created_at, last_used_at, revoked_at;
+-- Revoked at once: the next request with the key is refused, and the dashboard sessions it
+-- opened are deleted. No row: no such key (or an environment given that is not the key's).
+WITH revoked AS (
+    UPDATE {schema}.api_keys
+    SET revoked_at = coalesce(revoked_at, now())
+    WHERE id = %(id)s AND (%(environment)s::text IS NULL OR environment = %(environment)s::text)
+    RETURNING id, kind, environment, name, prefix, created_at, last_used_at, revoked_at
+), ended AS (
+    DELETE FROM {schema}.dashboard_sessions s
+    USING revoked
+    WHERE s.key_id = revoked.id
+)
+SELECT id, kind, environment, name, prefix, created_at, last_used_at, revoked_at FROM revoked;
 
 -- name: authenticate_api_key
 -- The live key with this hash, if any. Its last use is written at most once a minute, so a
@@ -36,9 +43,3 @@ WITH found AS (
       AND (k.last_used_at IS NULL OR k.last_used_at < now() - interval '1 minute')
 )
 SELECT id, kind, environment, name, prefix, created_at, last_used_at, revoked_at FROM found;
-
--- name: get_api_key
--- A live key by id (a dashboard session names the admin key it was opened with).
-SELECT id, kind, environment, name, prefix, created_at, last_used_at, revoked_at
-FROM {schema}.api_keys
-WHERE id = %(id)s AND revoked_at IS NULL;

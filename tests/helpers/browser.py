@@ -59,6 +59,12 @@ def live_server(app: Any) -> Iterator[str]:
     """Serve ``app`` with uvicorn on 127.0.0.1 at a free port; yields its base URL."""
     import uvicorn
 
+    # Starlette serves static files through anyio.open_file, whose module anyio imports on
+    # first use. Imported here rather than in the server's thread: pytest rewrites anyio's
+    # modules (it is a pytest plugin), and on Python 3.11 two threads parsing at once can
+    # fail with "AST constructor recursion depth mismatch".
+    from anyio import open_file  # noqa: F401
+
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))

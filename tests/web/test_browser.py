@@ -1,6 +1,7 @@
 """The dashboard in headless chromium against a real server and database: every page opens
-and is styled, a queue pauses by a click, a run is followed from the list to its page, and
-the live parts change without a reload. Every page is saved as a PNG screenshot
+and is styled under the Content-Security-Policy, a queue pauses by a click, a run is followed
+from the list to its page, the live parts change without a reload, and a page left open goes
+to the sign-in form once its session ends. Every page is saved as a PNG screenshot
 (``tests/helpers/browser.py`` says where)."""
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tests.helpers.dashboard_data import Seeded, complete, seed
 pytest.importorskip("uvicorn")
 
 from fairlane.web import create_app
-from fairlane.web.keys import create_key
+from fairlane.web.keys import create_key, revoke_key
 
 if TYPE_CHECKING:
     from selenium.webdriver import Chrome
@@ -119,6 +120,12 @@ def test_every_page_opens_styled(driver: Chrome, base_url: str, seeded: Seeded) 
     _open(driver, base_url + "/", "Overview")
     for environment in ("acme", "globex", "initech"):
         assert environment in _text(driver, "#live")
+    # Bar lengths are classes of the stylesheet (the CSP allows no style attribute): applied.
+    heights = driver.execute_script(
+        "return [...document.querySelectorAll('.spark span')]"
+        ".map(bar => parseFloat(getComputedStyle(bar).height));"
+    )
+    assert max(heights) > 20, heights
     _open(driver, f"{base_url}/runs/{seeded.failed}", "Run")
     assert "CardDeclinedError" in _text(driver, ".error-card")
     assert _text(driver, ".heading .status") == "FAILED"
@@ -198,3 +205,25 @@ def test_overview_updates_in_place(
     wait_for(lambda: queued_in_billing() == "13", what="the overview to count 13 queued")
     assert _still_marked(driver), "the page reloaded instead of updating in place"
     screenshot(driver, "overview-live")
+
+
+def test_an_open_page_goes_to_sign_in_once_its_session_ends(
+    driver: Chrome, base_url: str, db: psycopg.Connection[Any]
+) -> None:
+    _open(driver, base_url + "/queues", "Queues & limits")
+    driver.find_element("css selector", "header form.who button[type=submit]").click()
+    wait_for(lambda: _path(driver) == "/login", what="the sign-in form after signing out")
+    driver.get(base_url + "/queues")
+    wait_for(lambda: _path(driver) == "/login", what="the signed-out session to be refused")
+
+    # Signed in again, the overview left open: its key is revoked, and the next poll of its
+    # live part takes the page to the sign-in form (which brings it back here afterwards).
+    key = create_key(db, None, admin=True, name="wall screen")
+    driver.find_element("css selector", "input[name=key]").send_keys(key[1])
+    driver.find_element("css selector", "form button[type=submit]").click()
+    wait_for(lambda: _path(driver) == "/queues", what="the page asked for before signing in")
+    _open(driver, base_url + "/", "Overview")
+    revoke_key(db, key[0].id)
+    wait_for(lambda: _path(driver) == "/login", what="the open overview to go to sign-in")
+    assert "next=%2F" in driver.current_url
+    screenshot(driver, "session-ended")

@@ -72,7 +72,8 @@ def test_serve_runs_the_app_under_uvicorn(dsn: str, db: psycopg.Connection[Any])
     _record, key = create_key(db, "acme")
     port = _free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "fairlane.cli", "serve", "--dsn", dsn, "--port", str(port)],
+        [sys.executable, "-m", "fairlane.cli", "serve", "--dsn", dsn, "--port", str(port),
+         "--session-idle", "2m"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ},
     )  # fmt: skip
     try:
@@ -90,6 +91,16 @@ def test_serve_runs_the_app_under_uvicorn(dsn: str, db: psycopg.Connection[Any])
         made = httpx.post(f"{base}/api/v1/tasks/t/trigger", headers=headers, json={"payload": 1})
         assert made.status_code == 200
         assert httpx.get(f"{base}/api/v1/runs", headers=headers).json()["data"][0]["payload"] == 1
+        # The dashboard's sessions are opened under the idle time given.
+        admin = create_key(db, None, admin=True)[1]
+        with httpx.Client(base_url=base) as browser:
+            form = browser.get("/login").text
+            csrf = form.split('name="csrf" value="')[1].split('"')[0]
+            signed_in = browser.post("/login", data={"csrf": csrf, "key": admin})
+            assert signed_in.status_code == 303
+            assert browser.get("/queues").headers["x-frame-options"] == "DENY"
+        stored = db.execute("SELECT idle_s FROM fairlane.dashboard_sessions").fetchall()
+        assert stored == [(120.0,)]
     finally:
         server.terminate()
         output = server.communicate(timeout=20)[0].decode()
@@ -98,3 +109,11 @@ def test_serve_runs_the_app_under_uvicorn(dsn: str, db: psycopg.Connection[Any])
     assert "Application shutdown complete" in output
     assert key not in output
     assert "POST /api/v1/tasks/t/trigger 200" in output
+
+
+def test_serve_refuses_an_idle_time_that_is_no_duration(capsys: pytest.CaptureFixture[str]) -> None:
+    for given in ("soon", "0", "500ms"):
+        with pytest.raises(SystemExit) as stopped:
+            cli_main(["serve", "--session-idle", given])
+        assert stopped.value.code == 2
+        assert "--session-idle" in capsys.readouterr().err

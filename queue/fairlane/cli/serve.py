@@ -10,6 +10,18 @@ import argparse
 from typing import Any
 
 from fairlane.cli.common import connection_options
+from fairlane.durations import parse_duration_string
+from fairlane.errors import InvalidDurationError
+
+
+def _idle(text: str) -> float:
+    try:
+        value = parse_duration_string("--session-idle", text)
+    except InvalidDurationError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 900, 15m, 1h)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 second, not {text!r}")
+    return value
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -23,7 +35,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "pip install 'fairlane[web]'"
         ) from None
     app = create_app(
-        args.dsn, args.schema, pool_size=args.pool_size, max_body_bytes=args.max_body_bytes
+        args.dsn,
+        args.schema,
+        pool_size=args.pool_size,
+        max_body_bytes=args.max_body_bytes,
+        session_idle=args.session_idle,
     )
     uvicorn.run(
         app, host=args.host, port=args.port, access_log=False, log_level=args.log_level,
@@ -42,6 +58,14 @@ def add_parser(commands: Any) -> None:
         "--max-body-bytes", type=int, default=None,
         help="largest JSON request body (default 8 MiB); NDJSON batch items are streamed",
     )  # fmt: skip
+    p.add_argument(
+        "--session-idle",
+        type=_idle,
+        default=None,
+        metavar="DURATION",
+        help="a dashboard session unused this long has ended (default 30m): seconds or a"
+        " duration such as 900, 15m, 1h",
+    )
     p.add_argument("--log-level", default="info")
     p.add_argument("--proxy-headers", action="store_true", help="trust X-Forwarded-* headers")
     p.add_argument("--forwarded-allow-ips", default=None)

@@ -69,8 +69,24 @@ class Web(Section):
             "authenticate_api_key", {"secret_hash": secret_hash}, lambda row: ApiKey(**row)
         )
 
-    def get_key(self, key_id: int) -> Statement[ApiKey]:
-        return self._statement("get_api_key", {"id": key_id}, lambda row: ApiKey(**row))
+    # -- dashboard sessions -------------------------------------------------------------
+
+    def open_session(
+        self, secret_hash: str, key_id: int, lifetime_s: float, idle_s: float
+    ) -> Statement[str]:
+        params = {"secret_hash": secret_hash, "key_id": key_id}
+        params |= {"lifetime_s": lifetime_s, "idle_s": idle_s}
+        return self._statement("open_dashboard_session", params, lambda row: row["secret_hash"])
+
+    def session_key(
+        self, secret_hash: str, idle_s: float, touch: bool, touch_s: float
+    ) -> Statement[ApiKey]:
+        params = {"secret_hash": secret_hash, "idle_s": idle_s, "touch": touch, "touch_s": touch_s}
+        return self._statement("dashboard_session", params, lambda row: ApiKey(**row))
+
+    def close_session(self, secret_hash: str) -> Statement[str]:
+        params = {"secret_hash": secret_hash}
+        return self._statement("close_dashboard_session", params, lambda row: row["secret_hash"])
 
     # -- signing secrets ----------------------------------------------------------------
 

@@ -59,6 +59,12 @@ JOBS: tuple[JobSpec, ...] = (
         "prune_finished_batches", "prune_finished_batches", "pruning.sql",
         "Deletes finished batches older than the retention, with their items.",
     ),
+    JobSpec(
+        "prune_dashboard_sessions", "prune_dashboard_sessions", "sessions.sql",
+        "Deletes dashboard sessions that ended: past their end, idle too long, or of a revoked"
+        " key.",
+        (count("prune_batch_size"),),
+    ),
 )  # fmt: skip
 
 # Settings read outside the periodic jobs: by the trigger, the batch path and the lease.

@@ -520,6 +520,34 @@ def _web_secrets(metadata: MetaData) -> Table:
     )
 
 
+def _dashboard_sessions(metadata: MetaData) -> Table:
+    schema = metadata.schema
+    return Table(
+        "dashboard_sessions",
+        metadata,
+        # A signed-in dashboard browser: the SHA-256 of its cookie's random secret (never the
+        # secret), the admin key it signed in with (revoking the key deletes its sessions).
+        Column("secret_hash", Text, primary_key=True),
+        Column(
+            "key_id",
+            BigInteger,
+            ForeignKey(f"{schema}.api_keys.id", ondelete="CASCADE"),
+            nullable=False,
+        ),
+        Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        Column(
+            "last_seen_at", DateTime(timezone=True), nullable=False, server_default=text("now()")
+        ),
+        # The absolute end, however active the session is.
+        Column("expires_at", DateTime(timezone=True), nullable=False),
+        # The idle time it was opened under: idle longer than this (or than the server's
+        # current setting, if shorter), it has ended.
+        Column("idle_s", Double, nullable=False),
+        CheckConstraint("idle_s > 0", name="dashboard_sessions_idle_check"),
+        Index("dashboard_sessions_key_idx", "key_id"),
+    )
+
+
 def _schedules(metadata: MetaData) -> Table:
     return Table(
         "schedules",
@@ -581,6 +609,7 @@ def build_metadata(schema: str) -> MetaData:
     _schema_objects(metadata)
     _api_keys(metadata)
     _web_secrets(metadata)
+    _dashboard_sessions(metadata)
     _schedules(metadata)
     _schedule_fires(metadata)
     return metadata

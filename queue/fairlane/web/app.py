@@ -41,7 +41,8 @@ from fairlane.web.errors import (
     handle_fairlane_error,
     handle_http_exception,
 )
-from fairlane.web.state import DEFAULT_POOL_SIZE, WebState
+from fairlane.web.headers import SecurityHeaders
+from fairlane.web.state import DEFAULT_POOL_SIZE, DEFAULT_SESSION_IDLE_S, WebState
 
 log = logging.getLogger("fairlane.web")
 
@@ -57,11 +58,19 @@ async def _internal_error(request: Request, error: Exception) -> Response:
 def create_app(
     dsn: str | None = None, schema: str | None = None, *, pool_size: int = DEFAULT_POOL_SIZE,
     max_body_bytes: int | None = None, dashboard: bool = True,
+    session_idle: float | None = None,
 ) -> Starlette:  # fmt: skip
     """The app for the database at ``dsn`` (default ``DATABASE_URL``) and fairlane's
     ``schema``. ``max_body_bytes`` bounds JSON request bodies (default 8 MiB);
-    ``dashboard=False`` serves the API alone."""
-    state = WebState(dsn, schema, pool_size=pool_size, max_body_bytes=max_body_bytes)
+    ``dashboard=False`` serves the API alone; a dashboard session idle for ``session_idle``
+    seconds (default 30 minutes) has ended."""
+    state = WebState(
+        dsn,
+        schema,
+        pool_size=pool_size,
+        max_body_bytes=max_body_bytes,
+        session_idle_s=DEFAULT_SESSION_IDLE_S if session_idle is None else session_idle,
+    )
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -77,7 +86,7 @@ def create_app(
         routes += dashboard_routes()
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(AccessLog)],
+        middleware=[Middleware(AccessLog), Middleware(SecurityHeaders)],
         exception_handlers={
             FairlaneError: handle_fairlane_error,
             ApiError: handle_api_error,

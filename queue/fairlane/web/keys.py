@@ -81,11 +81,6 @@ def _authenticate(source: Engine, presented: str) -> Operation[ApiKey | None]:
     return found[0] if found else None
 
 
-def _live(source: Engine, key_id: int) -> Operation[ApiKey | None]:
-    found = yield source.web.get_key(key_id)
-    return found[0] if found else None
-
-
 SyncConn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
 
@@ -110,8 +105,8 @@ def list_keys(
 def revoke_key(
     conn: SyncConn, key_id: int, *, environment: str | None = None, schema: str | None = None
 ) -> ApiKey:
-    """Revoke a key at once (a no-op on a revoked one); ``ApiKeyNotFoundError`` when no key
-    has this id (in ``environment``, when given)."""
+    """Revoke a key at once (a no-op on a revoked one), ending the dashboard sessions it
+    opened; ``ApiKeyNotFoundError`` when no key has this id (in ``environment``, when given)."""
     return drive(conn, _revoke(schema, key_id, environment))
 
 
@@ -141,8 +136,3 @@ async def revoke_key_async(
 async def authenticate_async(conn: AsyncConn, presented: str, *, schema: str) -> ApiKey | None:
     """The live key ``presented`` is, or None (unknown, malformed or revoked)."""
     return await drive_async(conn, _authenticate(engine(schema), presented))
-
-
-async def live_key_async(conn: AsyncConn, key_id: int, *, schema: str) -> ApiKey | None:
-    """The key with this id unless it was revoked (a dashboard session names its key)."""
-    return await drive_async(conn, _live(engine(schema), key_id))

@@ -1,5 +1,5 @@
-"""What one app holds: its settings, a connection pool opened on first use, the signing
-secrets.
+"""What one app holds: its settings (the dashboard's session idle time among them), a
+connection pool opened on first use, the signing secrets.
 
 The pool opens lazily (on the first request) rather than in the app's lifespan, because an app
 mounted inside another gets no lifespan events of its own; ``fairlane serve`` closes it at
@@ -10,6 +10,7 @@ the next request.
 
 from __future__ import annotations
 
+import math
 import secrets as random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,18 +23,20 @@ from psycopg_pool import AsyncConnectionPool
 from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.engine import Engine, engine
 from fairlane.engine.statement import one_async
+from fairlane.errors import ConfigurationError
 from fairlane.schema.check import check_schema_async
 
 AsyncConn = psycopg.AsyncConnection[Any]
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_POOL_SIZE = 10
+DEFAULT_SESSION_IDLE_S = 30 * 60.0
 
 
 class WebState:
     def __init__(
         self, dsn: str | None = None, schema: str | None = None, *,
         pool_size: int = DEFAULT_POOL_SIZE, max_body_bytes: int | None = None,
-        pool_timeout: float = 10.0,
+        pool_timeout: float = 10.0, session_idle_s: float = DEFAULT_SESSION_IDLE_S,
     ) -> None:  # fmt: skip
         self.dsn = psycopg_dsn(database_url(dsn))
         self.schema = schema_name(schema)
@@ -41,6 +44,7 @@ class WebState:
         self.pool_size = max(1, pool_size)
         self.pool_timeout = pool_timeout
         self.max_body_bytes = max_body_bytes or DEFAULT_MAX_BODY_BYTES
+        self.session_idle_s = _idle_seconds(session_idle_s)
         self._pool: AsyncConnectionPool[AsyncConn] | None = None
         self._opening: anyio.Lock | None = None
         self._secrets: dict[str, bytes] = {}
@@ -87,3 +91,13 @@ class WebState:
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.close()
+
+
+def _idle_seconds(value: float) -> float:
+    """A dashboard session's idle time: a positive number of seconds (at least a second, so
+    that a session can serve a page at all)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"session_idle must be a number of seconds, not {value!r}")
+    if not math.isfinite(value) or value < 1:
+        raise ConfigurationError(f"session_idle must be at least 1 second, not {value!r}")
+    return float(value)

@@ -90,7 +90,17 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
-templates.filters.update(age=_age, when=_when, pretty=_pretty, duration=_duration, until=_until)
+def _percent(part: float, whole: float | None) -> int:
+    """``part`` of ``whole`` as a whole percentage from 0 to 100 (a bar's ``pct-N`` class); a
+    part above nothing shows as at least 1, so one failure in a large batch is still seen."""
+    if not whole or whole <= 0 or part <= 0:
+        return 0
+    return max(1, min(100, round(part * 100 / whole)))
+
+
+templates.filters.update(
+    age=_age, when=_when, pretty=_pretty, duration=_duration, until=_until, pct=_percent
+)
 
 
 def render(
@@ -107,11 +117,12 @@ def render(
 Page = Callable[[Request, Session], Awaitable[Response]]
 
 
-def page(handler: Page) -> Callable[[Request], Awaitable[Response]]:
-    """A page behind the admin session: without one, to the sign-in form."""
+def page(handler: Page, *, poll: bool = False) -> Callable[[Request], Awaitable[Response]]:
+    """A page behind the admin session: without one, to the sign-in form. ``poll``: a live
+    fragment a page fetches by itself, which does not keep the session from going idle."""
 
     async def endpoint(request: Request) -> Response:
-        session = await session_of(request)
+        session = await session_of(request, touch=not poll)
         if session is None:
             target = urlencode({"next": request.url.path})
             return RedirectResponse(f"{root(request)}/login?{target}", status_code=303)
@@ -189,13 +200,14 @@ async def login_post(request: Request) -> Response:
             request, target, "The dashboard needs an admin key (fairlane keys create --admin)."
         )
     response = RedirectResponse(target, status_code=303)
-    await open_session(request, response, key)
+    if not await open_session(request, response, key):
+        return _login_page(request, target, "That key is not valid (unknown or revoked).")
     return response
 
 
 async def _logout(request: Request, session: Session, form: dict[str, str]) -> Response:
     response = RedirectResponse(f"{root(request)}/login", status_code=303)
-    close_session(request, response)
+    await close_session(request, response, session)
     return response
 
 
@@ -268,7 +280,7 @@ async def _overview_live(request: Request, session: Session) -> Response:
 
 
 overview = page(_overview)
-overview_live = page(_overview_live)
+overview_live = page(_overview_live, poll=True)
 
 
 # -- runs ------------------------------------------------------------------------------------
@@ -337,7 +349,7 @@ async def _run_live(request: Request, session: Session) -> Response:
 
 
 run = page(_run)
-run_live = page(_run_live)
+run_live = page(_run_live, poll=True)
 
 
 async def _run_action(request: Request, session: Session, form: dict[str, str]) -> Response:

@@ -9,10 +9,14 @@
       if (document.hidden) { timer = setTimeout(tick, every); return; }
       fetch(url, { credentials: "same-origin", headers: { "Accept": "text/html" } })
         .then(function (answer) {
-          if (answer.redirected || !answer.ok) { throw new Error(String(answer.status)); }
+          // Sent to the sign-in form: the session ended (signed out, revoked, idle). Reload,
+          // so the page itself goes there and comes back here once signed in again.
+          if (answer.redirected) { window.location.reload(); return null; }
+          if (!answer.ok) { throw new Error(String(answer.status)); }
           return answer.text();
         })
         .then(function (html) {
+          if (html === null) { return; }
           box.innerHTML = html;
           box.removeAttribute("data-stale");
           var inner = box.querySelector("[data-final]");
