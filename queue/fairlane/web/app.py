@@ -57,11 +57,22 @@ async def _internal_error(request: Request, error: Exception) -> Response:
 def create_app(
     dsn: str | None = None, schema: str | None = None, *, pool_size: int = DEFAULT_POOL_SIZE,
     max_body_bytes: int | None = None, dashboard: bool = True,
+    upload_idle_timeout: float | None = None,
+    uploads_per_environment: int | None = None,
 ) -> Starlette:  # fmt: skip
     """The app for the database at ``dsn`` (default ``DATABASE_URL``) and fairlane's
     ``schema``. ``max_body_bytes`` bounds JSON request bodies (default 8 MiB);
-    ``dashboard=False`` serves the API alone."""
-    state = WebState(dsn, schema, pool_size=pool_size, max_body_bytes=max_body_bytes)
+    ``upload_idle_timeout`` (seconds, default 30) ends an NDJSON upload that sends nothing for
+    that long, ``uploads_per_environment`` (default 4) caps each environment's concurrent
+    uploads in this process; ``dashboard=False`` serves the API alone."""
+    state = WebState(
+        dsn,
+        schema,
+        pool_size=pool_size,
+        max_body_bytes=max_body_bytes,
+        upload_idle_timeout=upload_idle_timeout,
+        uploads_per_environment=uploads_per_environment,
+    )
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

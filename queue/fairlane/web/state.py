@@ -23,6 +23,7 @@ from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.engine import Engine, engine
 from fairlane.engine.statement import one_async
 from fairlane.schema.check import check_schema_async
+from fairlane.web.uploads import UploadSlots, idle_timeout
 
 AsyncConn = psycopg.AsyncConnection[Any]
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -33,7 +34,8 @@ class WebState:
     def __init__(
         self, dsn: str | None = None, schema: str | None = None, *,
         pool_size: int = DEFAULT_POOL_SIZE, max_body_bytes: int | None = None,
-        pool_timeout: float = 10.0,
+        pool_timeout: float = 10.0, upload_idle_timeout: float | None = None,
+        uploads_per_environment: int | None = None,
     ) -> None:  # fmt: skip
         self.dsn = psycopg_dsn(database_url(dsn))
         self.schema = schema_name(schema)
@@ -41,6 +43,8 @@ class WebState:
         self.pool_size = max(1, pool_size)
         self.pool_timeout = pool_timeout
         self.max_body_bytes = max_body_bytes or DEFAULT_MAX_BODY_BYTES
+        self.upload_idle_timeout_s = idle_timeout(upload_idle_timeout)
+        self.uploads = UploadSlots(uploads_per_environment)
         self._pool: AsyncConnectionPool[AsyncConn] | None = None
         self._opening: anyio.Lock | None = None
         self._secrets: dict[str, bytes] = {}
@@ -67,7 +71,9 @@ class WebState:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConn]:
-        """An autocommit connection of the pool for one request."""
+        """An autocommit connection of the pool, for database work only: a request gives it
+        back before it waits on its client (reads a body, streams an upload), so a slow or
+        stalled client cannot hold the pool."""
         pool = self._pool or await self._open()
         async with pool.connection() as conn:
             yield conn
