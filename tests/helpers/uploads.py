@@ -57,6 +57,11 @@ def served(dsn: str, folder: Path, *options: str) -> Iterator[Server]:
             process.wait(20)
 
 
+def logged_errors(server: Server) -> list[str]:
+    """The lines of the server's log (warnings and worse) that report an error."""
+    return [line for line in server.log.read_text().splitlines() if "ERROR" in line]
+
+
 def _answers(base: str, process: subprocess.Popen[bytes], log: Path) -> bool:
     try:
         return httpx.get(f"{base}/api/v1/openapi.json", timeout=2).status_code == 200

@@ -27,6 +27,7 @@ from tests.helpers.uploads import (
     bearer,
     create_batch,
     lines,
+    logged_errors,
     read_answer,
     served,
     start_upload,
@@ -75,7 +76,7 @@ async def stall(
 async def test_stalled_uploads_leave_every_environment_answered(
     dsn: str, db: psycopg.Connection[Any], keys: Keys, tmp_path: Path
 ) -> None:
-    options: tuple[str, ...] = ()
+    options = ("--uploads-per-environment", str(STALLED + 2))
     with served(dsn, tmp_path, *options) as server:
         async with (
             httpx.AsyncClient(base_url=server.base, timeout=ANSWERED_WITHIN_S) as client,
@@ -202,5 +203,7 @@ async def test_uploads_past_the_environments_cap_get_429(
                 return answer.status_code == 200
 
             await wait_until(taken, what="the place of the closed upload")
+            # A client that gave up is not a server failure.
+            assert logged_errors(server) == []
         async with running(worker(dsn, registry())):
             await wait_until(lambda: batch_row(db, batch_id)["status"] == "COMPLETED")

@@ -26,7 +26,7 @@ from psycopg_pool import PoolTimeout
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount
 
@@ -52,6 +52,13 @@ async def _internal_error(request: Request, error: Exception) -> Response:
         exc_info=error,
     )  # fmt: skip
     return error_response(500, "InternalError", "the server failed to answer this request")
+
+
+async def _client_gone(request: Request, error: Exception) -> Response:
+    # A client that closes its connection mid-body (a stalled upload given up) is no failure
+    # of the server's; the answer reaches nobody, the access log records it.
+    log.info("%s %s: the client closed the connection", request.method, request.url.path)
+    return error_response(400, "ClientDisconnect", "the client closed the connection")
 
 
 def create_app(
@@ -95,6 +102,7 @@ def create_app(
             HTTPException: handle_http_exception,
             psycopg.OperationalError: handle_database_unavailable,
             PoolTimeout: handle_database_unavailable,
+            ClientDisconnect: _client_gone,
             Exception: _internal_error,
         },
         lifespan=lifespan,
