@@ -45,9 +45,12 @@ def served(dsn: str, folder: Path, *options: str) -> Iterator[Server]:
     port = _free_port()
     log = folder / f"serve-{port}.log"
     with log.open("wb") as output:
-        command = [sys.executable, "-m", "fairlane.cli", "serve", "--dsn", dsn,
-                   "--port", str(port), "--log-level", "warning", *options]  # fmt: skip
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+        command = ["serve", "--dsn", dsn, "--port", str(port), "--log-level", "warning"]
+        process = subprocess.Popen(
+            [sys.executable, "-m", "fairlane.cli", *command, *options],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
         try:
             base = f"http://127.0.0.1:{port}"
             poll(lambda: _answers(base, process, log), within=30, what="fairlane serve")
