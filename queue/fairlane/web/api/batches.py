@@ -3,7 +3,7 @@
 ``POST /api/v1/batches`` ``{"run_count", "parent_run_id"?, "idempotency_key"?}`` charges the
 environment's batch bucket (429 with ``Retry-After`` when it is empty) and answers the batch.
 ``POST /api/v1/batches/{id}/items`` takes NDJSON, chunked or not and of any length, fed to
-``ingest_items`` as it arrives (memory stays flat): a line over the item size limit becomes a
+``ingest_stream`` as it arrives (memory stays flat): a line over the item size limit becomes a
 pre-failed PAYLOAD_TOO_LARGE run, a bad line answers 422 naming its line and item index, with
 every item before it kept and the batch still open; resends are deduplicated by index
 (``?first_index=k`` numbers a resent stream's unindexed items from k). The upload holds no
