@@ -380,6 +380,29 @@ class BatchLineError(BatchError):
         super().__init__(f"batch line {line} (item {index}): {reason}")
 
 
+class BatchStreamIdleError(BatchError):
+    """An item stream sent nothing for ``idle_timeout_s`` seconds, so its ingest was ended.
+
+    The complete lines that came before were stored: ``accepted`` new items of this call,
+    ``received`` items in the batch overall; a partial last line was dropped. The batch stays
+    open: resend the rest with ``first_index=index`` (the index the next item would have had).
+    """
+
+    def __init__(
+        self, batch_id: int, idle_timeout_s: float, *, accepted: int, received: int, index: int
+    ) -> None:
+        self.batch_id = batch_id
+        self.idle_timeout_s = idle_timeout_s
+        self.accepted = accepted
+        self.received = received
+        self.index = index
+        super().__init__(
+            f"batch {batch_id}: the item stream sent nothing for {idle_timeout_s:g}s and was "
+            f"ended; {accepted} items of it were stored ({received} in the batch), resend the "
+            f"rest with first_index={index}"
+        )
+
+
 class BatchTransactionError(BatchError):
     """Ingest was handed a connection inside a transaction. Each slice of items commits on its
     own (so a slice never holds its batch while the next one's items are inserted): pass a

@@ -117,3 +117,37 @@ def test_serve_refuses_an_idle_time_that_is_no_duration(capsys: pytest.CaptureFi
             cli_main(["serve", "--session-idle", given])
         assert stopped.value.code == 2
         assert "--session-idle" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--upload-idle-timeout", "0"],
+        ["--upload-idle-timeout", "nan"],
+        ["--upload-idle-timeout", "soon"],
+        ["--uploads-per-environment", "0"],
+        ["--uploads-per-environment", "2.5"],
+    ],
+)
+def test_serve_refuses_a_bad_upload_bound(
+    option: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        cli_main(["serve", "--dsn", "postgresql://127.0.0.1:1/none", *option])
+    assert refused.value.code == 2
+    assert option[0] in capsys.readouterr().err
+
+
+def test_create_app_refuses_a_bad_upload_bound() -> None:
+    from fairlane.errors import ConfigurationError
+    from fairlane.web import create_app
+
+    bad: list[dict[str, Any]] = [
+        {"upload_idle_timeout": 0},
+        {"upload_idle_timeout": True},
+        {"uploads_per_environment": 0},
+        {"uploads_per_environment": 1.5},
+    ]
+    for options in bad:
+        with pytest.raises(ConfigurationError):
+            create_app("postgresql://127.0.0.1:1/none", **options)

@@ -7,13 +7,19 @@ numbered from the call's ``first_index`` (default 0), so a resend of a stream fr
 item passes ``first_index=k``; the errors' ``index`` is that number for the bad line. The batch
 seals when all run-count items are in; the worker's built-in ``fairlane.batch_item`` task then
 turns each into its run (``fairlane.batches.processing``).
+
+``ingest_items`` runs on one connection the caller holds; ``ingest_stream`` takes a connection
+(from a pool, say) only to write a slice and gives it back at once, so a stream that waits on
+its network holds none: what a server that reads uploads from many clients needs. Either
+ends a stream that sends nothing for ``idle_timeout_s`` seconds (``BatchStreamIdleError``),
+after storing its complete lines.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Callable
-from contextlib import suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,6 +38,7 @@ from fairlane.errors import (
     BatchIndexError,
     BatchLineError,
     BatchNotFoundError,
+    BatchStreamIdleError,
     BatchTransactionError,
     PayloadError,
 )
@@ -46,6 +53,12 @@ SLICE_BYTES = 1024 * 1024
 FILE_CHUNK_BYTES = 256 * 1024
 NO_OPTIONS = "{}"
 Progress = Callable[[IngestResult], None]
+# A connection for one short use, given back when the block ends (``pool.connection``).
+Connect = Callable[[], AbstractAsyncContextManager[AsyncConn]]
+
+
+class _Idle(Exception):
+    """The stream sent nothing within the idle timeout (raised between chunks)."""
 
 
 class _Slice:
@@ -103,14 +116,15 @@ class _Ingest:
     """
 
     def __init__(
-        self, conn: AsyncConn, batch: Batch, schema: str, parser: NdjsonItemParser,
-        progress: Progress | None,
+        self, connect: Connect, batch: Batch, schema: str, parser: NdjsonItemParser,
+        progress: Progress | None, idle_timeout_s: float | None,
     ) -> None:  # fmt: skip
-        self.conn = conn
+        self.connect = connect
         self.batch = batch
         self.schema = schema
         self.parser = parser
         self.progress = progress
+        self.idle_timeout_s = idle_timeout_s
         self.pending = _Slice()
         self.in_flight: asyncio.Task[None] | None = None
         self.state = IngestResult(
@@ -119,10 +133,11 @@ class _Ingest:
 
     async def _send(self, sent: _Slice, lines: int) -> None:
         statement = engine(self.schema).batches.ingest(sent.params(self.batch.id))
-        row = await first_async(self.conn, statement)
-        if not self.conn.autocommit:
-            # Each slice commits: its items and its batch lock go before the next slice's.
-            await self.conn.commit()
+        async with self.connect() as conn:
+            row = await first_async(conn, statement)
+            if not conn.autocommit:
+                # Each slice commits: its items and its batch lock go before the next slice's.
+                await conn.commit()
         if row is None:
             raise BatchNotFoundError(self.batch.id)
         if row.status == "ABORTED":
@@ -159,10 +174,21 @@ class _Ingest:
             with anyio.CancelScope(shield=True), suppress(BaseException):
                 await in_flight
 
+    async def _next_chunk(self, chunks: AsyncIterator[bytes]) -> bytes | None:
+        """The next chunk, None at the end; ``_Idle`` when none comes in time. Only the wait
+        on the stream is timed, never the wait for a slice to be stored."""
+        with anyio.move_on_after(self.idle_timeout_s):
+            try:
+                return await anext(chunks)
+            except StopAsyncIteration:
+                return None
+        raise _Idle
+
     async def lines(self, chunks: AsyncIterable[bytes]) -> AsyncIterator[tuple[ParsedLine, int]]:
         """Parsed items with their line numbers."""
         parser = self.parser
-        async for chunk in chunks:
+        stream = aiter(chunks)
+        while (chunk := await self._next_chunk(stream)) is not None:
             for parsed in parser.feed(chunk):
                 yield parsed, parser.lines
         for parsed in parser.finish():
@@ -184,9 +210,24 @@ class _Ingest:
             await self.flush()
             await self.settle()
             raise
+        except _Idle:
+            # As for a bad line: the complete lines are kept, a partial one is dropped.
+            await self.flush()
+            await self.settle()
+            raise self._idle_error() from None
         finally:
             await self.abandon()
         return replace(self.state, lines=self.parser.lines)
+
+    def _idle_error(self) -> BatchStreamIdleError:
+        assert self.idle_timeout_s is not None
+        return BatchStreamIdleError(
+            self.batch.id,
+            self.idle_timeout_s,
+            accepted=self.state.accepted,
+            received=self.state.received,
+            index=self.parser.first_index + self.parser.items,
+        )
 
 
 async def ingest_items(
@@ -198,6 +239,7 @@ async def ingest_items(
     slice_items: int = SLICE_ITEMS,
     progress: Progress | None = None,
     first_index: int = 0,
+    idle_timeout_s: float | None = None,
 ) -> IngestResult:
     """Phase two: NDJSON items from ``chunks`` (bytes, split anywhere).
 
@@ -206,22 +248,57 @@ async def ingest_items(
     the error that stopped it). Returns where the batch stands; ``sealed`` says all run-count
     items are in. A sealed batch takes nothing more (``accepted`` 0). Raises
     ``BatchLineError`` (bad UTF-8 or JSON, naming line and index), ``BatchIndexError``,
-    ``BatchAbortedError`` or ``BatchNotFoundError``; items sent before the error stay in the
-    batch. ``BatchOffsetError`` (a bad ``first_index``) and ``BatchTransactionError`` (a
-    connection inside a transaction: each slice commits on its own) are raised before anything
-    is sent.
+    ``BatchAbortedError``, ``BatchNotFoundError`` or, when ``chunks`` sends nothing for
+    ``idle_timeout_s`` seconds (default: no limit), ``BatchStreamIdleError``; items sent before
+    the error stay in the batch. ``BatchOffsetError`` (a bad ``first_index``) and
+    ``BatchTransactionError`` (a connection inside a transaction: each slice commits on its
+    own) are raised before anything is sent.
     """
     check_first_index(first_index)
     if conn.info.transaction_status != TransactionStatus.IDLE:
         raise BatchTransactionError(batch_id)
+
+    @asynccontextmanager
+    async def same() -> AsyncIterator[AsyncConn]:
+        yield conn
+
+    return await ingest_stream(
+        same,
+        batch_id,
+        chunks,
+        schema=schema,
+        slice_items=slice_items,
+        progress=progress,
+        first_index=first_index,
+        idle_timeout_s=idle_timeout_s,
+    )
+
+
+async def ingest_stream(
+    connect: Connect,
+    batch_id: int,
+    chunks: AsyncIterable[bytes],
+    *,
+    schema: str | None = None,
+    slice_items: int = SLICE_ITEMS,
+    progress: Progress | None = None,
+    first_index: int = 0,
+    idle_timeout_s: float | None = None,
+) -> IngestResult:
+    """``ingest_items`` with a connection taken from ``connect()`` (``pool.connection``, say)
+    for each statement and given back at once: none is held while ``chunks`` waits on its
+    network, and at most one while a slice is stored. Connections outside a transaction."""
+    check_first_index(first_index)
     target = schema_name(schema)
-    batch = await get_batch(conn, batch_id, schema=target)
-    if batch.status == "ABORTED":
-        raise BatchAbortedError(batch_id, (batch.error or {}).get("message"))
-    parser = NdjsonItemParser(await item_max_bytes(conn, target), first_index)
-    if not conn.autocommit:
-        await conn.commit()  # the reads above: no transaction stays open
-    ingest = _Ingest(conn, batch, target, parser, progress)
+    async with connect() as conn:
+        batch = await get_batch(conn, batch_id, schema=target)
+        if batch.status == "ABORTED":
+            raise BatchAbortedError(batch_id, (batch.error or {}).get("message"))
+        max_bytes = await item_max_bytes(conn, target)
+        if not conn.autocommit:
+            await conn.commit()  # the reads above: no transaction stays open
+    parser = NdjsonItemParser(max_bytes, first_index)
+    ingest = _Ingest(connect, batch, target, parser, progress, idle_timeout_s)
     if batch.sealed:
         return ingest.state
     return await ingest.run(chunks, slice_items)

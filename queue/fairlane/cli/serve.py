@@ -24,6 +24,22 @@ def _idle(text: str) -> float:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"a positive number of seconds, not {text!r}")
+    return value
+
+
+def _at_least_one(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"an integer of at least 1, not {text!r}")
+    return int(text)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -40,6 +56,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         pool_size=args.pool_size,
         max_body_bytes=args.max_body_bytes,
         session_idle=args.session_idle,
+        upload_idle_timeout=args.upload_idle_timeout,
+        uploads_per_environment=args.uploads_per_environment,
     )
     uvicorn.run(
         app, host=args.host, port=args.port, access_log=False, log_level=args.log_level,
@@ -65,6 +83,21 @@ def add_parser(commands: Any) -> None:
         metavar="DURATION",
         help="a dashboard session unused this long has ended (default 30m): seconds or a"
         " duration such as 900, 15m, 1h",
+    )
+    p.add_argument(
+        "--upload-idle-timeout",
+        type=_positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="end an NDJSON upload that sends nothing for this long, keeping what it stored "
+        "(default 30)",
+    )
+    p.add_argument(
+        "--uploads-per-environment",
+        type=_at_least_one,
+        default=None,
+        metavar="N",
+        help="most concurrent NDJSON uploads per environment; the next answers 429 (default 4)",
     )
     p.add_argument("--log-level", default="info")
     p.add_argument("--proxy-headers", action="store_true", help="trust X-Forwarded-* headers")

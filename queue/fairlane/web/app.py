@@ -26,7 +26,7 @@ from psycopg_pool import PoolTimeout
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount
 
@@ -55,21 +55,34 @@ async def _internal_error(request: Request, error: Exception) -> Response:
     return error_response(500, "InternalError", "the server failed to answer this request")
 
 
+async def _client_gone(request: Request, error: Exception) -> Response:
+    # A client that closes its connection mid-body (a stalled upload given up) is no failure
+    # of the server's; the answer reaches nobody, the access log records it.
+    log.info("%s %s: the client closed the connection", request.method, request.url.path)
+    return error_response(400, "ClientDisconnect", "the client closed the connection")
+
+
 def create_app(
     dsn: str | None = None, schema: str | None = None, *, pool_size: int = DEFAULT_POOL_SIZE,
     max_body_bytes: int | None = None, dashboard: bool = True,
     session_idle: float | None = None,
+    upload_idle_timeout: float | None = None,
+    uploads_per_environment: int | None = None,
 ) -> Starlette:  # fmt: skip
     """The app for the database at ``dsn`` (default ``DATABASE_URL``) and fairlane's
     ``schema``. ``max_body_bytes`` bounds JSON request bodies (default 8 MiB);
-    ``dashboard=False`` serves the API alone; a dashboard session idle for ``session_idle``
-    seconds (default 30 minutes) has ended."""
+    ``upload_idle_timeout`` (seconds, default 30) ends an NDJSON upload that sends nothing for
+    that long, ``uploads_per_environment`` (default 4) caps each environment's concurrent
+    uploads in this process; a dashboard session idle for ``session_idle`` seconds (default 30
+    minutes) has ended; ``dashboard=False`` serves the API alone."""
     state = WebState(
         dsn,
         schema,
         pool_size=pool_size,
         max_body_bytes=max_body_bytes,
         session_idle_s=DEFAULT_SESSION_IDLE_S if session_idle is None else session_idle,
+        upload_idle_timeout=upload_idle_timeout,
+        uploads_per_environment=uploads_per_environment,
     )
 
     @asynccontextmanager
@@ -93,6 +106,7 @@ def create_app(
             HTTPException: handle_http_exception,
             psycopg.OperationalError: handle_database_unavailable,
             PoolTimeout: handle_database_unavailable,
+            ClientDisconnect: _client_gone,
             Exception: _internal_error,
         },
         lifespan=lifespan,

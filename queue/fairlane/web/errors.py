@@ -45,6 +45,7 @@ STATUS: tuple[tuple[type[Exception], int], ...] = (
     (e.BatchRateLimitedError, 429),
     (e.RunStateError, 409),
     (e.BatchAbortedError, 409),
+    (e.BatchStreamIdleError, 408),
     (e.BatchLineError, 422),
     (e.BatchIndexError, 422),
     (e.BatchOffsetError, 422),
@@ -61,7 +62,7 @@ STATUS: tuple[tuple[type[Exception], int], ...] = (
 DETAILS = (
     "option", "index", "line", "run_id", "batch_id", "waitpoint_id", "environment", "queue",
     "limit", "scope", "size", "status", "setting", "retry_after_s", "run_count", "max_items",
-    "reason",
+    "reason", "accepted", "received", "idle_timeout_s",
 )  # fmt: skip
 
 

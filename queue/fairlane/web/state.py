@@ -25,6 +25,7 @@ from fairlane.engine import Engine, engine
 from fairlane.engine.statement import one_async
 from fairlane.errors import ConfigurationError
 from fairlane.schema.check import check_schema_async
+from fairlane.web.uploads import UploadSlots, idle_timeout
 
 AsyncConn = psycopg.AsyncConnection[Any]
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -37,6 +38,7 @@ class WebState:
         self, dsn: str | None = None, schema: str | None = None, *,
         pool_size: int = DEFAULT_POOL_SIZE, max_body_bytes: int | None = None,
         pool_timeout: float = 10.0, session_idle_s: float = DEFAULT_SESSION_IDLE_S,
+        upload_idle_timeout: float | None = None, uploads_per_environment: int | None = None,
     ) -> None:  # fmt: skip
         self.dsn = psycopg_dsn(database_url(dsn))
         self.schema = schema_name(schema)
@@ -45,6 +47,8 @@ class WebState:
         self.pool_timeout = pool_timeout
         self.max_body_bytes = max_body_bytes or DEFAULT_MAX_BODY_BYTES
         self.session_idle_s = _idle_seconds(session_idle_s)
+        self.upload_idle_timeout_s = idle_timeout(upload_idle_timeout)
+        self.uploads = UploadSlots(uploads_per_environment)
         self._pool: AsyncConnectionPool[AsyncConn] | None = None
         self._opening: anyio.Lock | None = None
         self._secrets: dict[str, bytes] = {}
@@ -71,7 +75,9 @@ class WebState:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncConn]:
-        """An autocommit connection of the pool for one request."""
+        """An autocommit connection of the pool, for database work only: a request gives it
+        back before it waits on its client (reads a body, streams an upload), so a slow or
+        stalled client cannot hold the pool."""
         pool = self._pool or await self._open()
         async with pool.connection() as conn:
             yield conn

@@ -3,11 +3,15 @@
 ``POST /api/v1/batches`` ``{"run_count", "parent_run_id"?, "idempotency_key"?}`` charges the
 environment's batch bucket (429 with ``Retry-After`` when it is empty) and answers the batch.
 ``POST /api/v1/batches/{id}/items`` takes NDJSON, chunked or not and of any length, fed to
-``ingest_items`` as it arrives (memory stays flat): a line over the item size limit becomes a
+``ingest_stream`` as it arrives (memory stays flat): a line over the item size limit becomes a
 pre-failed PAYLOAD_TOO_LARGE run, a bad line answers 422 naming its line and item index, with
 every item before it kept and the batch still open; resends are deduplicated by index
-(``?first_index=k`` numbers a resent stream's unindexed items from k). ``GET`` reads the
-batch back, and ``/items`` its items by index (``?state=FAILED`` for the failed ones).
+(``?first_index=k`` numbers a resent stream's unindexed items from k). The upload holds no
+database connection while it waits on its client (one is taken per slice stored), ends with
+408 when it sends nothing for the idle timeout (what came before it stored), and takes one
+of its environment's places for concurrent uploads (429 when they are taken;
+``fairlane.web.uploads``). ``GET`` reads the batch back, and ``/items`` its items by index
+(``?state=FAILED`` for the failed ones).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from fairlane.batches.api import create_batch, get_batch
-from fairlane.batches.ingest import ingest_items
+from fairlane.batches.ingest import ingest_stream
 from fairlane.engine.statement import rows_async
 from fairlane.errors import BatchNotFoundError
 from fairlane.models import Batch
@@ -112,9 +116,17 @@ async def ingest(request: Request) -> JSONResponse:
     batch_id = path_id(request)
     first_index = int_param(request, "first_index", 0, low=0, high=2**31 - 1) or 0
     async with state.connection() as conn:
-        await visible_batch(state, conn, caller, batch_id)
-        result = await ingest_items(
-            conn, batch_id, request.stream(), schema=state.schema, first_index=first_index
+        batch = await visible_batch(state, conn, caller, batch_id)
+    # No connection is held from here on but while a slice is stored: the body comes at the
+    # client's pace, and a stalled client must not keep one from every other request.
+    with state.uploads.hold(batch.environment):
+        result = await ingest_stream(
+            state.connection,
+            batch_id,
+            request.stream(),
+            schema=state.schema,
+            first_index=first_index,
+            idle_timeout_s=state.upload_idle_timeout_s,
         )
     return JSONResponse(ingest_json(result))
 

@@ -32,10 +32,12 @@ def answers(ok: int, schema: dict[str, Any], *errors: int) -> dict[str, Any]:
     described = {
         400: "malformed request", 401: "no key, or a bad or revoked one",
         403: "the key may not act there", 404: "not found, or not the key's environment's",
+        408: "the upload sent nothing for the idle timeout; what came before it is stored",
         409: "the run or batch is not in a state that allows it",
         413: "the JSON body is over the size bound",
         422: "a value was refused (the error names the option, item or line)",
-        429: "a size limit or the batch token bucket refused it (Retry-After when known)",
+        429: "a size limit, the batch token bucket or the environment's upload cap refused it "
+             "(Retry-After when known)",
     }  # fmt: skip
     documented: dict[str, Any] = {
         str(ok): {"description": "OK", "content": {JSON: {"schema": schema}}}
@@ -307,7 +309,7 @@ def _paths() -> dict[str, Any]:
             "post": operation(
                 "Stream items as NDJSON (phase two), one {\"task\", \"payload\", \"options\", "
                 "\"index\"?} per line; resends are deduplicated by index",
-                ref("IngestResult"), 404, 409, 422, tag="batches",
+                ref("IngestResult"), 404, 408, 409, 422, 429, tag="batches",
                 parameters=[*ID, query("first_index", {"type": "integer", "minimum": 0},
                                        "the index of the first line without one")],
                 request_body=body({"type": "string"}, media="application/x-ndjson")),
