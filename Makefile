@@ -2,7 +2,7 @@
 # set everything up on first use (a virtualenv in .venv/, the package installed editable).
 #
 # Variables: PYTHON (the interpreter that creates .venv, default python3), DATABASE_URL (for
-# migrate, demo, bench and the tests; see queue/fairlane/settings.py), PYTEST_ARGS, DEMO_ARGS and
+# migrate, demo, bench and the tests; see queue/fairlane/config.py), PYTEST_ARGS, DEMO_ARGS and
 # BENCH_ARGS (passed through to pytest, `fairlane demo` and `fairlane bench suite`).
 #
 # `make bench` (bench/README.md, "make bench: the side-by-side table"): PEERS_DIR is the peer

@@ -429,7 +429,7 @@ $$;
 
 -- name: claim_runs
 -- Claim up to %(limit)s runs in one statement: fairly across environments, within every cap,
--- each with a fresh lease token that all later writes must present (sql/scheduling.sql). The
+-- each with a fresh lease token that all later writes must present (sql/leases/outcomes.sql). The
 -- attempt is counted here, so a redelivery after a lapsed lease counts as one too; its
 -- wait_attempt (the attempt whose waits it keeps) moves only when a failure is retried.
 -- %(full_scan)s: look for environments that gained work before serving the known ones.

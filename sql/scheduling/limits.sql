@@ -3,7 +3,7 @@
 
 -- name: upsert_environment_settings
 -- size_limit caps the runs waiting to start (QUEUED or DELAYED) across the environment's queues;
--- triggers check it in their transaction (sql/queue_size.sql). NULL is unlimited.
+-- triggers check it in their transaction (sql/triggering/sizes.sql). NULL is unlimited.
 INSERT INTO {schema}.environments AS e (name, concurrency_limit, burst_factor, paused, size_limit)
 VALUES (%(name)s, %(concurrency_limit)s, coalesce(%(burst_factor)s, 1.0),
         coalesce(%(paused)s, false), %(size_limit)s)

@@ -156,7 +156,7 @@ FROM {schema}.insert_runs(%(runs)s::jsonb);
 
 -- name: trigger_keyed_runs
 -- Requests with an idempotency key or debounce, decided under locks taken in the global lock
--- order (sql/trigger_keyed.sql). The same JSON parameter as insert_runs, with the keys. Rows
+-- order (sql/triggering/keyed.sql). The same JSON parameter as insert_runs, with the keys. Rows
 -- come back in request order; a rejection (queue full) is a single row with a NULL id naming
 -- the first request that did not fit, and nothing was written.
 SELECT id, NULL::bigint[] AS ids, outcome, environment, queue, size_limit, scope, size, item

@@ -1,6 +1,6 @@
 """The batch statements as the engine sends them, for tests that step them by hand.
 
-Each helper runs the named statement of ``sql/batches.sql`` (or the function it calls) on a
+Each helper runs the named statement of ``sql/batches/`` (or the function it calls) on a
 connection or an interleaving session, so a test steps exactly what ingest, a carrier and the
 periodic job send.
 """

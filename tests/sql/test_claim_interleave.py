@@ -1,5 +1,5 @@
 """The claim's decisions under concurrent transactions, stepped statement by statement
-(tests/interleave.py): slot counts under the environment's row lock, the global cap and the
+(tests/helpers/interleave.py): slot counts under the environment's row lock, the global cap and the
 rate bucket under the scheduler row, a pause that lands while a claim waits, the drained mark
 and the marking of environments a scan found."""
 

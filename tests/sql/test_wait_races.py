@@ -2,7 +2,7 @@
 transaction: no waiting run is left behind, and no two completions deadlock.
 
 A waiting run is set up with fairlane's own statements (claim, trigger, the wait statements of
-sql/waits.sql), without a worker, so each test can hold any transaction open where it likes.
+sql/waitpoints/waiting.sql), without a worker, so each test can hold any transaction open where it likes.
 """
 
 from __future__ import annotations

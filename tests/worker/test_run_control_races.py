@@ -1,5 +1,5 @@
 """Run control stepped against other transactions: retry, reschedule and cancel decide on the
-run's locked row (sql/run_control.sql, sql/cancel.sql)."""
+run's locked row (sql/runs/control.sql, sql/runs/cancel.sql)."""
 
 from __future__ import annotations
 

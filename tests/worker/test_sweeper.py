@@ -70,7 +70,7 @@ def test_sweeper_treats_an_absurd_lease_as_corrupt(db: psycopg.Connection[Any]) 
 
 def test_the_sweeper_wakes_a_waiting_run_a_wake_up_missed(db: psycopg.Connection[Any]) -> None:
     """Defence in depth, and counted: the waitpoint functions do not miss a wake-up (see
-    tests/test_wait_races.py), but a waiting run left unready with nothing pending, here made by
+    tests/sql/test_wait_races.py), but a waiting run left unready with nothing pending, here made by
     hand, is woken by the sweeper unless sweep_repair_waiting is off."""
     parent, lease = executing_run(db, "parent")
     child, _ = executing_run(db, "child")

@@ -8,7 +8,7 @@ latest trigger gives (an option it leaves out keeps the run's value); ``"leading
 first's. Once the run has started, or when pushing it would start it later than its creation
 + ``max_delay`` (else the ``debounce_max_delay_s`` setting, default 10 minutes), the trigger
 makes a new run, which becomes the key's run. Everything is decided in the trigger's
-transaction under the key's row lock (``sql/debounce.sql``).
+transaction under the key's row lock (``sql/triggering/debounce.sql``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ checked before the statement is sent: a bad item raises a typed error and nothin
 
 Requests without an idempotency key or debounce go through ``insert_runs``, one set-based
 statement; the others through ``trigger_keyed_runs``, which decides each of them under locks
-taken in one order for the whole call (see ``sql/trigger_keyed.sql`` and
+taken in one order for the whole call (see ``sql/triggering/keyed.sql`` and
 ``docs/trigger-options.md``).
 
 An option left at None was not given: a new run takes its documented default, and a trailing

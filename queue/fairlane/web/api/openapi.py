@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 document of /api/v1, written by hand (``GET /api/v1/openapi.json``).
 
-tests/web/test_openapi.py holds it to the routes: every route is documented and every
+tests/web/test_api_resources.py holds it to the routes: every route is documented and every
 documented path is a route.
 """
 
