@@ -25,7 +25,7 @@ from fairlane.engine.statement import run_async
 from fairlane.errors import FairlaneError, PayloadError, QueueSizeLimitExceeded, TriggerOptionError
 from fairlane.payload import encode_json
 from fairlane.triggering.api import insert_runs_async
-from fairlane.triggering.request import TriggerRequest, insert_params
+from fairlane.triggering.request import TriggerRequest, environment_of, insert_params
 from fairlane.waitpoints import WaitResult
 
 AsyncConn = psycopg.AsyncConnection[Any]
@@ -54,7 +54,7 @@ class _Items:
 
 def batch_environment(requests: Sequence[TriggerRequest]) -> str:
     """A batch has one environment: the one its requests name."""
-    environments = {request.environment for request in requests}
+    environments = {environment_of(request) for request in requests}
     if len(environments) != 1:
         raise TriggerOptionError(
             "environment", sorted(environments), "the requests of one batch share one environment"
