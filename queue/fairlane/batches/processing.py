@@ -41,7 +41,7 @@ from fairlane.errors import (
 )
 from fairlane.retry import Backoff
 from fairlane.triggering.api import insert_runs_async
-from fairlane.triggering.boundary import BATCH_ITEM_TASK
+from fairlane.triggering.boundary import BATCH_ITEM_TASK as BATCH_ITEM_TASK
 from fairlane.triggering.request import BATCH_QUEUE
 
 if TYPE_CHECKING:
