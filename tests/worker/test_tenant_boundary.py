@@ -23,6 +23,7 @@ from fairlane import (
     RunContext,
     TaskRegistry,
     TriggerRequest,
+    Worker,
     trigger,
     trigger_async,
     trigger_many,
@@ -39,6 +40,7 @@ from fairlane.errors import (
 )
 from fairlane.testing import eager
 from fairlane.triggering.boundary import FOREIGN_PARENT_SQLSTATE, RESERVED_NAME_SQLSTATE
+from tests.helpers import run_row, run_status, running, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -271,3 +273,37 @@ async def test_eager_children_inherit_their_parents_environment() -> None:
     assert escape.error is not None
     assert escape.error["type"] == f"{ForeignEnvironmentError.__module__}.ForeignEnvironmentError"
     assert same.result == A
+
+
+async def test_a_batch_child_naming_a_foreign_parent_fails_alone(
+    dsn: str, db: psycopg.Connection[Any], b_run: int
+) -> None:
+    """In ``batch_trigger_and_wait``, a request naming another environment's run as its
+    parent becomes a pre-failed item, as one naming a missing run; the others run."""
+    tasks = TaskRegistry()
+
+    @tasks.task("child")
+    async def child(ctx: RunContext, payload: int) -> int:
+        return payload
+
+    @tasks.task("parent")
+    async def parent(ctx: RunContext, payload: int) -> Any:
+        requests = [
+            TriggerRequest("child", 1, parent_run_id=payload),
+            TriggerRequest("child", 2, parent_run_id=MISSING),
+            TriggerRequest("child", 3),
+        ]
+        results = await ctx.batch_trigger_and_wait(requests)
+        return [
+            r.output if r.ok else (r.error or {}).get("error", {}).get("message") for r in results
+        ]
+
+    worker = Worker(tasks, dsn, environments=[A], poll_interval=0.05, periodic_interval=0.05)
+    async with AsyncClient(dsn) as client, running(worker):
+        run_id = await client.trigger("parent", b_run, environment=A)
+        await wait_until(lambda: run_status(db, run_id) == "COMPLETED", what="the parent")
+    assert run_row(db, run_id)["result"] == [
+        f"run {b_run} does not exist", f"run {MISSING} does not exist", 3,
+    ]  # fmt: skip
+    children = db.execute("SELECT count(*) FROM fairlane.runs WHERE parent_run_id = %s", (b_run,))
+    assert children.fetchone() == (0,)
