@@ -122,10 +122,8 @@ class ForeignEnvironmentError(TriggerOptionError):
 
     def __init__(self, environment: object, parent_environment: str) -> None:
         self.parent_environment = parent_environment
-        super().__init__(
-            "environment", environment,
-            f"a child runs in its parent's environment ({parent_environment!r})",
-        )  # fmt: skip
+        reason = f"a child runs in its parent's environment ({parent_environment!r})"
+        super().__init__("environment", environment, reason)
 
 
 class InvalidDurationError(TriggerOptionError):

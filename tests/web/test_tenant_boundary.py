@@ -43,8 +43,10 @@ def server(dsn: str) -> Iterator[str]:
     port = _free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "fairlane.cli", "serve", "--dsn", dsn, "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ},
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ},
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -227,8 +229,9 @@ async def test_the_carrier_serves_only_batches_of_its_own_environment(
                 what="the forged carrier",
             )
     assert [run_row(db, run_id)["result"] for run_id in forged] == [
-        {"skipped": "no such item"}, {"skipped": "no such item"},
-    ]  # fmt: skip
+        {"skipped": "no such item"},
+        {"skipped": "no such item"},
+    ]
     state = db.execute(
         "SELECT state, run_id FROM fairlane.batch_items WHERE batch_id = %s", (b_batch,)
     ).fetchone()
@@ -351,9 +354,10 @@ async def test_another_environments_token_answers_as_a_missing_one(
         read = await a.get(f"/api/v1/tokens/{token_id}")
         completed = await a.post(f"/api/v1/tokens/{token_id}/complete", json={"output": 1})
         expected = {
-            "type": "TokenNotFoundError", "message": f"waitpoint {token_id} does not exist",
+            "type": "TokenNotFoundError",
+            "message": f"waitpoint {token_id} does not exist",
             "waitpoint_id": token_id,
-        }  # fmt: skip
+        }
         assert (read.status_code, read.json()["error"]) == (404, expected)
         assert (completed.status_code, completed.json()["error"]) == (404, expected)
     assert (await b.get(f"/api/v1/tokens/{b_token}")).json()["status"] == "PENDING"

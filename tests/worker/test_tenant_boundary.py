@@ -303,7 +303,9 @@ async def test_a_batch_child_naming_a_foreign_parent_fails_alone(
         run_id = await client.trigger("parent", b_run, environment=A)
         await wait_until(lambda: run_status(db, run_id) == "COMPLETED", what="the parent")
     assert run_row(db, run_id)["result"] == [
-        f"run {b_run} does not exist", f"run {MISSING} does not exist", 3,
-    ]  # fmt: skip
+        f"run {b_run} does not exist",
+        f"run {MISSING} does not exist",
+        3,
+    ]
     children = db.execute("SELECT count(*) FROM fairlane.runs WHERE parent_run_id = %s", (b_run,))
     assert children.fetchone() == (0,)

@@ -35,9 +35,14 @@ from fairlane.triggering.debounce import Debounce, DebounceParams, debounce_para
 from fairlane.triggering.idempotency import IdempotencyScope, stored_key
 
 __all__ = [
-    "BATCH_QUEUE", "DEFAULT_ENVIRONMENT", "MAX_ATTEMPTS_CEILING", "MAX_SECONDS", "TriggerRequest",
-    "environment_of", "insert_params",
-]  # fmt: skip
+    "BATCH_QUEUE",
+    "DEFAULT_ENVIRONMENT",
+    "MAX_ATTEMPTS_CEILING",
+    "MAX_SECONDS",
+    "TriggerRequest",
+    "environment_of",
+    "insert_params",
+]
 
 # A request's queue when it names none (sql/triggering/requests.sql fills the same name in for
 # a request that leaves it out).
