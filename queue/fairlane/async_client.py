@@ -62,6 +62,7 @@ from fairlane.models import Run
 from fairlane.schema.check import check_schema_async
 from fairlane.triggering import api as triggering
 from fairlane.triggering import eager
+from fairlane.triggering.boundary import boundary_errors
 from fairlane.triggering.request import TriggerRequest
 from fairlane.watching import POLL_INTERVAL_S, AsyncRunWatcher
 
@@ -222,7 +223,8 @@ class AsyncClient:
             statement = triggering.trigger_statement(sent, schema=self.schema)
 
             async def work(conn: AsyncConn) -> list[int]:
-                return triggering.ids_in_order(sent, await rows_async(conn, statement))
+                with boundary_errors():
+                    return triggering.ids_in_order(sent, await rows_async(conn, statement))
 
             ids = await self._call(work, repeatable=keyed_only(sent))
             tracing.record_run_ids(ids)
@@ -233,7 +235,8 @@ class AsyncClient:
     ) -> int:
         """``Client.create_failed_run``."""
         params = control.failed_run_params(task, payload, code=code, message=message, **options)
-        return await self._drive(lambda: control.create_failed_run(self._engine, params))
+        with boundary_errors():
+            return await self._drive(lambda: control.create_failed_run(self._engine, params))
 
     async def get_run(self, run_id: int) -> Run:
         eager_run = eager.eager_run(run_id)

@@ -78,6 +78,7 @@ from fairlane.models import Run
 from fairlane.schema.check import check_schema
 from fairlane.triggering import api as triggering
 from fairlane.triggering import eager
+from fairlane.triggering.boundary import boundary_errors
 from fairlane.triggering.request import TriggerRequest
 from fairlane.watching import POLL_INTERVAL_S, RunWatcher
 
@@ -308,10 +309,11 @@ class Client:
         with tracing.trigger_span(requests) as sent:
             # Checked before a connection is taken: a bad option costs no round trip.
             statement = triggering.trigger_statement(sent, schema=self.schema)
-            ids = self._call(
-                lambda conn: triggering.ids_in_order(sent, rows(conn, statement)),
-                repeatable=keyed_only(sent),
-            )
+            with boundary_errors():
+                ids = self._call(
+                    lambda conn: triggering.ids_in_order(sent, rows(conn, statement)),
+                    repeatable=keyed_only(sent),
+                )
             tracing.record_run_ids(ids)
             return ids
 
@@ -322,7 +324,8 @@ class Client:
         ``PAYLOAD_TOO_LARGE``): it never runs, and whatever waits on it sees it final.
         ``options``: environment, queue, parent_run_id, tags, metadata, machine."""
         params = control.failed_run_params(task, payload, code=code, message=message, **options)
-        return self._drive(lambda: control.create_failed_run(self._engine, params))
+        with boundary_errors():
+            return self._drive(lambda: control.create_failed_run(self._engine, params))
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from fairlane.errors import (
 )
 from fairlane.models import Run, RunStatus
 from fairlane.payload import encode_json
+from fairlane.triggering.boundary import check_names
 
 # Error codes of pre-failed runs (the seeds' codes; any non-empty code is accepted).
 PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
@@ -257,6 +258,7 @@ def failed_run_params(
                           ("queue", queue)):  # fmt: skip
         if not value or not isinstance(value, str) or "\x00" in value:
             raise TriggerOptionError(option, value, "must be a non-empty string without NUL")
+    check_names(task, queue)
     if isinstance(tags, str):
         raise TriggerOptionError("tags", tags, "must be a sequence of strings")
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:

@@ -119,6 +119,22 @@ class TriggerOptionError(FairlaneError):
         return located
 
 
+class ReservedNameError(TriggerOptionError):
+    """A trigger named a task under ``fairlane.`` or the queue ``__batches__``: both are the
+    engine's own (docs/security.md). Nothing was written."""
+
+
+class ForeignEnvironmentError(TriggerOptionError):
+    """A handler's child named another environment than its parent's: children always run in
+    their parent's environment, under its limits, fairness and keys (docs/security.md).
+    ``value`` is the environment named; nothing was written."""
+
+    def __init__(self, environment: object, parent_environment: str) -> None:
+        self.parent_environment = parent_environment
+        reason = f"a child runs in its parent's environment ({parent_environment!r})"
+        super().__init__("environment", environment, reason)
+
+
 class InvalidDurationError(TriggerOptionError):
     """A duration (delay, ttl, max_duration, debounce delay, ...) could not be understood.
 

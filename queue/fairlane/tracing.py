@@ -67,7 +67,7 @@ def trigger_span(requests: Sequence[TriggerRequest]) -> Iterator[Sequence[Trigge
         return
     first = requests[0]
     attributes: dict[str, Any] = {
-        "fairlane.task": first.task, "fairlane.environment": first.environment,
+        "fairlane.task": first.task, "fairlane.environment": first.environment or "default",
         "fairlane.queue": first.queue, "fairlane.run_count": len(requests),
     }  # fmt: skip
     with recording.start_as_current_span(

@@ -107,4 +107,7 @@ $$;
 SELECT {schema}.attach_batch_runs(%(batch_id)s, %(run_id)s);
 
 -- name: batch_waitpoint
-SELECT waitpoint_id FROM {schema}.batches WHERE id = %(batch_id)s;
+-- The waitpoint of a batch a handler waits on, if the batch is of the handler's environment:
+-- another's answers as a missing batch (docs/security.md).
+SELECT waitpoint_id FROM {schema}.batches
+WHERE id = %(batch_id)s AND environment = %(environment)s;

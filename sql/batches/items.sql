@@ -229,10 +229,12 @@ FROM {schema}.ingest_batch_items(
     %(options)b::text[], %(oversized)s::boolean[], %(made)s::bigint[], %(refusals)s::text[]);
 
 -- name: lock_batch_item
--- The carrier's transaction: the item under its row lock, with what triggering it needs.
+-- The carrier's transaction: the item under its row lock, with what triggering it needs. Only
+-- an item of a batch of the carrier's own environment: another's is not there for it, as a
+-- missing item (docs/security.md).
 SELECT i.state, i.task, i.payload, i.options, b.environment, b.status, b.parent_run_id
 FROM {schema}.batch_items i JOIN {schema}.batches b ON b.id = i.batch_id
-WHERE i.batch_id = %(batch_id)s AND i.index = %(index)s
+WHERE i.batch_id = %(batch_id)s AND i.index = %(index)s AND b.environment = %(environment)s
 FOR UPDATE OF i;
 
 -- name: skip_batch_item

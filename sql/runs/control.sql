@@ -91,16 +91,18 @@ FROM {schema}.retry_run(%(id)s);
 -- name: insert_failed_run
 -- A run created already ended: SYSTEM_FAILURE with an error code (PAYLOAD_TOO_LARGE,
 -- BATCH_ITEM_COULD_NOT_TRIGGER, ...). It never enters a queue, so no size limit applies, and
--- anything waiting on it sees a final run at once.
+-- anything waiting on it sees a final run at once. It passes the tenant boundary as a trigger
+-- does (check_trigger_request, sql/triggering/requests.sql).
 INSERT INTO {schema}.runs
     (environment, queue, task, payload, status, max_attempts, tags, metadata, machine,
      parent_run_id, finished_at, error)
-VALUES
-    (%(environment)s, %(queue)s, %(task)s, %(payload)s::jsonb, 'SYSTEM_FAILURE',
-     %(max_attempts)s, %(tags)s::text[], %(metadata)s::jsonb, %(machine)s, %(parent_run_id)s,
-     now(),
-     jsonb_build_object('type', 'SystemFailure', 'code', %(code)s::text,
-                        'message', %(message)s::text, 'attempt', 0))
+SELECT %(environment)s::text, %(queue)s::text, %(task)s::text, %(payload)s::jsonb,
+       'SYSTEM_FAILURE', %(max_attempts)s::integer, %(tags)s::text[], %(metadata)s::jsonb,
+       %(machine)s::text, %(parent_run_id)s::bigint, now(),
+       jsonb_build_object('type', 'SystemFailure', 'code', %(code)s::text,
+                          'message', %(message)s::text, 'attempt', 0)
+WHERE {schema}.check_trigger_request(
+    %(environment)s::text, %(queue)s::text, %(task)s::text, %(parent_run_id)s::bigint)
 RETURNING id;
 
 -- name: matching_run_ids

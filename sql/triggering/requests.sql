@@ -1,6 +1,37 @@
 -- Trigger requests: the JSON parameter of the trigger statements, read as rows, and the
 -- statements themselves (plain requests here, keyed ones in keyed.sql).
 
+-- function: check_trigger_request
+-- The tenant boundary of every trigger (docs/security.md): a request may name only a parent run
+-- of its own environment, and neither a task under `fairlane.` nor the queue `__batches__`,
+-- which are the engine's (its batch carriers are inserted by ingest_batch_items, never through
+-- a request). A parent of another environment is refused exactly like one that does not exist
+-- (FLT01, the run id as DETAIL); a reserved name with FLT02 (the option as DETAIL). Returns
+-- true, or raises. STABLE, so trigger_requests, which calls it, is still inlined.
+CREATE OR REPLACE FUNCTION {schema}.check_trigger_request(
+    env text, queue_name text, task_name text, parent bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+STABLE
+AS $$
+BEGIN
+    IF starts_with(task_name, 'fairlane.') THEN
+        RAISE EXCEPTION USING ERRCODE = 'FLT02', DETAIL = 'task',
+            MESSAGE = 'task names under "fairlane." are reserved for the engine';
+    END IF;
+    IF queue_name = '__batches__' THEN
+        RAISE EXCEPTION USING ERRCODE = 'FLT02', DETAIL = 'queue',
+            MESSAGE = 'the queue __batches__ is reserved for batch processing';
+    END IF;
+    IF parent IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM {schema}.runs r WHERE r.id = parent AND r.environment = env) THEN
+        RAISE EXCEPTION USING ERRCODE = 'FLT01', DETAIL = parent::text,
+            MESSAGE = 'run ' || parent || ' does not exist';
+    END IF;
+    RETURN true;
+END;
+$$;
+
 -- function: trigger_requests
 -- The trigger statements' parameter as rows in request order: one JSON object per request,
 -- with the fields fairlane.triggering.request names and payload, tags and metadata as JSON; an
@@ -8,7 +39,9 @@
 -- its default too: the environment and queue 'default' and priority 0 are filled in here, a
 -- missing payload stays NULL (the JSON null the statements store for it). The one place that
 -- gives those fields their SQL types. A plain STABLE sql function, so the planner inlines it
--- into the statements that read it.
+-- into the statements that read it. Every request passes the tenant boundary here
+-- (check_trigger_request), the one place every trigger statement reads its requests through;
+-- most name no parent and an ordinary task and queue, which costs them three comparisons.
 CREATE OR REPLACE FUNCTION {schema}.trigger_requests(requests jsonb)
 RETURNS TABLE (environment text, queue text, task text, payload jsonb, priority integer,
                max_attempts integer, delay_s float8, delay_until timestamptz, tags jsonb,
@@ -31,6 +64,10 @@ AS $$
             parent_run_id bigint, idempotency_key text, idempotency_ttl_s float8,
             debounce_key text, debounce_delay_s float8, debounce_trailing boolean,
             debounce_max_delay_s float8)) WITH ORDINALITY AS r
+    WHERE (r.parent_run_id IS NULL AND NOT starts_with(r.task, 'fairlane.')
+           AND r.queue IS DISTINCT FROM '__batches__')
+       OR {schema}.check_trigger_request(
+              coalesce(r.environment, 'default'), r.queue, r.task, r.parent_run_id)
 $$;
 
 -- function: insert_runs

@@ -146,6 +146,12 @@ ORDER BY edge.item;
 -- waitpoint is created completed, or has_waiters is set first and the finishing trigger fires.
 SELECT id FROM {schema}.runs WHERE id = ANY(%(run_ids)s::bigint[]) ORDER BY id DESC FOR UPDATE;
 
+-- name: runs_in_environment
+-- Of the runs a handler names to wait on, the ones of its own environment: any other answers
+-- as a missing run (docs/security.md).
+SELECT id FROM {schema}.runs
+WHERE id = ANY(%(run_ids)s::bigint[]) AND environment = %(environment)s;
+
 -- name: ensure_run_waitpoints
 -- After lock_awaited_runs, in the same transaction.
 SELECT run_id, waitpoint_id FROM {schema}.ensure_run_waitpoints(%(run_ids)s::bigint[]);

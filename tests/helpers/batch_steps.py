@@ -70,13 +70,15 @@ def ingest(db: psycopg.Connection[Any], batch_id: int, indexes: Sequence[int]) -
     return tuple(found)
 
 
-def lock_item_sql(batch_id: int, index: int) -> Statement:
-    """A carrier's first statement: the item under its row lock."""
-    return query("lock_batch_item", SCHEMA), {"batch_id": batch_id, "index": index}
+def lock_item_sql(batch_id: int, index: int, environment: str = "env") -> Statement:
+    """A carrier's first statement: the item under its row lock (a carrier of
+    ``environment``, the batch's)."""
+    params = {"batch_id": batch_id, "index": index, "environment": environment}
+    return query("lock_batch_item", SCHEMA), params
 
 
-def lock_item(session: Session, batch_id: int, index: int) -> None:
-    rows = session.run(*lock_item_sql(batch_id, index))
+def lock_item(session: Session, batch_id: int, index: int, environment: str = "env") -> None:
+    rows = session.run(*lock_item_sql(batch_id, index, environment))
     assert rows, f"no item {index} in batch {batch_id}"
     assert rows[0][0] == "PENDING", rows
 

@@ -119,7 +119,7 @@ async def test_a_carrier_an_abort_overtakes_makes_no_run(
     past_deadline(db, batch)
     processor = BatchItemProcessor(dsn, "fairlane")
     outcome: dict[str, Any] = {}
-    ctx: Any = type("Ctx", (), {"is_last_attempt": False})()
+    ctx: Any = type("Ctx", (), {"is_last_attempt": False, "environment": "env"})()
 
     async def carrier() -> None:
         outcome.update(await processor.process(ctx, {"batch_id": batch, "index": 0}))

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairlane import Debounce, TriggerRequest
+from fairlane import Debounce, TriggerRequest, trigger
 from fairlane.engine.statement import rows, rows_async
 from fairlane.triggering.api import trigger_statement
 from fairlane.triggering.request import insert_params
@@ -28,7 +28,9 @@ EVERY_OPTION = TriggerRequest(
 def test_every_field_a_request_sends_is_a_column_of_trigger_requests(
     db: psycopg.Connection[Any],
 ) -> None:
-    (sent,) = json.loads(insert_params([EVERY_OPTION])["runs"])
+    # The parent is a run of the request's environment: any other is refused (docs/security.md).
+    parent = trigger(db, "parent", environment="acme")
+    (sent,) = json.loads(insert_params([replace(EVERY_OPTION, parent_run_id=parent)])["runs"])
     cursor = db.execute("SELECT * FROM fairlane.trigger_requests(%s::jsonb)", (json.dumps([sent]),))
     columns = [column.name for column in cursor.description or ()]
     assert set(sent) == set(columns) - {"ord", "delay_s"}, "every option given has its column"

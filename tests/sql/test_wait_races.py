@@ -2,7 +2,8 @@
 transaction: no waiting run is left behind, and no two completions deadlock.
 
 A waiting run is set up with fairlane's own statements (claim, trigger, the wait statements of
-sql/waitpoints/waiting.sql), without a worker, so each test can hold any transaction open where it likes.
+sql/waitpoints/waiting.sql), without a worker, so each test can hold any transaction open where
+it likes.
 """
 
 from __future__ import annotations
@@ -137,7 +138,7 @@ def test_cancelling_a_parent_while_its_child_completes_does_not_deadlock(
     the same order (descendants first). A third session holds the child so that the
     completion queues on it before the cancel starts."""
     parent, parent_token = executing_run(db, "parent")
-    child_id = trigger(db, "child", environment="env-child", parent_run_id=parent)
+    child_id = trigger(db, "child", environment="env-parent", parent_run_id=parent)
     child = (child_id, claim(db, child_id))
     assert wait_on_runs(db, parent, parent_token, [child_id]) == "WAITING"
     with sessions(dsn, 3) as (holder, completer, canceller):
@@ -320,7 +321,7 @@ def test_cancelling_a_parent_while_its_children_complete_together_does_not_deadl
     parent, parent_token = executing_run(db, "parent")
     children = []
     for name in ("child-a", "child-b"):
-        child_id = trigger(db, name, environment=f"env-{name}", parent_run_id=parent)
+        child_id = trigger(db, name, environment="env-parent", parent_run_id=parent)
         children.append((child_id, claim(db, child_id)))
     assert wait_on_runs(db, parent, parent_token, [c for c, _ in children]) == "WAITING"
     with sessions(dsn, 3) as (holder, completer, canceller):

@@ -128,7 +128,8 @@ async def test_a_batch_item_that_cannot_trigger_is_pre_failed() -> None:
     ]  # fmt: skip
     assert mixed.status is RunStatus.FAILED
     assert mixed.error is not None
-    assert mixed.error["type"] == f"{TriggerOptionError.__module__}.TriggerOptionError"
+    # A child in another environment than its parent's is refused, as by a worker.
+    assert mixed.error["type"] == f"{TriggerOptionError.__module__}.ForeignEnvironmentError"
 
 
 @pytest.mark.parametrize(

@@ -75,7 +75,8 @@ def test_a_claimed_run_is_still_a_frozen_dataclass() -> None:
 def test_it_keeps_the_signature() -> None:
     parameters = inspect.signature(TriggerRequest).parameters
     assert list(parameters) == [f.name for f in dataclasses.fields(TriggerRequest)]
-    assert parameters["environment"].default == "default"
+    assert parameters["queue"].default == "default"
+    assert parameters["environment"].default is None  # "default", or a child's parent's
     assert parameters["task"].default is inspect.Parameter.empty
     with pytest.raises(TypeError, match="missing 1 required positional argument: 'task'"):
         TriggerRequest()  # type: ignore[call-arg]

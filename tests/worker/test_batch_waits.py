@@ -107,8 +107,8 @@ async def test_the_item_cap_and_the_batch_rate_limit_apply(
         too_many = await client.trigger("parent", {}, max_attempts=1)
         await wait_until(lambda: run_status(db, too_many) == "FAILED", what="the cap")
         maintenance.set_setting(db, "batch_max_items", 1000)
-        slow = {"options": {"environment": "slow"}}  # a batch takes its requests' environment
-        limited = await client.trigger("parent", slow, max_attempts=1)
+        # A parent's batch is in its environment, charged to that environment's bucket.
+        limited = await client.trigger("parent", {}, environment="slow", max_attempts=1)
         await wait_until(lambda: run_status(db, limited) == "FAILED", what="the rate limit")
     assert "BatchTooLargeError" in run_row(db, too_many)["error"]["type"]
     assert "BatchRateLimitedError" in run_row(db, limited)["error"]["type"]

@@ -193,7 +193,7 @@ async def test_one_run_per_item_with_several_workers_and_redelivery(
         await batches.ingest(batch.id, chunked(ndjson(items), 4096))
         # Redelivery: the carrier of item 0 executed twice makes one run.
         processor = BatchItemProcessor(dsn, "fairlane")
-        ctx: Any = type("Ctx", (), {"is_last_attempt": False})()
+        ctx: Any = type("Ctx", (), {"is_last_attempt": False, "environment": "env"})()
         first = await processor.process(ctx, {"batch_id": batch.id, "index": 0})
         second = await processor.process(ctx, {"batch_id": batch.id, "index": 0})
         await processor.close()

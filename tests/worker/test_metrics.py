@@ -184,7 +184,7 @@ async def test_an_item_of_an_aborted_batch_is_counted_skipped_once(
     assert batch_row(db, batch.id)["status"] == "ABORTED"
     seen: list[str] = []
     processor = BatchItemProcessor(dsn, "fairlane", on_item=seen.append)
-    ctx: Any = type("Ctx", (), {"is_last_attempt": False})()
+    ctx: Any = type("Ctx", (), {"is_last_attempt": False, "environment": "env"})()
     try:
         first = await processor.process(ctx, {"batch_id": batch.id, "index": 0})
         again = await processor.process(ctx, {"batch_id": batch.id, "index": 0})

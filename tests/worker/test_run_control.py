@@ -91,7 +91,7 @@ async def test_list_runs_by_environment_queue_task_status_and_tag(
 
 async def test_pre_failed_run_is_final_at_once(dsn: str, db: psycopg.Connection[Any]) -> None:
     async with AsyncClient(dsn) as client:
-        parent = await client.trigger("parent")
+        parent = await client.trigger("parent", environment="e")
         run_id = await client.create_failed_run(
             "child", {"big": "..."}, code=PAYLOAD_TOO_LARGE, message="item 3 is 5 MiB",
             parent_run_id=parent, tags=["batch:9"], environment="e", queue="q",

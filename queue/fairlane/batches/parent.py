@@ -22,10 +22,16 @@ from fairlane.batches.api import create_batch, item_max_bytes
 from fairlane.batches.items import item_options
 from fairlane.engine import engine
 from fairlane.engine.statement import run_async
-from fairlane.errors import FairlaneError, PayloadError, QueueSizeLimitExceeded, TriggerOptionError
+from fairlane.errors import (
+    FairlaneError,
+    PayloadError,
+    QueueSizeLimitExceeded,
+    RunNotFoundError,
+    TriggerOptionError,
+)
 from fairlane.payload import encode_json
 from fairlane.triggering.api import insert_runs_async
-from fairlane.triggering.request import TriggerRequest, insert_params
+from fairlane.triggering.request import TriggerRequest, environment_of, insert_params
 from fairlane.waitpoints import WaitResult
 
 AsyncConn = psycopg.AsyncConnection[Any]
@@ -54,7 +60,7 @@ class _Items:
 
 def batch_environment(requests: Sequence[TriggerRequest]) -> str:
     """A batch has one environment: the one its requests name."""
-    environments = {request.environment for request in requests}
+    environments = {environment_of(request) for request in requests}
     if len(environments) != 1:
         raise TriggerOptionError(
             "environment", sorted(environments), "the requests of one batch share one environment"
@@ -86,6 +92,10 @@ async def make_parent_batch(
                 )
         except QueueSizeLimitExceeded:
             made = []  # carriers take them: retried with backoff, pre-failed on their last try
+        except RunNotFoundError:
+            # A request names a parent run that is not the environment's: its carrier
+            # pre-fails it at once, and the others' carriers trigger them.
+            made = []
         for index, run_id in zip(triggerable, made, strict=False):
             items.made[index] = run_id
     await run_async(conn, engine(schema).batches.ingest(items.params(batch.id)))

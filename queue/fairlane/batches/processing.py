@@ -33,16 +33,21 @@ from fairlane.connection import ConnectionOptions
 from fairlane.control import BATCH_ITEM_COULD_NOT_TRIGGER
 from fairlane.engine import engine
 from fairlane.engine.statement import Statement, first_async, run_async
-from fairlane.errors import BatchItemNotTriggered, FairlaneError
+from fairlane.errors import (
+    BatchItemNotTriggered,
+    FairlaneError,
+    RunNotFoundError,
+    TriggerOptionError,
+)
 from fairlane.retry import Backoff
 from fairlane.triggering.api import insert_runs_async
+from fairlane.triggering.boundary import BATCH_ITEM_TASK as BATCH_ITEM_TASK
 from fairlane.triggering.request import BATCH_QUEUE
 
 if TYPE_CHECKING:
     from fairlane.worker.context import RunContext
     from fairlane.worker.registry import TaskRegistry
 
-BATCH_ITEM_TASK = "fairlane.batch_item"
 # 8 attempts (the batch_item_max_attempts setting) wait 0.1 * 2^(n-1) s with jitter between
 # them, each capped at 30 s: about 13 to 25 s in all.
 BATCH_ITEM_BACKOFF = Backoff(min_s=0.1, max_s=30.0, factor=2.0)
@@ -144,7 +149,10 @@ class BatchItemProcessor:
     async def _decide(
         self, conn: AsyncConn, ctx: RunContext, batch_id: int, index: int
     ) -> _Decision:
-        item = await first_async(conn, self._batches.lock_item(batch_id, index))
+        # A carrier serves the items of its own environment's batches only: another's answers
+        # exactly like a missing one (docs/security.md). Only the engine makes carriers, so
+        # this is defence in depth.
+        item = await first_async(conn, self._batches.lock_item(batch_id, index, ctx.environment))
         if item is None:
             return _Decision({"skipped": "no such item"})
         if item.state != "PENDING":
@@ -161,9 +169,13 @@ class BatchItemProcessor:
         try:
             async with conn.transaction():
                 (run_id,) = await insert_runs_async(conn, [request], schema=self.schema)
+        except (TriggerOptionError, RunNotFoundError) as error:
+            # Refused at the tenant boundary (a parent run that is not the batch's
+            # environment's, a reserved name): no retry can change that.
+            return self._fail(batch_id, index, str(error))
         except Exception as error:
-            # A full queue, a refused option, a failed statement (rolled back to the
-            # savepoint): retried, and on the last attempt the item fails for good.
+            # A full queue, a failed statement (rolled back to the savepoint): retried, and on
+            # the last attempt the item fails for good.
             if not ctx.is_last_attempt or conn.broken:
                 raise BatchItemNotTriggered(str(error)) from error
             return self._fail(batch_id, index, str(error))

@@ -82,10 +82,10 @@ class Batches(Section):
     def item_max_bytes(self) -> Statement[int]:
         return self._statement("batch_item_max_bytes", None, scalar)
 
-    def lock_item(self, batch_id: int, index: int) -> Statement[LockedItem]:
-        return self._statement(
-            "lock_batch_item", _item(batch_id, index), lambda row: LockedItem(**row)
-        )
+    def lock_item(self, batch_id: int, index: int, environment: str) -> Statement[LockedItem]:
+        """The item, if its batch is ``environment``'s (the carrier's own)."""
+        params = {**_item(batch_id, index), "environment": environment}
+        return self._statement("lock_batch_item", params, lambda row: LockedItem(**row))
 
     def skip_item(self, batch_id: int, index: int) -> Statement[None]:
         return self._statement("skip_batch_item", _item(batch_id, index), no_rows)

@@ -55,6 +55,11 @@ class Waits(Section):
     def lock_awaited_runs(self, run_ids: Sequence[int]) -> Statement[None]:
         return self._statement("lock_awaited_runs", {"run_ids": list(run_ids)}, no_rows)
 
+    def runs_in_environment(self, run_ids: Sequence[int], environment: str) -> Statement[int]:
+        """Rows: the ids of ``run_ids`` that are runs of ``environment``."""
+        params = {"run_ids": list(run_ids), "environment": environment}
+        return self._statement("runs_in_environment", params, scalar)
+
     def ensure_run_waitpoints(self, run_ids: Sequence[int]) -> Statement[tuple[int, int]]:
         """Rows: (run id, its waitpoint id); after ``lock_awaited_runs``."""
         return self._statement(
@@ -101,8 +106,10 @@ class Waits(Section):
             "attach_batch_waiter", {"batch_id": batch_id, "run_id": run_id}, scalar
         )
 
-    def batch_waitpoint(self, batch_id: int) -> Statement[int | None]:
-        return self._statement("batch_waitpoint", {"batch_id": batch_id}, scalar)
+    def batch_waitpoint(self, batch_id: int, environment: str) -> Statement[int | None]:
+        """The batch's waitpoint, if the batch is ``environment``'s."""
+        params = {"batch_id": batch_id, "environment": environment}
+        return self._statement("batch_waitpoint", params, scalar)
 
     def waits_on(self, run_id: int) -> Statement[WaitsOn]:
         return self._statement("run_waits_on", {"run_id": run_id}, lambda row: WaitsOn(**row))

@@ -296,7 +296,8 @@ def _debounce_keys(metadata: MetaData) -> Table:
     return Table(
         "debounce_keys",
         metadata,
-        # A debounce key's current run; triggers of the key lock this row (sql/triggering/debounce.sql).
+        # A debounce key's current run; triggers of the key lock this row
+        # (sql/triggering/debounce.sql).
         Column("environment", Text, primary_key=True),
         Column("task", Text, primary_key=True),
         Column("key", Text, primary_key=True),

@@ -44,7 +44,7 @@ class EagerRunContext(RunContext):
 
     async def wait_for_runs(self, run_ids: Sequence[int]) -> list[WaitResult]:
         await anyio.lowlevel.checkpoint()
-        return self._runs().results_of(run_ids)
+        return self._runs().results_of(run_ids, self.run.environment)
 
     async def wait_for_batch(self, batch_id: int) -> list[WaitResult]:
         raise EagerModeError(

@@ -41,7 +41,8 @@ from fairlane.testing.records import (
     run_blocking,
 )
 from fairlane.triggering import eager as switch
-from fairlane.triggering.request import TriggerRequest, insert_params
+from fairlane.triggering.boundary import in_parent_environment
+from fairlane.triggering.request import TriggerRequest, environment_of, insert_params
 from fairlane.waitpoints import WaitResult
 from fairlane.worker.executor import (
     call_handler,
@@ -129,7 +130,8 @@ class EagerRuns:
     async def run_children(
         self, requests: Sequence[TriggerRequest], parent: ClaimedRun
     ) -> list[WaitResult]:
-        records, fresh = self._accept(requests, parent)
+        children = in_parent_environment(parent.environment, requests)
+        records, fresh = self._accept(children, parent)
         await self._execute_all(fresh, propagate=False)
         return [record.wait_result() for record in records]
 
@@ -138,6 +140,7 @@ class EagerRuns:
     ) -> list[WaitResult]:
         """As a parent's batch: one environment for all, and an item that cannot trigger
         becomes a pre-failed run (BATCH_ITEM_COULD_NOT_TRIGGER) while the others go on."""
+        requests = in_parent_environment(parent.environment, requests)
         if requests:
             batch_environment(requests)
         records: list[EagerRecord] = []
@@ -152,11 +155,12 @@ class EagerRuns:
         await self._execute_all(fresh, propagate=False)
         return [record.wait_result() for record in records]
 
-    def results_of(self, run_ids: Sequence[int]) -> list[WaitResult]:
+    def results_of(self, run_ids: Sequence[int], environment: str) -> list[WaitResult]:
+        """The results of ``run_ids``, runs of ``environment`` (another's answer as missing)."""
         results = []
         for run_id in run_ids:
             record = self._records.get(run_id)
-            if record is None:
+            if record is None or record.environment != environment:
                 raise EagerModeError(f"run {run_id} is not a run of this eager block")
             if not record.status.is_final:
                 raise EagerModeError(
@@ -198,7 +202,7 @@ class EagerRuns:
                     record.parent_run_id = parent.id
                 self._records[record.id] = record
                 if key is not None:
-                    self._keys[(request.environment, request.task, key)] = record.id
+                    self._keys[(environment_of(request), request.task, key)] = record.id
                 records.append(record)
                 fresh.append(record)
         return records, fresh
@@ -207,7 +211,7 @@ class EagerRuns:
         """The run an active idempotency key leads to (a failed run frees its key)."""
         if key is None:
             return None
-        run_id = self._keys.get((request.environment, request.task, key))
+        run_id = self._keys.get((environment_of(request), request.task, key))
         record = self._records.get(run_id) if run_id is not None else None
         if record is None or record.status in KEY_FREEING:
             return None

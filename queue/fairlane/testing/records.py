@@ -19,7 +19,7 @@ from fairlane.durations import seconds
 from fairlane.models import KEPT_ATTEMPT_ERRORS, AttemptError, ClaimedRun, Run, RunStatus
 from fairlane.payload import encode_json
 from fairlane.triggering.idempotency import stored_key
-from fairlane.triggering.request import TriggerRequest
+from fairlane.triggering.request import TriggerRequest, environment_of
 from fairlane.waitpoints import WaitResult
 
 T = TypeVar("T")
@@ -74,7 +74,7 @@ class EagerRecord:
     def of(cls, run_id: int, request: TriggerRequest, key: str | None) -> EagerRecord:
         return cls(
             id=run_id, task=request.task, payload=_as_stored(request.payload, "payload"),
-            environment=request.environment, queue=request.queue, priority=request.priority,
+            environment=environment_of(request), queue=request.queue, priority=request.priority,
             max_attempts=request.max_attempts or DEFAULT_MAX_ATTEMPTS,
             tags=list(request.tags or ()),
             metadata=_as_stored(dict(request.metadata or {}), "metadata"),
@@ -89,7 +89,7 @@ class EagerRecord:
     ) -> EagerRecord:
         """A run that ended SYSTEM_FAILURE before it ran (a batch item that could not trigger)."""
         record = cls(
-            id=run_id, task=request.task, payload=None, environment=request.environment,
+            id=run_id, task=request.task, payload=None, environment=environment_of(request),
             queue=request.queue, priority=0, max_attempts=1, tags=[], metadata={},
             machine=None, max_duration_s=None, parent_run_id=parent_run_id,
             idempotency_key=None,

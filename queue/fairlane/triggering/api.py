@@ -26,7 +26,8 @@ from fairlane.engine.statement import Statement, rows, rows_async
 from fairlane.engine.triggers import TriggerRow
 from fairlane.errors import QueueSizeLimitExceeded, UnsupportedConnectionError
 from fairlane.triggering import eager
-from fairlane.triggering.request import TriggerRequest, insert_params
+from fairlane.triggering.boundary import boundary_errors
+from fairlane.triggering.request import TriggerRequest, environment_of, insert_params
 
 if TYPE_CHECKING:
     # SQLAlchemy's asyncio extension needs greenlet; only callers who use it must have it.
@@ -70,7 +71,7 @@ def _size_error(requests: Sequence[TriggerRequest], row: TriggerRow) -> QueueSiz
         # The first request of that queue (or environment) past the room that was left.
         matching = [
             index for index, request in enumerate(requests)
-            if request.environment == row.environment
+            if environment_of(request) == row.environment
             and (row.scope == "environment" or request.queue == row.queue)
         ]  # fmt: skip
         item = matching[min(max(limit - size, 0), len(matching) - 1)]
@@ -113,13 +114,14 @@ def _trigger_many(
 ) -> list[int]:
     statement = trigger_statement(requests, schema=schema)
     if isinstance(conn, psycopg.Connection):
-        return ids_in_order(requests, rows(conn, statement))
+        with boundary_errors():
+            return ids_in_order(requests, rows(conn, statement))
     if isinstance(conn, Session):
         conn = conn.connection()
     if isinstance(conn, SAConnection):
-        return ids_in_order(
-            requests, _sa_rows(statement, conn.exec_driver_sql(statement.sql, statement.params))
-        )
+        with boundary_errors():
+            result = conn.exec_driver_sql(statement.sql, statement.params)
+        return ids_in_order(requests, _sa_rows(statement, result))
     raise UnsupportedConnectionError(conn)
 
 
@@ -162,14 +164,16 @@ async def _trigger_many_async(
 ) -> list[int]:
     statement = trigger_statement(requests, schema=schema)
     if isinstance(conn, psycopg.AsyncConnection):
-        return ids_in_order(requests, await rows_async(conn, statement))
+        with boundary_errors():
+            return ids_in_order(requests, await rows_async(conn, statement))
     from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
     from sqlalchemy.ext.asyncio import AsyncSession
 
     if isinstance(conn, AsyncSession):
         conn = await conn.connection()
     if isinstance(conn, SAAsyncConnection):
-        result = await conn.exec_driver_sql(statement.sql, statement.params)
+        with boundary_errors():
+            result = await conn.exec_driver_sql(statement.sql, statement.params)
         return ids_in_order(requests, _sa_rows(statement, result))
     raise UnsupportedConnectionError(conn)
 

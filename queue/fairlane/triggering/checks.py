@@ -22,7 +22,10 @@ from collections.abc import Collection, Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from fairlane.durations import seconds
 from fairlane.errors import TriggerOptionError
+from fairlane.triggering.boundary import BATCH_QUEUE, RESERVED_PREFIX, check_names
+from fairlane.triggering.idempotency import IdempotencyScope, check_scope
 
 if TYPE_CHECKING:
     from fairlane.triggering.request import TriggerRequest
@@ -38,9 +41,11 @@ MAX_PRIORITY = 2**31 - 1
 # Run ids and attempts are PostgreSQL bigints.
 MAX_ID = 2**63 - 1
 POSITIVE = "must be a positive integer"
-# The queue of batch carriers: not open to triggers, since its runs count toward no limit of
-# their environment.
-BATCH_QUEUE = "__batches__"
+# A request's environment when it names none (sql/triggering/requests.sql fills the same name
+# in for a request that leaves it out); a handler's child takes its parent's instead.
+DEFAULT_ENVIRONMENT = "default"
+
+__all__ = ["BATCH_QUEUE", "DEFAULT_ENVIRONMENT", "check_request", "check_text"]
 
 
 def check_text(option: str, value: object, most: int | None = None) -> None:
@@ -72,8 +77,13 @@ def _text_problem(value: str, most: int | None) -> str | None:
 def _names_pass(task: str, environment: str, queue: str) -> bool:
     """Whether a request's task, environment and queue are all accepted (cached: a bulk trigger
     names the same few over and over)."""
-    return queue != BATCH_QUEUE and all(
-        name and _text_problem(name, MAX_NAME_LENGTH) is None for name in (task, environment, queue)
+    return (
+        queue != BATCH_QUEUE
+        and not task.startswith(RESERVED_PREFIX)
+        and all(
+            name and _text_problem(name, MAX_NAME_LENGTH) is None
+            for name in (task, environment, queue)
+        )
     )
 
 
@@ -102,16 +112,18 @@ def _check_tags(tags: object) -> None:
 def check_request(request: TriggerRequest) -> None:
     """Raise ``TriggerOptionError`` naming the first option of ``request`` that is refused."""
     task, environment, queue = request.task, request.environment, request.queue
+    if environment is None:
+        environment = DEFAULT_ENVIRONMENT
     # Plain strings seen before pass in one cached look; anything else is checked name by name.
     if not (
         type(task) is str and type(environment) is str and type(queue) is str
         and _names_pass(task, environment, queue)
     ):  # fmt: skip
-        for option in ("task", "environment", "queue"):
-            check_text(option, getattr(request, option), MAX_NAME_LENGTH)
-        if queue == BATCH_QUEUE:
-            # Its runs count toward no limit of their environment (fairlane.batches.processing).
-            raise TriggerOptionError("queue", queue, "is reserved for batch processing")
+        check_text("task", task, MAX_NAME_LENGTH)
+        check_text("environment", environment, MAX_NAME_LENGTH)
+        check_text("queue", queue, MAX_NAME_LENGTH)
+        # The engine's own names (its runs count toward no limit of their environment).
+        check_names(task, queue)
     if request.machine is not None:
         check_text("machine", request.machine, MAX_NAME_LENGTH)
     if request.idempotency_key is not None:
@@ -133,3 +145,9 @@ def check_request(request: TriggerRequest) -> None:
         _check_integer("parent_run_id", request.parent_run_id, 1, MAX_ID, POSITIVE)
     if request.parent_attempt is not None:
         _check_integer("parent_attempt", request.parent_attempt, 1, MAX_ID, POSITIVE)
+    # The options that refine another are checked whether or not that one is given: a bad
+    # value is a mistake even where it would change nothing.
+    if request.idempotency_scope is not IdempotencyScope.RUN:
+        check_scope(request.idempotency_scope)
+    if request.idempotency_ttl is not None:
+        seconds("idempotency_ttl", request.idempotency_ttl)

@@ -25,12 +25,15 @@ class IdempotencyScope(enum.StrEnum):
     GLOBAL = "global"
 
 
-def _scope(value: object) -> IdempotencyScope:
-    try:
-        return IdempotencyScope(str(value))
-    except ValueError:
-        choices = ", ".join(scope.value for scope in IdempotencyScope)
-        raise TriggerOptionError("idempotency_scope", value, f"must be one of {choices}") from None
+def check_scope(value: object) -> IdempotencyScope:
+    """The scope named by ``value``; raises ``TriggerOptionError`` for any other value."""
+    if isinstance(value, str):
+        try:
+            return IdempotencyScope(value)
+        except ValueError:
+            pass
+    choices = ", ".join(scope.value for scope in IdempotencyScope)
+    raise TriggerOptionError("idempotency_scope", value, f"must be one of {choices}")
 
 
 def stored_key(
@@ -46,7 +49,7 @@ def stored_key(
     from ever colliding with a scoped one.
     """
     parts: list[object] = [key]
-    chosen = _scope(scope)
+    chosen = check_scope(scope)
     if parent_run_id is not None and chosen is IdempotencyScope.RUN:
         parts += ["run", parent_run_id]
     elif parent_run_id is not None and chosen is IdempotencyScope.ATTEMPT:

@@ -25,15 +25,27 @@ from fairlane.durations import MAX_SECONDS, Duration, seconds
 from fairlane.errors import PayloadError, TriggerOptionError
 from fairlane.frozen import fast_init
 from fairlane.payload import MAX_JSON_DEPTH, encode_json, too_deep
-from fairlane.triggering.checks import BATCH_QUEUE, MAX_ATTEMPTS_CEILING, check_request
+from fairlane.triggering.checks import (
+    BATCH_QUEUE,
+    DEFAULT_ENVIRONMENT,
+    MAX_ATTEMPTS_CEILING,
+    check_request,
+)
 from fairlane.triggering.debounce import Debounce, DebounceParams, debounce_params
 from fairlane.triggering.idempotency import IdempotencyScope, stored_key
 
-__all__ = ["BATCH_QUEUE", "MAX_ATTEMPTS_CEILING", "MAX_SECONDS", "TriggerRequest", "insert_params"]
+__all__ = [
+    "BATCH_QUEUE",
+    "DEFAULT_ENVIRONMENT",
+    "MAX_ATTEMPTS_CEILING",
+    "MAX_SECONDS",
+    "TriggerRequest",
+    "environment_of",
+    "insert_params",
+]
 
-# A request's environment and queue when it names none (sql/triggering/requests.sql fills the
-# same names in for a request that leaves them out).
-DEFAULT_ENVIRONMENT = "default"
+# A request's queue when it names none (sql/triggering/requests.sql fills the same name in for
+# a request that leaves it out).
 DEFAULT_QUEUE = "default"
 
 
@@ -47,11 +59,12 @@ class TriggerRequest:
     the same duration forms. ``max_attempts``, ``tags``, ``metadata``, ``machine`` and
     ``max_duration`` left at None are not given: a new run gets 3 attempts, no tags, empty
     metadata, no machine and no maximum duration, and a trailing debounce keeps the run's own.
+    ``environment`` left at None is ``"default"``, and for a handler's child its parent's.
     """
 
     task: str
     payload: Any = None
-    environment: str = DEFAULT_ENVIRONMENT
+    environment: str | None = None
     queue: str = DEFAULT_QUEUE
     priority: int = 0
     max_attempts: int | None = None
@@ -75,6 +88,11 @@ class TriggerRequest:
     def keyed(self) -> bool:
         """Whether the request needs the keyed (row-locking) trigger path."""
         return self.idempotency_key is not None or self.debounce is not None
+
+
+def environment_of(request: TriggerRequest) -> str:
+    """The environment ``request`` triggers in (as named, or the default)."""
+    return DEFAULT_ENVIRONMENT if request.environment is None else request.environment
 
 
 def _delay(value: Duration | datetime | None) -> tuple[float | None, datetime | None]:
@@ -107,7 +125,7 @@ def _fields(request: TriggerRequest) -> dict[str, Any]:
     # A value left at its default is not sent: trigger_requests fills it in (a bulk trigger's
     # JSON is a fifth of the size, and the server parses and the client encodes that much less).
     fields: dict[str, Any] = {"task": request.task}
-    if request.environment != DEFAULT_ENVIRONMENT:
+    if request.environment is not None and request.environment != DEFAULT_ENVIRONMENT:
         fields["environment"] = request.environment
     if request.queue != DEFAULT_QUEUE:
         fields["queue"] = request.queue

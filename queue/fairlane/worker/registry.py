@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from fairlane.codecs import Codec, handler_codecs
 from fairlane.durations import Duration, seconds
-from fairlane.errors import ConfigurationError, DuplicateTaskError, UnknownTaskError
+from fairlane.errors import (
+    ConfigurationError,
+    DuplicateTaskError,
+    ReservedNameError,
+    UnknownTaskError,
+)
 from fairlane.retry import DEFAULT_BACKOFF, Backoff
 from fairlane.worker.context import RunContext
 
@@ -212,9 +217,17 @@ def import_registry(spec: str) -> TaskRegistry:
 def _check_defaults(definition: TaskDefinition) -> None:
     """The trigger defaults are checked when the task is registered, as a trigger checks
     them (``TriggerOptionError``)."""
+    from fairlane.triggering.boundary import ENGINE_TASKS, RESERVED_PREFIX
     from fairlane.triggering.checks import check_request
     from fairlane.triggering.request import TriggerRequest
 
+    if definition.name.startswith(RESERVED_PREFIX):
+        # The engine's own tasks take no trigger: their runs are made by the engine alone.
+        if definition.name not in ENGINE_TASKS:
+            raise ReservedNameError(
+                "task", definition.name, f'names under "{RESERVED_PREFIX}" are reserved'
+            )
+        return
     check_request(TriggerRequest(definition.name, None, **definition.trigger_defaults()))
     seconds("max_duration", definition.max_duration)
     if definition.cron is not None:

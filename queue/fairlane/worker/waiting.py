@@ -34,6 +34,7 @@ from fairlane.errors import (
     WaitpointNotFoundError,
 )
 from fairlane.triggering.api import insert_runs_async
+from fairlane.triggering.boundary import in_parent_environment
 from fairlane.triggering.request import TriggerRequest
 from fairlane.waitpoints import WaitResult
 from fairlane.worker.connections import LoopConnection
@@ -107,6 +108,12 @@ class WaitService:
         self, active: ActiveRun, position: int, run_ids: Sequence[int]
     ) -> list[WaitResult]:
         async def make(conn: psycopg.AsyncConnection[Any]) -> Edges:
+            # Only runs of the waiter's environment: another's answers as a missing run.
+            statement = self._waits.runs_in_environment(run_ids, active.run.environment)
+            own = set(await rows_async(conn, statement))
+            foreign = [run_id for run_id in run_ids if run_id not in own]
+            if foreign:
+                raise RunNotFoundError(foreign[0])
             waitpoints = await self._run_waitpoints(conn, list(run_ids))
             return [(item, waitpoints[run_id]) for item, run_id in enumerate(run_ids)]
 
@@ -129,6 +136,11 @@ class WaitService:
         self, active: ActiveRun, position: int, token_id: int, timeout_s: float | None
     ) -> WaitResult:
         async def make(conn: psycopg.AsyncConnection[Any]) -> Edges:
+            token = await first_async(conn, self._waits.get_token(token_id))
+            # A token made for another environment (through the HTTP API) answers as a missing
+            # one; a token the library made carries none, and any run may wait on it.
+            if token is None or token.environment not in (None, active.run.environment):
+                raise WaitpointNotFoundError(token_id)
             if timeout_s is not None:
                 await run_async(conn, self._waits.token_timeout_at_most(token_id, timeout_s))
             return [(0, token_id)]
@@ -140,7 +152,8 @@ class WaitService:
         self, active: ActiveRun, position: int, batch_id: int
     ) -> list[WaitResult]:
         async def make(conn: psycopg.AsyncConnection[Any]) -> Edges:
-            waitpoint = await first_async(conn, self._waits.batch_waitpoint(batch_id))
+            statement = self._waits.batch_waitpoint(batch_id, active.run.environment)
+            waitpoint = await first_async(conn, statement)
             if waitpoint is None:
                 raise BatchWithoutWaitpointError(batch_id)
             return [(BATCH_EDGE, waitpoint)]
@@ -276,12 +289,13 @@ class WaitService:
 
 
 def _linked(active: ActiveRun, requests: Sequence[TriggerRequest]) -> list[TriggerRequest]:
-    """Children know their parent: cancelling the parent reaches them, and idempotency scopes
-    "run" and "attempt" key on it. Scope "attempt" keys on the attempt whose waits these are,
-    so a replay after a crash finds the children of the attempt it replays."""
+    """Children run in their parent's environment (``ForeignEnvironmentError`` for a request
+    naming another) and know their parent: cancelling the parent reaches them, and
+    idempotency scopes "run" and "attempt" key on it. Scope "attempt" keys on the attempt whose
+    waits these are, so a replay after a crash finds the children of the attempt it replays."""
     attempt = active.ctx.wait_attempt
     return [
         request if request.parent_run_id is not None
         else replace(request, parent_run_id=active.run.id, parent_attempt=attempt)
-        for request in requests
+        for request in in_parent_environment(active.run.environment, requests)
     ]  # fmt: skip
