@@ -41,6 +41,7 @@ from fairlane.web.errors import (
     handle_fairlane_error,
     handle_http_exception,
 )
+from fairlane.web.params import CheckedText
 from fairlane.web.state import DEFAULT_POOL_SIZE, WebState
 
 log = logging.getLogger("fairlane.web")
@@ -77,7 +78,7 @@ def create_app(
         routes += dashboard_routes()
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(AccessLog)],
+        middleware=[Middleware(AccessLog), Middleware(CheckedText)],
         exception_handlers={
             FairlaneError: handle_fairlane_error,
             ApiError: handle_api_error,

@@ -23,6 +23,7 @@ from fairlane.web.api.options import trigger_request
 from fairlane.web.auth import Caller, authenticate, state_of
 from fairlane.web.bodies import read_object
 from fairlane.web.errors import ApiError
+from fairlane.web.params import MAX_ID
 from fairlane.web.state import AsyncConn, WebState
 
 BODY_FIELDS = {"payload", "options"}
@@ -34,7 +35,7 @@ async def _check_parents(
 ) -> None:
     """A parent run must be one the key sees (else 404, as for any run it cannot see)."""
     for parent in sorted({r.parent_run_id for r in requests if r.parent_run_id is not None}):
-        if isinstance(parent, bool) or not isinstance(parent, int):
+        if isinstance(parent, bool) or not isinstance(parent, int) or not 0 < parent <= MAX_ID:
             continue  # the library refuses it with a typed error
         run = await drive_async(conn, control.get_run(state.engine, parent))
         if not caller.sees(run.environment):

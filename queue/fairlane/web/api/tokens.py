@@ -30,8 +30,9 @@ from fairlane.web.auth import (
     state_of,
     unauthorized,
 )
-from fairlane.web.bodies import path_id, read_json, read_object
+from fairlane.web.bodies import read_json, read_object
 from fairlane.web.errors import ApiError
+from fairlane.web.params import path_id
 from fairlane.web.serialize import token_json
 from fairlane.web.state import AsyncConn, WebState
 from fairlane.web.urls import app_url
@@ -127,10 +128,10 @@ async def token_callback(request: Request) -> JSONResponse:
 
 routes = [
     Route("/tokens", create_token, methods=["POST"], name="create_token"),
-    Route("/tokens/{id:int}", get_token, methods=["GET"], name="get_token"),
-    Route("/tokens/{id:int}/complete", complete_token, methods=["POST"], name="complete_token"),
+    Route("/tokens/{id:bigint}", get_token, methods=["GET"], name="get_token"),
+    Route("/tokens/{id:bigint}/complete", complete_token, methods=["POST"], name="complete_token"),
     Route(
-        "/tokens/{id:int}/callback/{signature}",
+        "/tokens/{id:bigint}/callback/{signature}",
         token_callback,
         methods=["POST"],
         name="token_callback",
