@@ -74,6 +74,7 @@ API: list[Hostile] = [
         "idempotency_key",
     ),
     Hostile("POST", "/api/v1/tokens/1/complete", '{"output": "\\u0000"}', "output"),
+    Hostile("POST", "/api/v1/tokens/1/callback/%C3%A9", "{}", "signature"),
     # Numbers out of range: integers to the column's, finite numbers only.
     Hostile("PUT", ENV_LIMITS, f'{{"concurrency_limit": {2**40}}}', "concurrency_limit"),
     Hostile("PUT", ENV_LIMITS, f'{{"size_limit": {10**20}}}', "size_limit"),

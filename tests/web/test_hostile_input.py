@@ -46,7 +46,7 @@ def _api_problem(case: Hostile, status: int, content_type: str, body: bytes) -> 
 
 # A delayed run, a token and a batch of env-a: ids 1 exist and are key A's, the run out of a
 # worker's reach.
-SEED = (
+SEED: tuple[tuple[str, dict[str, Any]], ...] = (
     ("/api/v1/tasks/t/trigger", {"options": {"delay": 3600}}),
     ("/api/v1/tokens", {}),
     ("/api/v1/batches", {"run_count": 2}),

@@ -1,7 +1,8 @@
 """The OpenAPI 3.1 document of /api/v1, written by hand (``GET /api/v1/openapi.json``).
 
-tests/web/test_openapi.py holds it to the routes: every route is documented and every
-documented path is a route.
+tests/web/test_api_resources.py holds it to the routes: every route is documented and every
+documented path is a route. It states the ranges requests are held to, so that
+tests/web/test_openapi_fuzz.py generates requests within and around them.
 """
 
 from __future__ import annotations

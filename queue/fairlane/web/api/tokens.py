@@ -115,8 +115,12 @@ async def token_callback(request: Request) -> JSONResponse:
     state = state_of(request)
     token_id = path_id(request)
     expected = await callback_signature(state, token_id)
-    if not hmac.compare_digest(expected, str(request.path_params["signature"])):
-        raise unauthorized("the callback signature does not match")
+    given = str(request.path_params["signature"])
+    # compare_digest takes ASCII strings only; a signature is hex, so anything else is wrong.
+    if not given.isascii() or not hmac.compare_digest(expected, given):
+        refused = unauthorized("the callback signature does not match")
+        refused.details["parameter"] = "signature"
+        raise refused
     output = await read_json(request, state.max_body_bytes, required=False)
     async with state.connection() as conn:
         token = await first_async(conn, state.engine.waits.get_token(token_id))
