@@ -195,3 +195,24 @@ async def test_an_attacker_gets_4xx_on_one_connection_and_the_worker_goes_on(
                 what="both environments' runs after the attack",
             )
         conn.close()
+
+
+def test_the_document_states_the_ranges_requests_are_held_to() -> None:
+    from fairlane.web.api.openapi import document
+
+    served = document()
+    paths, schemas = served["paths"], served["components"]["schemas"]
+    run_id = paths["/runs/{id}"]["get"]["parameters"][0]["schema"]
+    assert run_id == {"type": "integer", "format": "int64", "minimum": 1, "maximum": 2**63 - 1}
+    options = schemas["TriggerOptions"]["properties"]
+    assert (options["priority"]["minimum"], options["priority"]["maximum"]) == (-(2**31), 2**31 - 1)
+    assert options["delay"]["oneOf"][0]["oneOf"][0]["maximum"] == 100 * 365 * 86_400
+    limits = paths["/environments/{environment}/limits"]["put"]["requestBody"]
+    fields = limits["content"]["application/json"]["schema"]["properties"]
+    assert fields["concurrency_limit"]["maximum"] == 2**31 - 1
+    assert (fields["burst_factor"]["minimum"], fields["burst_factor"]["maximum"]) == (1, 9999.99)
+    batch = paths["/batches"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert (
+        batch["properties"]["run_count"]["minimum"],
+        batch["properties"]["parent_run_id"]["format"],
+    ) == (1, "int64")
