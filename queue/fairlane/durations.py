@@ -46,7 +46,8 @@ def seconds(option: str, value: Duration | None) -> float | None:
     if isinstance(value, timedelta):
         result = value.total_seconds()
     elif isinstance(value, int | float):
-        result = float(value)
+        # Compared before the conversion: an int past a double's range cannot be one.
+        result = float(value) if -MAX_SECONDS <= value <= MAX_SECONDS else float("inf")
     elif isinstance(value, str):
         result = parse_duration_string(option, value)
     else:

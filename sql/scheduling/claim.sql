@@ -94,11 +94,12 @@ BEGIN
               FROM {schema}.slot_holders(env_name) AS holder
               GROUP BY holder.queue) AS per_queue;
         IF env_limit IS NOT NULL THEN
-            env_room := least(take, floor(env_limit * env_burst)::integer
+            -- In numeric until the least: a cap times its burst factor may pass integer.
+            env_room := least(take, floor(env_limit * env_burst)
                                     - coalesce((SELECT sum(held.n)
                                                 FROM unnest(held_queues, held_counts)
                                                      AS held(queue, n)
-                                                WHERE held.queue <> '__batches__'), 0));
+                                                WHERE held.queue <> '__batches__'), 0))::integer;
         END IF;
     END IF;
     IF env_room <= 0 THEN

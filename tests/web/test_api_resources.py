@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -173,7 +174,7 @@ def _api_paths(routes: list[BaseRoute]) -> set[tuple[str, str]]:
     found = set()
     for route in routes:
         assert isinstance(route, Route)
-        path = route.path.replace(":int", "")
+        path = re.sub(r":\w+}", "}", route.path)  # {id:bigint} is documented as {id}
         for method in route.methods or ():
             if method != "HEAD":
                 found.add((path, method.lower()))

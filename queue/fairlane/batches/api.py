@@ -24,6 +24,7 @@ from fairlane.errors import (
 from fairlane.models import Batch
 
 AsyncConn = psycopg.AsyncConnection[Any]
+INT32_MAX = 2**31 - 1
 # The item size limit when the setting cannot be read.
 DEFAULT_ITEM_MAX_BYTES = 3 * 1024 * 1024
 
@@ -57,9 +58,10 @@ async def create_batch(
     target = schema_name(schema)
     if isinstance(run_count, bool) or not isinstance(run_count, int):
         raise BatchTooLargeError(run_count, 0)
-    statement = engine(target).batches.create(
-        environment, run_count, parent_run_id, idempotency_key
-    )
+    # The statement takes an integer: a count past it is too many for any batch_max_items, and
+    # sent clamped the statement answers TOO_MANY with the limit, as for any count too large.
+    wanted = min(max(run_count, 0), INT32_MAX)
+    statement = engine(target).batches.create(environment, wanted, parent_run_id, idempotency_key)
     created = await one_async(conn, statement)
     if created.outcome == "TOO_MANY":
         raise BatchTooLargeError(run_count, int(created.limit_value or 0))

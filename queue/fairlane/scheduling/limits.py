@@ -46,11 +46,37 @@ class SchedulerChange(TypedDict, total=False):
     rate_burst: float | None
 
 
+# The columns' ranges: caps, sizes and the DRR knobs are integer; burst_factor numeric(6,2).
+INT32_MAX = 2**31 - 1
+MAX_BURST_FACTOR = 9999.99
+# Runs per second past which a rate is no limit; bounded so the bucket's refill (rate times
+# the seconds since the last claim) stays a finite double.
+MAX_RATE = 1e9
+
+
+def _whole(setting: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= INT32_MAX:
+        raise SettingError(setting, value, f"must be an integer from {low} to {INT32_MAX}")
+
+
+def _real(setting: str, value: Any, low: float, high: float, *, above: bool = False) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not low <= value <= high  # NaN too; compared, never made a float
+        or (above and value == low)
+    ):
+        wanted = f"above {low}" if above else f"from {low}"
+        raise SettingError(setting, value, f"must be a number {wanted} to {high:g}")
+
+
 def _limit(setting: str, value: Any) -> tuple[bool, int | None]:
     if value is UNCHANGED:
         return False, None
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise SettingError(setting, value, "must be a non-negative integer or None")
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT32_MAX
+    ):
+        raise SettingError(setting, value, f"must be an integer from 0 to {INT32_MAX}, or None")
     return True, value
 
 
@@ -60,8 +86,8 @@ def _environment(
 ) -> Operation[EnvironmentSettings]:  # fmt: skip
     set_limit, limit = _limit("concurrency_limit", concurrency_limit)
     set_size_limit, size = _limit("size_limit", size_limit)
-    if burst_factor is not None and burst_factor < 1:
-        raise SettingError("burst_factor", burst_factor, "must be at least 1")
+    if burst_factor is not None:
+        _real("burst_factor", burst_factor, 1, MAX_BURST_FACTOR)
     params = {
         "name": name, "concurrency_limit": limit, "set_limit": set_limit,
         "burst_factor": burst_factor, "paused": paused, "size_limit": size,
@@ -95,12 +121,14 @@ def _scheduler(
 ) -> Operation[SchedulerSettings]:  # fmt: skip
     set_global, global_limit = _limit("global_concurrency_limit", global_concurrency_limit)
     set_rate = rate_limit_per_s is not UNCHANGED
-    if set_rate and rate_limit_per_s is not None and rate_limit_per_s <= 0:
-        raise SettingError("rate_limit_per_s", rate_limit_per_s, "must be positive or None")
-    if quantum is not None and quantum < 1:
-        raise SettingError("quantum", quantum, "must be at least 1")
-    if max_deficit is not None and max_deficit < 0:
-        raise SettingError("max_deficit", max_deficit, "must be non-negative")
+    if set_rate and rate_limit_per_s is not None:
+        _real("rate_limit_per_s", rate_limit_per_s, 0, MAX_RATE, above=True)
+    if rate_burst is not None:
+        _real("rate_burst", rate_burst, 0, MAX_RATE)
+    if quantum is not None:
+        _whole("quantum", quantum, 1)
+    if max_deficit is not None:
+        _whole("max_deficit", max_deficit, 0)
     params = {
         "quantum": quantum, "max_deficit": max_deficit, "set_global": set_global,
         "global_concurrency_limit": global_limit, "set_rate": set_rate,

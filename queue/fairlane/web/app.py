@@ -42,6 +42,7 @@ from fairlane.web.errors import (
     handle_http_exception,
 )
 from fairlane.web.headers import SecurityHeaders
+from fairlane.web.params import CheckedText
 from fairlane.web.state import DEFAULT_POOL_SIZE, DEFAULT_SESSION_IDLE_S, WebState
 
 log = logging.getLogger("fairlane.web")
@@ -99,7 +100,7 @@ def create_app(
         routes += dashboard_routes()
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(AccessLog), Middleware(SecurityHeaders)],
+        middleware=[Middleware(AccessLog), Middleware(SecurityHeaders), Middleware(CheckedText)],
         exception_handlers={
             FairlaneError: handle_fairlane_error,
             ApiError: handle_api_error,

@@ -99,23 +99,50 @@ async def handle_fairlane_error(request: Request, error: Exception) -> Response:
     return fairlane_error(error)
 
 
+def is_api(request: Request) -> bool:
+    from fairlane.web.urls import root
+
+    return request.url.path.startswith(root(request) + "/api/")
+
+
+def html_error(
+    request: Request, status: int, message: str, headers: Mapping[str, str] | None = None
+) -> HTMLResponse:
+    """The dashboard's side of an error: a small page, for a person, not a JSON client."""
+    from fairlane.web.urls import root
+
+    home = html.escape(root(request))
+    return HTMLResponse(
+        f"<!doctype html><title>{status}</title><p>{status}: {html.escape(message)}</p>"
+        f'<p><a href="{home}/">fairlane</a></p>',
+        status_code=status,
+        headers=headers,
+    )
+
+
+def answer(
+    request: Request,
+    status: int,
+    kind: str,
+    message: str,
+    details: dict[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    """JSON under /api/, a page elsewhere (the dashboard)."""
+    if is_api(request):
+        return error_response(status, kind, message, details, headers)
+    return html_error(request, status, message, headers)
+
+
 async def handle_api_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, ApiError)
-    return error_response(error.status, error.kind, error.message, error.details, error.headers)
+    return answer(request, error.status, error.kind, error.message, error.details, error.headers)
 
 
 async def handle_http_exception(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPException)
-    from fairlane.web.urls import root
-
-    if not request.url.path.startswith(root(request) + "/api/"):
-        return HTMLResponse(
-            f"<!doctype html><title>{error.status_code}</title><p>{error.status_code}: "
-            f"{html.escape(str(error.detail))}</p><p><a href=\"{html.escape(root(request))}/\">"
-            "fairlane</a></p>", status_code=error.status_code, headers=error.headers,
-        )  # fmt: skip
     kind = {404: "NotFound", 405: "MethodNotAllowed"}.get(error.status_code, "HTTPError")
-    return error_response(error.status_code, kind, str(error.detail), headers=error.headers)
+    return answer(request, error.status_code, kind, str(error.detail), headers=error.headers)
 
 
 async def handle_database_unavailable(request: Request, error: Exception) -> Response:

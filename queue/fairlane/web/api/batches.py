@@ -30,8 +30,9 @@ from fairlane.models import Batch
 from fairlane.schema.tables import BATCH_ITEM_STATES
 from fairlane.web.api.runs import visible_run
 from fairlane.web.auth import Caller, authenticate, state_of
-from fairlane.web.bodies import int_param, path_id, read_object
+from fairlane.web.bodies import read_object
 from fairlane.web.errors import ApiError
+from fairlane.web.params import INT32_MAX, MAX_ID, int_param, path_id
 from fairlane.web.serialize import batch_json, ingest_json, item_json
 from fairlane.web.state import AsyncConn, WebState
 
@@ -63,11 +64,16 @@ async def create(request: Request) -> JSONResponse:
         raise ApiError(422, "BadRequest", f"unknown field {unknown[0]!r}", field=unknown[0])
     environment = caller.environment(body.get("environment"))
     parent = _field(body, "parent_run_id", "parentRunId")
-    if parent is not None and (isinstance(parent, bool) or not isinstance(parent, int)):
+    if parent is not None and (
+        isinstance(parent, bool) or not isinstance(parent, int) or not 0 < parent <= MAX_ID
+    ):
         raise ApiError(422, "BadRequest", "parent_run_id must be a run id", field="parent_run_id")
     key = _field(body, "idempotency_key", "idempotencyKey")
     if key is not None and (not isinstance(key, str) or not key or "\x00" in key):
-        raise ApiError(422, "BadRequest", "idempotency_key must be a non-empty string")
+        raise ApiError(
+            422, "BadRequest", "idempotency_key must be a non-empty string",
+            field="idempotency_key",
+        )  # fmt: skip
     async with state.connection() as conn:
         if parent is not None:
             await visible_run(state, conn, caller, parent)
@@ -91,7 +97,7 @@ async def items(request: Request) -> JSONResponse:
     state = state_of(request)
     batch_id = path_id(request)
     limit = int_param(request, "limit", 100, low=1, high=MAX_ITEMS_PAGE) or 100
-    after = int_param(request, "after_index", None, low=-1, high=2**31 - 1)
+    after = int_param(request, "after_index", None, low=-1, high=INT32_MAX)
     item_state = request.query_params.get("state") or None
     if item_state is not None and item_state.upper() not in BATCH_ITEM_STATES:
         raise ApiError(
@@ -114,7 +120,7 @@ async def ingest(request: Request) -> JSONResponse:
     caller = await authenticate(request)
     state = state_of(request)
     batch_id = path_id(request)
-    first_index = int_param(request, "first_index", 0, low=0, high=2**31 - 1) or 0
+    first_index = int_param(request, "first_index", 0, low=0, high=INT32_MAX) or 0
     async with state.connection() as conn:
         batch = await visible_batch(state, conn, caller, batch_id)
     # No connection is held from here on but while a slice is stored: the body comes at the
@@ -133,7 +139,7 @@ async def ingest(request: Request) -> JSONResponse:
 
 routes = [
     Route("/batches", create, methods=["POST"], name="create_batch"),
-    Route("/batches/{id:int}", get, methods=["GET"], name="get_batch"),
-    Route("/batches/{id:int}/items", ingest, methods=["POST"], name="ingest_batch_items"),
-    Route("/batches/{id:int}/items", items, methods=["GET"], name="batch_items"),
+    Route("/batches/{id:bigint}", get, methods=["GET"], name="get_batch"),
+    Route("/batches/{id:bigint}/items", ingest, methods=["POST"], name="ingest_batch_items"),
+    Route("/batches/{id:bigint}/items", items, methods=["GET"], name="batch_items"),
 ]

@@ -1,7 +1,8 @@
 """The OpenAPI 3.1 document of /api/v1, written by hand (``GET /api/v1/openapi.json``).
 
 tests/web/test_api_resources.py holds it to the routes: every route is documented and every
-documented path is a route.
+documented path is a route. It states the ranges requests are held to, so that
+tests/web/test_openapi_fuzz.py generates requests within and around them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from fairlane.durations import MAX_SECONDS
 from fairlane.models import RunStatus
+from fairlane.scheduling.limits import MAX_BURST_FACTOR, MAX_RATE
 from fairlane.schema.tables import BATCH_ITEM_STATES, BATCH_STATUSES
 from fairlane.web.urls import app_url
 
@@ -70,8 +73,8 @@ def operation(
     return documented
 
 
-def path_param(name: str, kind: str = "integer") -> dict[str, Any]:
-    return {"name": name, "in": "path", "required": True, "schema": {"type": kind}}
+def path_param(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": schema}
 
 
 def query(name: str, schema: dict[str, Any], description: str = "") -> dict[str, Any]:
@@ -81,11 +84,19 @@ def query(name: str, schema: dict[str, Any], description: str = "") -> dict[str,
     return found
 
 
+# The ranges requests are held to (the columns'): a value outside answers 4xx.
+INT32 = {"type": "integer", "format": "int32", "minimum": -(2**31), "maximum": 2**31 - 1}
+COUNT = {**INT32, "minimum": 0}
+ID = {"type": "integer", "format": "int64", "minimum": 1, "maximum": 2**63 - 1}
+TEXT = {"type": "string"}
 DURATION = {
-    "oneOf": [{"type": "number", "minimum": 0}, {"type": "string"}],
+    "oneOf": [{"type": "number", "minimum": 0, "maximum": MAX_SECONDS}, {"type": "string"}],
     "description": 'seconds, or a duration such as "500ms", "90s", "2h30m", "1d"',
 }
-NULLABLE_INT = {"type": ["integer", "null"], "minimum": 0}
+NULLABLE_INT = {**COUNT, "type": ["integer", "null"]}
+BURST_FACTOR = {"type": "number", "minimum": 1, "maximum": MAX_BURST_FACTOR}
+RATE = {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": MAX_RATE}
+RATE_BURST = {"type": ["number", "null"], "minimum": 0, "maximum": MAX_RATE}
 
 SCHEMAS: dict[str, Any] = {
     "Error": {
@@ -96,6 +107,11 @@ SCHEMAS: dict[str, Any] = {
                 "type": {"type": "string"}, "message": {"type": "string"},
                 "option": {"type": "string"}, "index": {"type": "integer"},
                 "line": {"type": "integer"},
+                "field": {"type": "string", "description": "the body's value refused, by "
+                          "path (options.priority, items[2].payload)"},
+                "parameter": {"type": "string", "description": "the path or query value "
+                              "refused"},
+                "setting": {"type": "string"},
             },
             "additionalProperties": True,
         }},
@@ -109,7 +125,7 @@ SCHEMAS: dict[str, Any] = {
                             "environment key triggers in its own"},
             "queue": {"oneOf": [{"type": "string"}, {
                 "type": "object", "properties": {"name": {"type": "string"}}}]},
-            "priority": {"type": "integer", "description": "a head start in seconds"},
+            "priority": {**INT32, "description": "a head start in seconds"},
             "max_attempts": {"type": "integer", "minimum": 1, "maximum": 250},
             "delay": {"oneOf": [DURATION, {"type": "string", "format": "date-time"}]},
             "ttl": DURATION, "max_duration": DURATION,
@@ -119,7 +135,7 @@ SCHEMAS: dict[str, Any] = {
             "idempotency_key": {"type": "string"},
             "idempotency_scope": {"enum": ["run", "attempt", "global"]},
             "idempotency_ttl": DURATION,
-            "parent_run_id": {"type": "integer"}, "parent_attempt": {"type": "integer"},
+            "parent_run_id": ID, "parent_attempt": ID,
             "debounce": {
                 "type": "object", "required": ["key", "delay"],
                 "properties": {"key": {"type": "string"}, "delay": DURATION,
@@ -203,7 +219,7 @@ SCHEMAS: dict[str, Any] = {
     "EnvironmentLimits": {
         "type": "object",
         "properties": {"environment": {"type": "string"}, "concurrency_limit": NULLABLE_INT,
-                       "burst_factor": {"type": "number", "minimum": 1},
+                       "burst_factor": BURST_FACTOR,
                        "cap": NULLABLE_INT, "size_limit": NULLABLE_INT,
                        "paused": {"type": "boolean"}},
     },
@@ -215,10 +231,9 @@ SCHEMAS: dict[str, Any] = {
     },
     "Scheduler": {
         "type": "object",
-        "properties": {"quantum": {"type": "integer"}, "max_deficit": {"type": "integer"},
-                       "global_concurrency_limit": NULLABLE_INT,
-                       "rate_limit_per_s": {"type": ["number", "null"]},
-                       "rate_burst": {"type": ["number", "null"]}},
+        "properties": {"quantum": {**COUNT, "minimum": 1}, "max_deficit": COUNT,
+                       "global_concurrency_limit": NULLABLE_INT, "rate_limit_per_s": RATE,
+                       "rate_burst": RATE_BURST},
     },
     "LimitsOverview": {
         "type": "object",
@@ -227,19 +242,19 @@ SCHEMAS: dict[str, Any] = {
     },
 }  # fmt: skip
 
-ENV_PATH = [path_param("environment", "string")]
-QUEUE_PATH = [path_param("environment", "string"), path_param("queue", "string")]
+ENV_PATH = [path_param("environment", TEXT)]
+QUEUE_PATH = [path_param("environment", TEXT), path_param("queue", TEXT)]
 ENV_LIMITS_BODY = body({"type": "object", "additionalProperties": False, "properties": {
-    "concurrency_limit": NULLABLE_INT, "burst_factor": {"type": "number", "minimum": 1},
+    "concurrency_limit": NULLABLE_INT, "burst_factor": BURST_FACTOR,
     "size_limit": NULLABLE_INT, "paused": {"type": "boolean"}}})  # fmt: skip
 QUEUE_LIMITS_BODY = body({"type": "object", "additionalProperties": False, "properties": {
     "concurrency_limit": NULLABLE_INT, "size_limit": NULLABLE_INT,
     "paused": {"type": "boolean"}}})  # fmt: skip
-ID = [path_param("id")]
+ID_PATH = [path_param("id", ID)]
 
 
 def _run_operation(summary: str) -> dict[str, Any]:
-    return operation(summary, ref("Run"), 404, 409, 429, parameters=ID, tag="runs")
+    return operation(summary, ref("Run"), 404, 409, 429, parameters=ID_PATH, tag="runs")
 
 
 def _paths() -> dict[str, Any]:
@@ -249,7 +264,7 @@ def _paths() -> dict[str, Any]:
             "Trigger one run; answers its id (an existing run's, for an active idempotency "
             "or debounce key)", {"type": "object", "properties": {"id": {"type": "integer"}}},
             400, 403, 404, 413, 422, 429, request_body=body(ref("TriggerBody"), required=False),
-            parameters=[path_param("task", "string")], tag="runs")},
+            parameters=[path_param("task", TEXT)], tag="runs")},
         "/tasks/trigger-many": {"post": operation(
             "Trigger many runs, all or none; ids in item order",
             {"type": "object", "properties": {"ids": {"type": "array",
@@ -264,12 +279,13 @@ def _paths() -> dict[str, Any]:
                 query("status", {"type": "string"}, "a status; repeat or comma-separate"),
                 query("tag", {"type": "string"}, "runs with every tag given (repeat)"),
                 query("limit", {"type": "integer", "minimum": 1, "maximum": 500}),
-                query("before_id", {"type": "integer"}, "next_before_id of the last page"),
+                query("before_id", ID, "next_before_id of the last page"),
             ], tag="runs")},
-        "/runs/{id}": {"get": operation("One run", ref("Run"), 404, parameters=ID, tag="runs")},
+        "/runs/{id}": {"get": operation("One run", ref("Run"), 404, parameters=ID_PATH,
+                                        tag="runs")},
         "/runs/{id}/cancel": {"post": operation(
             "Cancel a run and its descendants (a no-op on a final run)", ref("CancelResult"),
-            404, parameters=ID, tag="runs")},
+            404, parameters=ID_PATH, tag="runs")},
         "/runs/{id}/retry": {"post": run_ops(
             "Requeue a FAILED, CRASHED, TIMED_OUT, EXPIRED or SYSTEM_FAILURE run")},
         "/runs/{id}/reschedule": {"post": {**run_ops("Move a DELAYED run's start"),
@@ -281,42 +297,42 @@ def _paths() -> dict[str, Any]:
                 "idempotency_key": {"type": "string"}, "idempotency_ttl": DURATION,
                 "timeout": DURATION, "environment": {"type": "string"}}}, required=False),
             tag="tokens")},
-        "/tokens/{id}": {"get": operation("One token", ref("Token"), 404, parameters=ID,
+        "/tokens/{id}": {"get": operation("One token", ref("Token"), 404, parameters=ID_PATH,
                                           tag="tokens")},
         "/tokens/{id}/complete": {"post": operation(
             "Complete a token with an output (completed: false if it already was)",
             {"type": "object", "properties": {"id": {"type": "integer"},
                                               "completed": {"type": "boolean"}}},
-            404, 413, 422, parameters=ID, tag="tokens",
+            404, 413, 422, parameters=ID_PATH, tag="tokens",
             request_body=body({"type": "object", "properties": {"output": {}}},
                               required=False))},
         "/tokens/{id}/callback/{signature}": {"post": operation(
             "The callback URL: no key; the body (any JSON, or none) is the output",
             {"type": "object", "properties": {"id": {"type": "integer"},
                                               "completed": {"type": "boolean"}}},
-            404, 413, parameters=[*ID, path_param("signature", "string")], secured=False,
+            404, 413, parameters=[*ID_PATH, path_param("signature", TEXT)], secured=False,
             request_body=body({}, required=False), tag="tokens")},
         "/batches": {"post": operation(
             "Create a batch (phase one): charges the environment's batch bucket",
             ref("Batch"), 403, 404, 413, 422, 429, ok=201, tag="batches",
             request_body=body({"type": "object", "required": ["run_count"], "properties": {
-                "run_count": {"type": "integer", "minimum": 1},
-                "parent_run_id": {"type": "integer"}, "idempotency_key": {"type": "string"},
+                "run_count": {**COUNT, "minimum": 1},
+                "parent_run_id": ID, "idempotency_key": {"type": "string"},
                 "environment": {"type": "string"}}}))},
-        "/batches/{id}": {"get": operation("One batch", ref("Batch"), 404, parameters=ID,
-                                           tag="batches")},
+        "/batches/{id}": {"get": operation("One batch", ref("Batch"), 404,
+                                           parameters=ID_PATH, tag="batches")},
         "/batches/{id}/items": {
             "post": operation(
                 "Stream items as NDJSON (phase two), one {\"task\", \"payload\", \"options\", "
                 "\"index\"?} per line; resends are deduplicated by index",
                 ref("IngestResult"), 404, 408, 409, 422, 429, tag="batches",
-                parameters=[*ID, query("first_index", {"type": "integer", "minimum": 0},
-                                       "the index of the first line without one")],
+                parameters=[*ID_PATH, query("first_index", COUNT,
+                                            "the index of the first line without one")],
                 request_body=body({"type": "string"}, media="application/x-ndjson")),
             "get": operation(
                 "A batch's items by index", ref("BatchItemPage"), 400, 404, tag="batches",
-                parameters=[*ID, query("state", {"enum": list(BATCH_ITEM_STATES)}),
-                            query("after_index", {"type": "integer"}),
+                parameters=[*ID_PATH, query("state", {"enum": list(BATCH_ITEM_STATES)}),
+                            query("after_index", {**INT32, "minimum": -1}),
                             query("limit", {"type": "integer", "minimum": 1, "maximum": 1000})]),
         },
         "/limits": {"get": operation(
@@ -352,10 +368,9 @@ def _paths() -> dict[str, Any]:
             "put": operation(
                 "Change the scheduler's global settings (admin key)", ref("Scheduler"), 403,
                 413, 422, tag="limits", request_body=body({"type": "object", "properties": {
-                    "quantum": {"type": "integer"}, "max_deficit": {"type": "integer"},
-                    "global_concurrency_limit": NULLABLE_INT,
-                    "rate_limit_per_s": {"type": ["number", "null"]},
-                    "rate_burst": {"type": ["number", "null"]}}}))},
+                    "quantum": {**COUNT, "minimum": 1}, "max_deficit": COUNT,
+                    "global_concurrency_limit": NULLABLE_INT, "rate_limit_per_s": RATE,
+                    "rate_burst": RATE_BURST}}))},
         "/openapi.json": {"get": operation("This document", {"type": "object"}, secured=False,
                                            tag="meta")},
     }  # fmt: skip

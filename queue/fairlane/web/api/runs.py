@@ -18,8 +18,9 @@ from fairlane.errors import RunNotFoundError
 from fairlane.models import Run, RunStatus
 from fairlane.web.api.options import delay_value
 from fairlane.web.auth import Caller, authenticate, state_of
-from fairlane.web.bodies import int_param, path_id, read_object
+from fairlane.web.bodies import read_object
 from fairlane.web.errors import ApiError
+from fairlane.web.params import MAX_ID, int_param, path_id
 from fairlane.web.serialize import cancel_json, run_json
 from fairlane.web.state import AsyncConn, WebState
 
@@ -69,7 +70,7 @@ def run_filter(request: Request, caller: Caller) -> RunFilter:
         task=params.get("task") or None, status=_statuses(request),
         tags=[tag for tag in params.getlist("tag") if tag],
         limit=limit or DEFAULT_PAGE,
-        before_id=int_param(request, "before_id", None, low=1, high=2**63 - 1),
+        before_id=int_param(request, "before_id", None, low=1, high=MAX_ID),
     )  # fmt: skip
 
 
@@ -121,8 +122,8 @@ async def reschedule_run(request: Request) -> JSONResponse:
 
 routes = [
     Route("/runs", list_runs, methods=["GET"], name="list_runs"),
-    Route("/runs/{id:int}", get_run, methods=["GET"], name="get_run"),
-    Route("/runs/{id:int}/cancel", cancel_run, methods=["POST"], name="cancel_run"),
-    Route("/runs/{id:int}/retry", retry_run, methods=["POST"], name="retry_run"),
-    Route("/runs/{id:int}/reschedule", reschedule_run, methods=["POST"], name="reschedule_run"),
+    Route("/runs/{id:bigint}", get_run, methods=["GET"], name="get_run"),
+    Route("/runs/{id:bigint}/cancel", cancel_run, methods=["POST"], name="cancel_run"),
+    Route("/runs/{id:bigint}/retry", retry_run, methods=["POST"], name="retry_run"),
+    Route("/runs/{id:bigint}/reschedule", reschedule_run, methods=["POST"], name="reschedule_run"),
 ]

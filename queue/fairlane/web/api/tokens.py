@@ -30,8 +30,9 @@ from fairlane.web.auth import (
     state_of,
     unauthorized,
 )
-from fairlane.web.bodies import path_id, read_json, read_object
+from fairlane.web.bodies import read_json, read_object
 from fairlane.web.errors import ApiError
+from fairlane.web.params import path_id
 from fairlane.web.serialize import token_json
 from fairlane.web.state import AsyncConn, WebState
 from fairlane.web.urls import app_url
@@ -114,8 +115,12 @@ async def token_callback(request: Request) -> JSONResponse:
     state = state_of(request)
     token_id = path_id(request)
     expected = await callback_signature(state, token_id)
-    if not hmac.compare_digest(expected, str(request.path_params["signature"])):
-        raise unauthorized("the callback signature does not match")
+    given = str(request.path_params["signature"])
+    # compare_digest takes ASCII strings only; a signature is hex, so anything else is wrong.
+    if not given.isascii() or not hmac.compare_digest(expected, given):
+        refused = unauthorized("the callback signature does not match")
+        refused.details["parameter"] = "signature"
+        raise refused
     output = await read_json(request, state.max_body_bytes, required=False)
     async with state.connection() as conn:
         token = await first_async(conn, state.engine.waits.get_token(token_id))
@@ -127,10 +132,10 @@ async def token_callback(request: Request) -> JSONResponse:
 
 routes = [
     Route("/tokens", create_token, methods=["POST"], name="create_token"),
-    Route("/tokens/{id:int}", get_token, methods=["GET"], name="get_token"),
-    Route("/tokens/{id:int}/complete", complete_token, methods=["POST"], name="complete_token"),
+    Route("/tokens/{id:bigint}", get_token, methods=["GET"], name="get_token"),
+    Route("/tokens/{id:bigint}/complete", complete_token, methods=["POST"], name="complete_token"),
     Route(
-        "/tokens/{id:int}/callback/{signature}",
+        "/tokens/{id:bigint}/callback/{signature}",
         token_callback,
         methods=["POST"],
         name="token_callback",

@@ -38,7 +38,9 @@ from fairlane.web.dashboard.session import (
     session_of,
     set_login_cookie,
 )
+from fairlane.web.errors import ApiError
 from fairlane.web.keys import authenticate_async
+from fairlane.web.params import MAX_ID, int_param, path_id
 from fairlane.web.urls import root
 
 HERE = Path(__file__).parent
@@ -289,13 +291,12 @@ overview_live = page(_overview_live, poll=True)
 async def _runs(request: Request, session: Session) -> Response:
     params = request.query_params
     status = params.get("status") or None
-    before = params.get("before_id")
     filters = RunFilter(
         environment=params.get("environment") or None, queue=params.get("queue") or None,
         task=params.get("task") or None,
         status=status if status in {s.value for s in RunStatus} else None,
         tags=[params["tag"]] if params.get("tag") else (), limit=PAGE,
-        before_id=int(before) if before and before.isdigit() else None,
+        before_id=int_param(request, "before_id", None, low=1, high=MAX_ID),
     )  # fmt: skip
     state = state_of(request)
     async with state.connection() as conn:
@@ -333,7 +334,7 @@ async def _run_context(request: Request, run_id: int) -> dict[str, Any]:
 
 
 def _run_id(request: Request) -> int:
-    return int(request.path_params["id"])
+    return path_id(request)
 
 
 async def _run(request: Request, session: Session) -> Response:
@@ -377,12 +378,10 @@ run_action = action(_run_action)
 
 async def _batches(request: Request, session: Session) -> Response:
     state = state_of(request)
-    before = request.query_params.get("before_id")
+    before = int_param(request, "before_id", None, low=1, high=MAX_ID)
     environment = request.query_params.get("environment") or None
     async with state.connection() as conn:
-        found = await rows_async(conn, state.engine.web.recent_batches(
-            environment, int(before) if before and before.isdigit() else None, PAGE
-        ))  # fmt: skip
+        found = await rows_async(conn, state.engine.web.recent_batches(environment, before, PAGE))
     next_page = None
     if len(found) == PAGE:
         next_page = "?" + urlencode({**({"environment": environment} if environment else {}),
@@ -393,7 +392,7 @@ async def _batches(request: Request, session: Session) -> Response:
 
 async def _batch(request: Request, session: Session) -> Response:
     state = state_of(request)
-    batch_id = int(request.path_params["id"])
+    batch_id = path_id(request)
     async with state.connection() as conn:
         try:
             batch = await get_batch(conn, batch_id, schema=state.schema)
@@ -427,7 +426,10 @@ def _limit(text: str | None) -> Any:
     text = text.strip().lower()
     if text in ("", "none", "unlimited", "-"):
         return None
-    return int(text) if text.lstrip("-").isdigit() else text
+    digits = text.removeprefix("-")
+    # Anything else (ASCII digits only: "²" is a digit to isdigit, not to int) goes to the
+    # library as it is, which refuses it with a SettingError the page shows.
+    return int(text) if digits.isascii() and digits.isdigit() and len(digits) < 20 else text
 
 
 async def _queue_action(request: Request, session: Session, form: dict[str, str]) -> Response:
@@ -436,6 +438,8 @@ async def _queue_action(request: Request, session: Session, form: dict[str, str]
     environment, queue = form.get("environment", ""), form.get("queue", "")
     if not environment:
         return back(request, "/queues", "no environment given")
+    if "\x00" in environment + queue:
+        raise ApiError(400, "BadRequest", "the environment or queue contains a NUL character")
     target = f"queue {environment}/{queue}" if queue else f"environment {environment}"
     changes: dict[str, Any] = {}
     if what in ("pause", "resume"):
