@@ -79,7 +79,8 @@ from fairlane.schema.check import check_schema
 from fairlane.triggering import api as triggering
 from fairlane.triggering import eager
 from fairlane.triggering.request import TriggerRequest
-from fairlane.watching import POLL_INTERVAL_S, RunWatcher
+from fairlane.watching import POLL_INTERVAL_S
+from fairlane.watching_threads import RunWatcher
 
 T = TypeVar("T")
 SyncConn = psycopg.Connection[Any]
