@@ -47,6 +47,8 @@ from fairlane.connection import (
 from fairlane.connection.pools import (
     CHECK_TIMEOUT_S,
     DEFAULT_CHECK_IDLE_AFTER,
+    GETCONN_SLICE_S,
+    RECONNECT_TIMEOUT_S,
     ConnectFailures,
     RecentAnswers,
     closed_while_idle,
@@ -104,7 +106,7 @@ class AsyncClient:
             self._pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 self.dsn, connection_class=recording_async_connection(self._connect_failures),
                 kwargs=self.options.kwargs(self.dsn), min_size=0, max_size=max_connections,
-                open=False, timeout=connect_timeout,
+                open=False, timeout=connect_timeout, reconnect_timeout=RECONNECT_TIMEOUT_S,
                 name="fairlane-async-client", num_workers=1,
             )  # fmt: skip
         else:
@@ -146,8 +148,12 @@ class AsyncClient:
         while True:
             remaining = give_up_at - time.monotonic()
             try:
-                conn: AsyncConn = await self._pool.getconn(timeout=max(remaining, 0.001))
+                conn: AsyncConn = await self._pool.getconn(
+                    timeout=max(min(remaining, GETCONN_SLICE_S), 0.001)
+                )
             except PoolTimeout as error:
+                if give_up_at - time.monotonic() > 0:
+                    continue  # asking again has the pool try to connect again
                 last = self._connect_failures.recent()
                 raise pool_timeout(self.options.connect_timeout, last) from error
             try:

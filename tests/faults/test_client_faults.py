@@ -23,7 +23,7 @@ from fairlane.connection import ABORT_GRACE_S
 from fairlane.connection.pools import CHECK_TIMEOUT_S
 from fairlane.errors import ConfigurationError, RunWaitTimeoutError
 from fairlane.watching_threads import RunWatcher
-from tests.helpers import poll, wait_until
+from tests.helpers import wait_until
 from tests.helpers.faults import (
     backend_pids,
     backend_state,
@@ -391,75 +391,3 @@ def test_the_run_watcher_gives_up_on_a_silent_server_within_the_connect_timeout(
         with pytest.raises(psycopg.OperationalError):
             watcher.start()
         assert time.monotonic() - started < 2 + SLACK_S
-
-
-def listening_pids(db: psycopg.Connection[Any]) -> set[int]:
-    rows = db.execute(
-        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-        " AND application_name = %s AND query LIKE 'LISTEN%%'",
-        (CLIENT,),
-    ).fetchall()
-    return {pid for (pid,) in rows}
-
-
-LISTENER_LOST_RUNS = 3
-NO_POLL = 60.0
-
-
-@pytest.mark.anyio
-async def test_async_waits_survive_their_listener_being_terminated(
-    dsn: str, db: psycopg.Connection[Any]
-) -> None:
-    """The LISTEN backend is terminated while three waits sleep, and one run is cancelled
-    straight away (its announcement may be lost with the connection): the reader listens
-    again on a new connection and wakes every waiter to look, long before the fallback
-    poll; a run cancelled after that is announced on the new connection."""
-    async with AsyncClient(dsn) as client, AsyncClient(dsn) as canceller:
-        ids = [await client.trigger("t") for _ in range(LISTENER_LOST_RUNS)]
-        finished: list[int] = []
-
-        async def waiter(run_id: int) -> None:
-            await client.wait_for_run(run_id, poll_interval=NO_POLL)
-            finished.append(run_id)
-
-        with anyio.fail_after(NO_POLL / 2):
-            async with anyio.create_task_group() as group:
-                for run_id in ids:
-                    group.start_soon(waiter, run_id)
-                await wait_until(lambda: awaited(db, ids), what="every run awaited")
-                (old,) = listening_pids(db)
-                db.execute("SELECT pg_terminate_backend(%s)", (old,))
-                await canceller.cancel(ids[0])
-                await wait_until(lambda: bool(listening_pids(db) - {old}), what="a new listener")
-                for run_id in ids[1:]:
-                    await canceller.cancel(run_id)
-        assert sorted(finished) == ids
-
-
-def test_sync_waits_survive_their_listener_being_terminated(
-    dsn: str, db: psycopg.Connection[Any]
-) -> None:
-    with Client(dsn) as client, Client(dsn) as canceller:
-        ids = [client.trigger("t") for _ in range(LISTENER_LOST_RUNS)]
-
-        def waiter(run_id: int) -> Callable[[], Any]:
-            return lambda: client.wait_for_run(run_id, poll_interval=NO_POLL)
-
-        calls = [InThread(waiter(run_id)) for run_id in ids]
-        poll(lambda: awaited(db, ids), within=10, what="every run awaited")
-        (old,) = listening_pids(db)
-        db.execute("SELECT pg_terminate_backend(%s)", (old,))
-        canceller.cancel(ids[0])
-        poll(lambda: bool(listening_pids(db) - {old}), within=10, what="a new listener")
-        for run_id in ids[1:]:
-            canceller.cancel(run_id)
-        for call in calls:
-            call.join(NO_POLL / 2)
-            assert call.error is None, call.error
-
-
-def awaited(db: psycopg.Connection[Any], ids: list[int]) -> bool:
-    row = db.execute(
-        "SELECT count(*) FROM fairlane.runs WHERE id = ANY(%s) AND has_waiters", (ids,)
-    ).fetchone()
-    return row == (len(ids),)
