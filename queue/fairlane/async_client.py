@@ -289,7 +289,13 @@ class AsyncClient:
             listening = self.options.kwargs(watched_dsn)
             self._watcher = AsyncRunWatcher(watched_dsn, self.schema, listening)
         watcher = self._watcher
-        await watcher.start()
+        try:
+            await watcher.start()
+        except psycopg.Error as error:
+            failure = unavailable(error, sent=False)
+            if failure is None:
+                raise
+            raise failure from error
         watched = False
         while True:
             event = watcher.register(run_id)

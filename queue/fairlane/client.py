@@ -400,7 +400,13 @@ class Client:
                     watched_dsn, self.schema, self.options.kwargs(watched_dsn)
                 )
             watcher = self._watcher
-        watcher.start()
+        try:
+            watcher.start()
+        except psycopg.Error as error:
+            failure = unavailable(error, sent=False)
+            if failure is None:
+                raise
+            raise failure from error
         watched = False
         while True:
             event = watcher.register(run_id)

@@ -11,11 +11,13 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import ConnectionPool
 
 from fairlane import AsyncClient, Client, DatabaseUnavailable
 from tests.faults.test_client_faults import CLIENT, InThread
 from tests.helpers import poll, wait_until
-from tests.helpers.faults import Proxy
+from tests.helpers.faults import Proxy, closed_port
 
 # Long enough for psycopg_pool's backoff (attempts 1, 2, 4, 8 s apart) to have left its next
 # attempt seconds away when the server returns.
@@ -153,3 +155,19 @@ def awaited(db: psycopg.Connection[Any], ids: list[int]) -> bool:
         "SELECT count(*) FROM fairlane.runs WHERE id = ANY(%s) AND has_waiters", (ids,)
     ).fetchone()
     return row == (len(ids),)
+
+
+def test_a_listener_that_cannot_connect_raises_database_unavailable(dsn: str) -> None:
+    """The waits' LISTEN connection goes where the pool's conninfo says; here the pool itself
+    connects elsewhere (its kwargs win), so only the listener meets a closed port."""
+    params = conninfo_to_dict(dsn)
+    kwargs = {"autocommit": True, "host": params["host"], "port": params["port"]}
+    closed = make_conninfo(dsn, host="127.0.0.1", port=closed_port())
+    with (
+        ConnectionPool(closed, kwargs=kwargs, min_size=1, max_size=1, open=True) as pool,
+        Client(pool=pool) as client,
+    ):
+        run_id = client.trigger("t")
+        with pytest.raises(DatabaseUnavailable, match="refused") as raised:
+            client.wait_for_run(run_id, timeout=1)
+        assert not raised.value.sent
