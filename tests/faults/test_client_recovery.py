@@ -1,6 +1,7 @@
 """Clients after an outage: a client used while its server was away serves the first call
 after the server is back (the pool does not back off), even a call that waited while it came
-back; and waits whose LISTEN connection is lost listen again on a new one and miss nothing."""
+back; waits whose LISTEN connection is lost listen again on a new one and miss nothing, and
+one that cannot open it raises ``DatabaseUnavailable``."""
 
 from __future__ import annotations
 
