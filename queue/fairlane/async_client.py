@@ -32,21 +32,21 @@ from fairlane.client import (
     run_filter,
     watch_dsn,
 )
-from fairlane.config import database_url, psycopg_dsn, schema_name
+from fairlane.config import schema_name
 from fairlane.connection import (
-    DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LOCK_TIMEOUT,
     DEFAULT_PREPARE_THRESHOLD,
     DEFAULT_STATEMENT_TIMEOUT,
     Deadline,
     bounded_async,
-    check_dsn,
     pool_timeout,
     unavailable,
 )
 from fairlane.connection.pools import (
     CHECK_TIMEOUT_S,
     DEFAULT_CHECK_IDLE_AFTER,
+    GETCONN_SLICE_S,
+    RECONNECT_TIMEOUT_S,
     ConnectFailures,
     RecentAnswers,
     closed_while_idle,
@@ -82,14 +82,14 @@ class AsyncClient:
         schema: str | None = None,
         pool: AsyncConnectionPool[Any] | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        connect_timeout: float | None = None,
         statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
         lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
         listen: bool = True,
         check_idle_after: float = DEFAULT_CHECK_IDLE_AFTER,
     ) -> None:
-        self.options = client_options(
+        self.dsn, self.options = client_options(
             dsn, pool, max_connections, connect_timeout=connect_timeout,
             statement_timeout=statement_timeout, lock_timeout=lock_timeout,
             prepare_threshold=prepare_threshold,
@@ -99,17 +99,16 @@ class AsyncClient:
         self._engine = engine(self.schema)
         self._connect_failures = ConnectFailures()
         self._recent_answers = RecentAnswers(check_idle_after)
-        self.dsn: str | None
         if pool is None:
-            self.dsn = check_dsn(psycopg_dsn(database_url(dsn)))
+            assert self.dsn is not None
             self._pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 self.dsn, connection_class=recording_async_connection(self._connect_failures),
                 kwargs=self.options.kwargs(self.dsn), min_size=0, max_size=max_connections,
-                open=False, timeout=connect_timeout,
+                open=False, timeout=self.options.connect_timeout,
+                reconnect_timeout=RECONNECT_TIMEOUT_S,
                 name="fairlane-async-client", num_workers=1,
             )  # fmt: skip
         else:
-            self.dsn = None
             self._pool = pool
         self._owns_pool = pool is None
         self._opened = not self._owns_pool
@@ -147,8 +146,12 @@ class AsyncClient:
         while True:
             remaining = give_up_at - time.monotonic()
             try:
-                conn: AsyncConn = await self._pool.getconn(timeout=max(remaining, 0.001))
+                conn: AsyncConn = await self._pool.getconn(
+                    timeout=max(min(remaining, GETCONN_SLICE_S), 0.001)
+                )
             except PoolTimeout as error:
+                if give_up_at - time.monotonic() > 0:
+                    continue  # asking again has the pool try to connect again
                 last = self._connect_failures.recent()
                 raise pool_timeout(self.options.connect_timeout, last) from error
             try:
@@ -289,7 +292,13 @@ class AsyncClient:
             listening = self.options.kwargs(watched_dsn)
             self._watcher = AsyncRunWatcher(watched_dsn, self.schema, listening)
         watcher = self._watcher
-        await watcher.start()
+        try:
+            await watcher.start()
+        except psycopg.Error as error:
+            failure = unavailable(error, sent=False)
+            if failure is None:
+                raise
+            raise failure from error
         watched = False
         while True:
             event = watcher.register(run_id)

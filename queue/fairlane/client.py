@@ -44,7 +44,6 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from fairlane import control, tracing
 from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.connection import (
-    DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_LOCK_TIMEOUT,
     DEFAULT_PREPARE_THRESHOLD,
     DEFAULT_STATEMENT_TIMEOUT,
@@ -52,12 +51,15 @@ from fairlane.connection import (
     Deadline,
     bounded,
     check_dsn,
+    connect_timeout_for,
     pool_timeout,
     unavailable,
 )
 from fairlane.connection.pools import (
     CHECK_TIMEOUT_S,
     DEFAULT_CHECK_IDLE_AFTER,
+    GETCONN_SLICE_S,
+    RECONNECT_TIMEOUT_S,
     ConnectFailures,
     RecentAnswers,
     closed_while_idle,
@@ -80,7 +82,8 @@ from fairlane.triggering import api as triggering
 from fairlane.triggering import eager
 from fairlane.triggering.boundary import boundary_errors
 from fairlane.triggering.request import TriggerRequest
-from fairlane.watching import POLL_INTERVAL_S, RunWatcher
+from fairlane.watching import POLL_INTERVAL_S
+from fairlane.watching_threads import RunWatcher
 
 T = TypeVar("T")
 SyncConn = psycopg.Connection[Any]
@@ -107,16 +110,25 @@ def bulk_filter(filters: RunFilter | None, by: dict[str, Any]) -> RunFilter:
 
 
 def client_options(
-    dsn: str | None, pool: object | None, max_connections: int, **timeouts: Any
-) -> ConnectionOptions:
-    """The checks both clients make of their arguments, and their connection options."""
+    dsn: str | None, pool: object | None, max_connections: int, *,
+    connect_timeout: float | None, **timeouts: Any,
+) -> tuple[str | None, ConnectionOptions]:  # fmt: skip
+    """The checks both clients make of their arguments: the client's DSN (None with a pool
+    of the caller's) and connection options. A ``connect_timeout`` of None is the DSN's own,
+    else the default."""
     if dsn is not None and pool is not None:
         raise ConfigurationError("pass a dsn or a pool, not both")
     if isinstance(max_connections, bool) or not isinstance(max_connections, int):
         raise ConfigurationError(f"max_connections must be an integer, not {max_connections!r}")
     if max_connections < 1:
         raise ConfigurationError(f"max_connections must be at least 1, not {max_connections}")
-    return ConnectionOptions(application_name="fairlane client", **timeouts)
+    checked = None if pool is not None else check_dsn(psycopg_dsn(database_url(dsn)))
+    options = ConnectionOptions(
+        application_name="fairlane client",
+        connect_timeout=connect_timeout_for(checked, connect_timeout),
+        **timeouts,
+    )
+    return checked, options
 
 
 def keyed_only(requests: Sequence[TriggerRequest]) -> bool:
@@ -145,13 +157,15 @@ def watch_dsn(dsn: str | None, pool_conninfo: object) -> str:
 class Client:
     """A client of the database at ``dsn`` (default: ``DATABASE_URL``), or of ``pool``.
 
-    ``max_connections`` (default 4) caps the client's own pool. ``connect_timeout`` (default
-    5 s) bounds getting a connection; ``statement_timeout`` (30 s) and ``lock_timeout``
-    (10 s) bound each statement (None: the server's setting). With a caller's pool, the
-    timeouts the server enforces are the pool's own connection parameters (see
-    ``ConnectionOptions.kwargs``); fairlane still gives up on a call at
-    ``statement_timeout`` plus ``ABORT_GRACE_S``. The pool should be autocommit (a call on a
-    connection that is not is committed on return) and have a ``check``.
+    ``max_connections`` (default 4) caps the client's own pool. ``connect_timeout`` (default:
+    the DSN's own ``connect_timeout``, else 5 s) bounds getting a connection;
+    ``statement_timeout`` (30 s) and ``lock_timeout`` (10 s) bound each statement (None: the
+    server's setting); a DSN's other parameters win over fairlane's defaults likewise
+    (README, Connections and outages). With a caller's pool, the timeouts the server enforces
+    are the pool's own connection parameters (see ``ConnectionOptions.kwargs``); fairlane
+    still gives up on a call at ``statement_timeout`` plus ``ABORT_GRACE_S``. The pool should
+    be autocommit (a call on a connection that is not is committed on return) and have a
+    ``check``.
     ``check_idle_after`` (seconds, default 0.5): how long a connection of the client's own pool
     may sit idle and still go out without the empty-query check; 0 checks before every call.
     Behind a PgBouncer in transaction mode: ``prepare_threshold=None`` (psycopg's threshold,
@@ -166,14 +180,14 @@ class Client:
         schema: str | None = None,
         pool: ConnectionPool[Any] | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        connect_timeout: float | None = None,
         statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
         lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
         listen: bool = True,
         check_idle_after: float = DEFAULT_CHECK_IDLE_AFTER,
     ) -> None:
-        self.options = client_options(
+        self.dsn, self.options = client_options(
             dsn, pool, max_connections, connect_timeout=connect_timeout,
             statement_timeout=statement_timeout, lock_timeout=lock_timeout,
             prepare_threshold=prepare_threshold,
@@ -183,17 +197,16 @@ class Client:
         self._engine = engine(self.schema)
         self._connect_failures = ConnectFailures()
         self._recent_answers = RecentAnswers(check_idle_after)
-        self.dsn: str | None
         if pool is None:
-            self.dsn = check_dsn(psycopg_dsn(database_url(dsn)))
+            assert self.dsn is not None
             self._pool: ConnectionPool[Any] = ConnectionPool(
                 self.dsn, connection_class=recording_connection(self._connect_failures),
                 kwargs=self.options.kwargs(self.dsn), min_size=0, max_size=max_connections,
-                open=False, timeout=connect_timeout,
+                open=False, timeout=self.options.connect_timeout,
+                reconnect_timeout=RECONNECT_TIMEOUT_S,
                 name="fairlane-client", num_workers=1,
             )  # fmt: skip
         else:
-            self.dsn = None
             self._pool = pool
         self._owns_pool = pool is None
         self._opened = not self._owns_pool
@@ -232,8 +245,12 @@ class Client:
         while True:
             remaining = give_up_at - time.monotonic()
             try:
-                conn: SyncConn = self._pool.getconn(timeout=max(remaining, 0.001))
+                conn: SyncConn = self._pool.getconn(
+                    timeout=max(min(remaining, GETCONN_SLICE_S), 0.001)
+                )
             except PoolTimeout as error:
+                if give_up_at - time.monotonic() > 0:
+                    continue  # asking again has the pool try to connect again
                 last = self._connect_failures.recent()
                 raise pool_timeout(self.options.connect_timeout, last) from error
             try:
@@ -386,7 +403,13 @@ class Client:
                     watched_dsn, self.schema, self.options.kwargs(watched_dsn)
                 )
             watcher = self._watcher
-        watcher.start()
+        try:
+            watcher.start()
+        except psycopg.Error as error:
+            failure = unavailable(error, sent=False)
+            if failure is None:
+                raise
+            raise failure from error
         watched = False
         while True:
             event = watcher.register(run_id)

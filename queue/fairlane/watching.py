@@ -8,17 +8,20 @@ that the transaction that ends it announces it there (the trigger of
 sleeps until its run is announced, re-reading the run only then, or after ``poll_interval`` as
 a fallback (a notification lost to a dropped connection).
 
-Many waits share the listening connection: whichever waiter finds nobody reading reads the
-notifications and hands each one to the waiters of its run; when it leaves (its own run ended,
-or its time ran out) it wakes another waiter, which takes over. A waiter registers before it
-reads its run's status, so a run that ends in between is still announced to it.
+Every wait of a client shares that one connection, opened under a lock however many waits
+start at once, and one reader: a task (``AsyncRunWatcher``) or a thread (``RunWatcher``) of the
+watcher's own reads every notification and sets the events of its run's waiters. No waiter
+ever reads, so none has a role to hand over when it leaves: the reader runs while any waiter
+is registered (the first registration starts it) and stops once none is. A waiter registers
+before it reads its run's status, so a run that ends in between is still announced to it.
+When the connection is lost, the reader opens a new one, LISTENs again and only then wakes
+every waiter to re-read its run (an announcement may have been lost in between).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import threading
-import time
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -27,15 +30,19 @@ import anyio
 import psycopg
 
 from fairlane.engine import engine
-from fairlane.engine.statement import run, run_async
+from fairlane.engine.statement import run_async
 
 log = logging.getLogger("fairlane.client")
 
 # The fallback: a waiter re-reads its run at least this often, whatever it was told.
 POLL_INTERVAL_S = 10.0
+# After a failed attempt to listen again, the reader tries again after this, doubling to
+# RECONNECT_MAX_S while it keeps failing.
+RECONNECT_DELAY_S = 0.5
+RECONNECT_MAX_S = 5.0
 
 
-def _run_id(payload: str) -> int | None:
+def run_id_of(payload: str) -> int | None:
     try:
         return int(payload)
     except ValueError:
@@ -51,23 +58,37 @@ class AsyncRunWatcher:
         self._connect = dict(connect or {"autocommit": True})
         self._listen = engine(schema).listen
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._connecting = anyio.Lock()
         self._waiters: dict[int, set[anyio.Event]] = defaultdict(set)
-        self._reading = False
+        self._reader: asyncio.Task[None] | None = None
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            conn = await psycopg.AsyncConnection.connect(self._dsn, **self._connect)
-            await run_async(conn, self._listen.finished())
-            self._conn = conn
-        return self._conn
+        """The LISTENing connection; the first caller opens it, the others wait for it."""
+        async with self._connecting:
+            conn = self._conn
+            if conn is None or conn.closed or conn.broken:
+                conn = await psycopg.AsyncConnection.connect(self._dsn, **self._connect)
+                try:
+                    await run_async(conn, self._listen.finished())
+                except BaseException:
+                    await conn.close()
+                    raise
+                self._conn = conn
+            return conn
 
     async def start(self) -> None:
         """LISTEN (once): before a waiter reads its run, so no announcement is missed."""
         await self._connection()
 
     def register(self, run_id: int) -> anyio.Event:
+        """An event set when ``run_id`` is announced (or the announcements may have been lost);
+        starts the reader if none runs."""
         event = anyio.Event()
         self._waiters[run_id].add(event)
+        if self._reader is None:
+            self._reader = asyncio.get_running_loop().create_task(
+                self._read(), name="fairlane finished-run reader"
+            )
         return event
 
     def unregister(self, run_id: int, event: anyio.Event) -> None:
@@ -76,55 +97,55 @@ class AsyncRunWatcher:
             events.discard(event)
             if not events:
                 del self._waiters[run_id]
+        if not self._waiters and self._reader is not None:
+            # Nobody waits. Cancelled while it waits for the socket, the reader has consumed
+            # nothing: what arrives meanwhile is read by the next reader.
+            self._reader.cancel()
+            self._reader = None
 
     async def wait(self, event: anyio.Event, within: float) -> None:
         """Until ``event`` is set (its run was announced) or ``within`` seconds passed."""
-        deadline = anyio.current_time() + within
-        while not event.is_set():
-            left = deadline - anyio.current_time()
-            if left <= 0:
-                return
-            if self._reading:
-                # Another waiter reads; it sets our event, or wakes us when it leaves.
-                with anyio.move_on_after(left):
-                    await event.wait()
-                continue
-            self._reading = True
-            try:
-                await self._read(event, left)
-            finally:
-                self._reading = False
-                self._hand_over(event)
+        with anyio.move_on_after(within):
+            await event.wait()
 
-    async def _read(self, event: anyio.Event, within: float) -> None:
+    async def _read(self) -> None:
+        delay = RECONNECT_DELAY_S
+        # A connection lost before this reader started (its predecessor was stopped while it
+        # waited to listen again): the waiters look again once it listens.
+        lost = self._conn is None
         try:
-            conn = await self._connection()
-            # Never broken off mid-batch: notifications that arrive together come in one batch,
-            # and those left in a closed generator would be lost to the other waiters.
-            # stop_after ends the generator after the batch that holds the first one.
-            deadline = anyio.current_time() + within
-            while not event.is_set() and (left := deadline - anyio.current_time()) > 0:
-                async for notification in conn.notifies(timeout=left, stop_after=1):
-                    self._dispatch(notification.payload)
-        except psycopg.OperationalError:
-            # Announcements may have been lost with the connection: every waiter looks again.
-            log.warning("the finished-run listener lost its connection", exc_info=True)
-            await self._discard()
+            while self._waiters:
+                try:
+                    conn = await self._connection()
+                    if lost:
+                        # Listening again: announcements made meanwhile are lost, so every
+                        # waiter looks at its run.
+                        self._wake_all()
+                        lost, delay = False, RECONNECT_DELAY_S
+                    # A batch is always read to its end: stop_after ends the generator after
+                    # the batch that holds the first notification.
+                    async for notification in conn.notifies(stop_after=1):
+                        self._dispatch(notification.payload)
+                except psycopg.Error:
+                    log.warning("the finished-run listener lost its connection", exc_info=True)
+                    await self._discard()
+                    self._wake_all()
+                    lost = True
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, RECONNECT_MAX_S)
+        except BaseException:
+            # Cancelled (nobody waits any more, or the client closes), or a bug: a waiter still
+            # registered re-reads its run and, registering again, starts a new reader.
             self._wake_all()
-            await anyio.sleep(0.5)
+            raise
+        finally:
+            if self._reader is asyncio.current_task():
+                self._reader = None
 
     def _dispatch(self, payload: str) -> None:
-        run_id = _run_id(payload)
+        run_id = run_id_of(payload)
         for waiter in self._waiters.get(run_id, ()) if run_id is not None else ():
             waiter.set()
-
-    def _hand_over(self, leaving: anyio.Event) -> None:
-        """Wake one other waiter to take over reading (it reads its run once, then reads)."""
-        for events in self._waiters.values():
-            for waiter in events:
-                if waiter is not leaving and not waiter.is_set():
-                    waiter.set()
-                    return
 
     def _wake_all(self) -> None:
         for events in self._waiters.values():
@@ -132,7 +153,8 @@ class AsyncRunWatcher:
                 waiter.set()
 
     async def _discard(self) -> None:
-        conn, self._conn = self._conn, None
+        async with self._connecting:
+            conn, self._conn = self._conn, None
         if conn is not None and not conn.closed:
             try:
                 await conn.close()
@@ -140,107 +162,8 @@ class AsyncRunWatcher:
                 log.debug("closing the listener raised", exc_info=True)
 
     async def close(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            await asyncio.wait([reader])
         await self._discard()
-
-
-class RunWatcher:
-    """``AsyncRunWatcher`` for threads: the same protocol with threading events."""
-
-    def __init__(self, dsn: str, schema: str, connect: Mapping[str, Any] | None = None) -> None:
-        self._dsn = dsn
-        self._connect = dict(connect or {"autocommit": True})
-        self._listen = engine(schema).listen
-        self._conn: psycopg.Connection[Any] | None = None
-        self._waiters: dict[int, set[threading.Event]] = defaultdict(set)
-        self._lock = threading.Lock()
-        self._reading = False
-
-    def _connection(self) -> psycopg.Connection[Any]:
-        with self._lock:
-            if self._conn is None or self._conn.closed or self._conn.broken:
-                conn = psycopg.Connection.connect(self._dsn, **self._connect)
-                run(conn, self._listen.finished())
-                self._conn = conn
-            return self._conn
-
-    def start(self) -> None:
-        self._connection()
-
-    def register(self, run_id: int) -> threading.Event:
-        event = threading.Event()
-        with self._lock:
-            self._waiters[run_id].add(event)
-        return event
-
-    def unregister(self, run_id: int, event: threading.Event) -> None:
-        with self._lock:
-            events = self._waiters.get(run_id)
-            if events is not None:
-                events.discard(event)
-                if not events:
-                    del self._waiters[run_id]
-
-    def wait(self, event: threading.Event, within: float) -> None:
-        deadline = time.monotonic() + within
-        while not event.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            with self._lock:
-                reader = not self._reading
-                self._reading = True
-            if not reader:
-                event.wait(left)
-                continue
-            try:
-                self._read(event, left)
-            finally:
-                with self._lock:
-                    self._reading = False
-                    self._hand_over(event)
-
-    def _read(self, event: threading.Event, within: float) -> None:
-        try:
-            conn = self._connection()
-            # As in AsyncRunWatcher: a batch is always read to its end.
-            deadline = time.monotonic() + within
-            while not event.is_set() and (left := deadline - time.monotonic()) > 0:
-                for notification in conn.notifies(timeout=left, stop_after=1):
-                    self._dispatch(notification.payload)
-        except psycopg.OperationalError:
-            log.warning("the finished-run listener lost its connection", exc_info=True)
-            self._discard()
-            with self._lock:
-                for events in self._waiters.values():
-                    for waiter in events:
-                        waiter.set()
-            threading.Event().wait(0.5)
-
-    def _dispatch(self, payload: str) -> None:
-        run_id = _run_id(payload)
-        if run_id is None:
-            return
-        with self._lock:
-            waiters = list(self._waiters.get(run_id, ()))
-        for waiter in waiters:
-            waiter.set()
-
-    def _hand_over(self, leaving: threading.Event) -> None:
-        # Called with the lock held.
-        for events in self._waiters.values():
-            for waiter in events:
-                if waiter is not leaving and not waiter.is_set():
-                    waiter.set()
-                    return
-
-    def _discard(self) -> None:
-        with self._lock:
-            conn, self._conn = self._conn, None
-        if conn is not None and not conn.closed:
-            try:
-                conn.close()
-            except psycopg.Error:
-                log.debug("closing the listener raised", exc_info=True)
-
-    def close(self) -> None:
-        self._discard()

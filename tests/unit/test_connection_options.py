@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from fairlane import ConfigurationError
-from fairlane.connection import ConnectionOptions, check_dsn, hide_password
+from fairlane.connection import (
+    DEFAULT_CONNECT_TIMEOUT,
+    ConnectionOptions,
+    check_dsn,
+    connect_timeout_for,
+    hide_password,
+)
 
 
 def test_timeouts_and_settings_become_connection_options() -> None:
@@ -85,3 +91,17 @@ def test_prepare_threshold_is_psycopgs_and_none_never_prepares() -> None:
 def test_prepare_threshold_must_be_none_or_a_count(bad: object) -> None:
     with pytest.raises(ConfigurationError, match="prepare_threshold"):
         ConnectionOptions(prepare_threshold=bad)  # type: ignore[arg-type]
+
+
+def test_the_connect_timeout_is_the_one_given_else_the_dsns_else_the_default() -> None:
+    assert connect_timeout_for("host=db connect_timeout=3", 7) == 7
+    assert connect_timeout_for("host=db connect_timeout=3", None) == 3
+    assert connect_timeout_for("postgresql://db/app?connect_timeout=12", None) == 12
+    assert connect_timeout_for("host=db", None) == DEFAULT_CONNECT_TIMEOUT
+    assert connect_timeout_for(None, None) == DEFAULT_CONNECT_TIMEOUT
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "soon"])
+def test_a_dsn_connect_timeout_must_be_positive(bad: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"^malformed database URL: connect_timeout"):
+        connect_timeout_for(f"host=db connect_timeout={bad}", None)

@@ -292,8 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics at http://0.0.0.0:PORT/metrics (default: off)",
     )  # fmt: skip
     p.add_argument(
-        "--connect-timeout", type=float, default=DEFAULT_CONNECT_TIMEOUT,
-        help="seconds to open a connection (libpq counts whole seconds, at least 2)",
+        "--connect-timeout", type=float,
+        help="seconds to open a connection (libpq counts whole seconds, at least 2; default:"
+        f" the DSN's connect_timeout, else {DEFAULT_CONNECT_TIMEOUT:g})",
     )  # fmt: skip
     p.add_argument(
         "--statement-timeout", type=float, default=DEFAULT_STATEMENT_TIMEOUT,

@@ -19,6 +19,7 @@ from fairlane.connection.options import (
     ConnectionOptions,
     check_dsn,
     check_prepare_threshold,
+    connect_timeout_for,
     hide_password,
     parse_dsn,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "check_dsn",
     "check_prepare_threshold",
     "connect_failure",
+    "connect_timeout_for",
     "hide_password",
     "is_connection_lost",
     "parse_dsn",

@@ -16,7 +16,9 @@ to other clients through a transaction-pooling PgBouncer).
   ``max_prepared_statements``) it must be None.
 
 A DSN's own keepalive, ``tcp_user_timeout`` and ``application_name`` parameters win over these
-defaults; its ``options`` are kept, after fairlane's.
+defaults, and so does its ``connect_timeout`` unless one is passed (``connect_timeout_for``:
+clients and workers take it as their own, so that they also give up on a pool at that time);
+its ``options`` are kept, after fairlane's, so that its ``-c`` settings win on the server.
 """
 
 from __future__ import annotations
@@ -129,6 +131,26 @@ def check_prepare_threshold(value: object) -> int | None:
             f"prepare_threshold must be None (never prepare) or an integer >= 0, not {value!r}"
         )
     return value
+
+
+def connect_timeout_for(dsn: str | None, given: float | None) -> float:
+    """The connect timeout of a client or worker: the one ``given``, else the DSN's own
+    ``connect_timeout``, else ``DEFAULT_CONNECT_TIMEOUT``."""
+    if given is not None:
+        return given
+    value = parse_dsn(dsn).get("connect_timeout") if dsn else None
+    if value is None or str(value).strip() == "":
+        return DEFAULT_CONNECT_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        # libpq's 0 (or less) waits for ever, which fairlane never does.
+        raise ConfigurationError(
+            f"malformed database URL: connect_timeout {value!r} is not a positive number of seconds"
+        )
+    return seconds
 
 
 def libpq_connect_timeout(seconds: float) -> int:

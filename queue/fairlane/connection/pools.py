@@ -7,6 +7,15 @@ The clients check their own pool's connections themselves rather than through th
 connections that a server restart killed would outlast the connect timeout. ``CHECK_TIMEOUT_S``
 bounds a check; a connection that fails it is discarded and the next one tried at once.
 
+psycopg_pool backs off the same way when it fails to open a connection: it tries again after
+1, 2, 4 s..., for ``reconnect_timeout`` (5 minutes by its default), and opens no other
+connection meanwhile. After an outage of some seconds, the callers of a client used during it
+would wait for the next of those attempts and fail at their connect timeout although the
+server was back. So the clients' own pools give up on a failed attempt at once
+(``RECONNECT_TIMEOUT_S``), and a caller asks for a connection in slices of ``GETCONN_SLICE_S``,
+each of which has the pool try again if no attempt is under way: a call finds a server that
+came back within a slice, even one that came back while it waited.
+
 A check is a round trip, as long as a short statement: a connection that answered within
 ``check_idle_after`` goes out unchecked (``RecentAnswers``), as a pool that validates only
 connections idle past a window does. A connection the server dropped is still noticed without a
@@ -30,6 +39,12 @@ from fairlane.errors import ConfigurationError
 CHECK_TIMEOUT_S = 1.0
 # A pooled connection that answered within this goes out without the check.
 DEFAULT_CHECK_IDLE_AFTER = 0.5
+# A client's own pool gives up on a failed attempt to open a connection after one immediate
+# repeat, instead of backing off for minutes; the next caller has it try again.
+RECONNECT_TIMEOUT_S = 0.0
+# A caller waits for a pooled connection this long at a time, then asks again (the pool then
+# tries to connect again if it was not trying), until its connect timeout.
+GETCONN_SLICE_S = 0.25
 # A failure older than this says nothing about why a pool timed out now.
 _RECENT_S = 60.0
 

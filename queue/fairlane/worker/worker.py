@@ -31,13 +31,13 @@ from fairlane import schedules, tracing
 from fairlane.batches import processing as batch_processing
 from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.connection import (
-    DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_PREPARE_THRESHOLD,
     DEFAULT_STATEMENT_TIMEOUT,
     ConnectionOptions,
     Outage,
     check_dsn,
     connect_failure,
+    connect_timeout_for,
 )
 from fairlane.errors import ConfigurationError, SchemaMismatchError
 from fairlane.metrics.worker import WorkerMetrics
@@ -98,7 +98,7 @@ class Worker:
         periodic_interval: float = 0.25,
         batch_connections: int = batch_processing.BATCH_CONNECTIONS,
         metadata_interval: float = 0.5,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        connect_timeout: float | None = None,
         statement_timeout: float = DEFAULT_STATEMENT_TIMEOUT,
         heartbeat_timeout: float | None = None,
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
@@ -114,8 +114,9 @@ class Worker:
         self.schema = schema_name(schema)
         heartbeat_interval = heartbeat_interval or lease_seconds / 3
         self.connection_options = ConnectionOptions(
-            connect_timeout=connect_timeout, statement_timeout=statement_timeout,
-            lock_timeout=None, application_name="fairlane worker",
+            connect_timeout=connect_timeout_for(self.dsn, connect_timeout),
+            statement_timeout=statement_timeout, lock_timeout=None,
+            application_name="fairlane worker",
             prepare_threshold=prepare_threshold,
         )  # fmt: skip
         # A beat that takes longer than an interval is better abandoned and sent again on a
