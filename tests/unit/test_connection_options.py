@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fairlane import ConfigurationError
 from fairlane.connection import ConnectionOptions, check_dsn, hide_password
+from fairlane.errors import ConfigurationError
 
 
 def test_timeouts_and_settings_become_connection_options() -> None:
