@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from fairlane import errors as e
-from fairlane.errors_policy import http_status
+from fairlane.errors_policy import POLICIES, http_status
 
 
 class ApiError(Exception):
@@ -128,8 +128,9 @@ async def handle_http_exception(request: Request, error: Exception) -> Response:
 
 
 def unavailable_response() -> JSONResponse:
+    status = POLICIES[e.UnavailableError].http_status
     message = "the database is not reachable now; try again"
-    return error_response(503, "DatabaseUnavailable", message, headers={"Retry-After": "1"})
+    return error_response(status, "DatabaseUnavailable", message, headers={"Retry-After": "1"})
 
 
 async def handle_database_unavailable(request: Request, error: Exception) -> Response:
