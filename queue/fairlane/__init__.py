@@ -1,187 +1,67 @@
 """fairlane: a fair, fenced job queue and run engine on PostgreSQL alone.
 
-One convention across the API: a plain name is sync, and its async twin carries "async" in
-its name (``Client`` / ``AsyncClient``, ``trigger`` / ``trigger_async``,
-``limits.set_queue`` / ``limits.set_queue_async``). Everything a user needs is exported here;
-the documented submodules are ``fairlane.limits`` (fairlane.scheduling.limits),
-``fairlane.maintenance``, ``fairlane.schedules`` and
-``fairlane.waitpoints`` (also reachable as attributes of this package). Every error is in
-``fairlane.errors`` and exported here.
+The ways in: ``Client`` and ``AsyncClient`` for acting on runs from outside a worker;
+``Worker``, ``TaskRegistry`` and ``RunContext`` for running them; ``trigger`` and
+``trigger_many`` (and their async twins) for triggering inside your own transaction. One
+convention across the API: a plain name is sync, and its async twin carries "async" in its
+name (``Client`` / ``AsyncClient``, ``trigger`` / ``trigger_async``, ``limits.set_queue`` /
+``limits.set_queue_async``).
+
+The namespaces are modules: ``fairlane.limits``, ``fairlane.schedules``,
+``fairlane.maintenance``, ``fairlane.waitpoints`` (tokens) and ``fairlane.batches``. Every
+error is in ``fairlane.errors`` (``FairlaneError``, ``AbortRun`` and ``DatabaseUnavailable``
+also here), every public value type in ``fairlane.models`` (``Run`` and ``RunStatus`` also
+here). Names this package exported before are still reachable for one release, with a
+``DeprecationWarning`` (``fairlane.deprecated_names``).
 """
 
-from fairlane import maintenance, schedules, waitpoints
+from fairlane import batches, errors, maintenance, models, schedules, waitpoints
 from fairlane.async_client import AsyncClient
-from fairlane.batches.api import batch_items, create_batch, get_batch, set_batch_limits
-from fairlane.batches.client import AsyncBatchClient
-from fairlane.batches.ingest import count_items, ingest_file, ingest_items
 from fairlane.client import Client
-from fairlane.control import CancelResult, RunFilter
-from fairlane.engine.batches import ItemRow
-from fairlane.errors import (
-    AbortRun,
-    ApiKeyNotFoundError,
-    BatchAbortedError,
-    BatchError,
-    BatchIndexError,
-    BatchItemNotTriggered,
-    BatchLineError,
-    BatchNotFoundError,
-    BatchOffsetError,
-    BatchRateLimitedError,
-    BatchTooLargeError,
-    BatchTransactionError,
-    BatchWithoutWaitpointError,
-    ConfigurationError,
-    DatabaseTimeout,
-    DatabaseUnavailable,
-    DuplicateTaskError,
-    EagerModeError,
-    FairlaneError,
-    InvalidDurationError,
-    LeaseLostError,
-    MaxDurationExceededError,
-    MetadataRemovalError,
-    PayloadError,
-    QueueSizeLimitExceeded,
-    RunFailedError,
-    RunFilterError,
-    RunNotDelayedError,
-    RunNotFoundError,
-    RunNotRetryableError,
-    RunStateError,
-    RunWaitTimeoutError,
-    ScheduleNotFoundError,
-    SchemaMismatchError,
-    SchemaObjectError,
-    SettingError,
-    TokenNotFoundError,
-    TriggerOptionError,
-    UnknownMaintenanceItemError,
-    UnknownTaskError,
-    UnsupportedConnectionError,
-    WaitpointNotFoundError,
-)
-from fairlane.models import (
-    FINAL_STATUSES,
-    ApiKey,
-    Batch,
-    ClaimedRun,
-    EnvironmentSettings,
-    IngestResult,
-    PeriodicJob,
-    QueueSettings,
-    Run,
-    RunStatus,
-    Schedule,
-    SchedulerSettings,
-    Setting,
-    Token,
-)
+from fairlane.control import RunFilter
+from fairlane.deprecated_names import resolve
+from fairlane.errors import AbortRun, DatabaseUnavailable, FairlaneError
+from fairlane.models import Run, RunStatus
 from fairlane.retry import Backoff
 from fairlane.scheduling import limits
 from fairlane.triggering.api import trigger, trigger_async, trigger_many, trigger_many_async
 from fairlane.triggering.debounce import Debounce
 from fairlane.triggering.idempotency import IdempotencyScope
 from fairlane.triggering.request import TriggerRequest
-from fairlane.waitpoints import (
-    WaitResult,
-    complete_token,
-    complete_token_async,
-    create_token,
-    create_token_async,
-)
-from fairlane.worker import RunContext, Task, TaskRegistry, Worker, WorkerStats
+from fairlane.waitpoints import WaitResult
+from fairlane.worker import RunContext, Task, TaskRegistry, Worker
 
 __all__ = [
-    "FINAL_STATUSES",
     "AbortRun",
-    "ApiKey",
-    "ApiKeyNotFoundError",
-    "AsyncBatchClient",
     "AsyncClient",
     "Backoff",
-    "Batch",
-    "BatchAbortedError",
-    "BatchError",
-    "BatchIndexError",
-    "BatchItemNotTriggered",
-    "BatchLineError",
-    "BatchNotFoundError",
-    "BatchOffsetError",
-    "BatchRateLimitedError",
-    "BatchTooLargeError",
-    "BatchTransactionError",
-    "BatchWithoutWaitpointError",
-    "CancelResult",
-    "ClaimedRun",
     "Client",
-    "ConfigurationError",
-    "DatabaseTimeout",
     "DatabaseUnavailable",
     "Debounce",
-    "DuplicateTaskError",
-    "EagerModeError",
-    "EnvironmentSettings",
     "FairlaneError",
     "IdempotencyScope",
-    "IngestResult",
-    "InvalidDurationError",
-    "ItemRow",
-    "LeaseLostError",
-    "MaxDurationExceededError",
-    "MetadataRemovalError",
-    "PayloadError",
-    "PeriodicJob",
-    "QueueSettings",
-    "QueueSizeLimitExceeded",
     "Run",
     "RunContext",
-    "RunFailedError",
     "RunFilter",
-    "RunFilterError",
-    "RunNotDelayedError",
-    "RunNotFoundError",
-    "RunNotRetryableError",
-    "RunStateError",
     "RunStatus",
-    "RunWaitTimeoutError",
-    "Schedule",
-    "ScheduleNotFoundError",
-    "SchedulerSettings",
-    "SchemaMismatchError",
-    "SchemaObjectError",
-    "Setting",
-    "SettingError",
     "Task",
     "TaskRegistry",
-    "Token",
-    "TokenNotFoundError",
-    "TriggerOptionError",
     "TriggerRequest",
-    "UnknownMaintenanceItemError",
-    "UnknownTaskError",
-    "UnsupportedConnectionError",
     "WaitResult",
-    "WaitpointNotFoundError",
     "Worker",
-    "WorkerStats",
-    "batch_items",
-    "complete_token",
-    "complete_token_async",
-    "count_items",
-    "create_batch",
-    "create_token",
-    "create_token_async",
-    "get_batch",
-    "ingest_file",
-    "ingest_items",
+    "batches",
+    "errors",
     "limits",
     "maintenance",
+    "models",
     "schedules",
-    "set_batch_limits",
     "trigger",
     "trigger_async",
     "trigger_many",
     "trigger_many_async",
     "waitpoints",
 ]
+
+
+def __getattr__(name: str) -> object:
+    return resolve(name)

@@ -18,7 +18,6 @@ from fairlane.durations import Duration, seconds
 from fairlane.engine import Engine
 from fairlane.engine.runs import BulkRow, CancelRow, RescheduleRow, RetryRow
 from fairlane.engine.statement import Operation, Statement
-from fairlane.engine.waits import WaitsOn
 from fairlane.errors import (
     QueueSizeLimitExceeded,
     RunFilterError,
@@ -27,33 +26,17 @@ from fairlane.errors import (
     RunNotRetryableError,
     TriggerOptionError,
 )
-from fairlane.models import Run, RunStatus
+
+# BulkResult and CancelResult were defined here: this path keeps working.
+from fairlane.models import BulkResult as BulkResult
+from fairlane.models import CancelResult as CancelResult
+from fairlane.models import Run, RunStatus, WaitsOn
 from fairlane.payload import encode_json
 from fairlane.triggering.boundary import check_names
 
 # Error codes of pre-failed runs (the seeds' codes; any non-empty code is accepted).
 PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
 BATCH_ITEM_COULD_NOT_TRIGGER = "BATCH_ITEM_COULD_NOT_TRIGGER"
-
-
-@dataclass(frozen=True, slots=True)
-class CancelResult:
-    """What ``Client.cancel`` did.
-
-    ``canceled`` is False when the run had already ended: then ``status`` is the final status
-    it keeps. ``descendants_canceled`` counts runs below it (by ``parent_run_id``) that were
-    still going and are CANCELED now.
-    """
-
-    run_id: int
-    canceled: bool
-    status: RunStatus
-    previous_status: RunStatus
-    descendants_canceled: int = 0
-
-    @property
-    def already_final(self) -> bool:
-        return not self.canceled
 
 
 def get_run(engine: Engine, run_id: int) -> Operation[Run]:
@@ -130,16 +113,6 @@ def retry(engine: Engine, run_id: int) -> Operation[Run]:
 
 # Runs a bulk action takes per statement (and so per transaction).
 BULK_PAGE = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class BulkResult:
-    """What a bulk retry or cancel did: runs that matched, runs it changed, and for the others
-    why not: their status, or QUEUE_FULL for a retry a size limit refused."""
-
-    matched: int
-    changed: int
-    unchanged: dict[str, int]
 
 
 def _pages(engine: Engine, filters: RunFilter) -> Generator[Statement[Any], list[Any], list[int]]:

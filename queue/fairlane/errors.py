@@ -1,10 +1,67 @@
-"""Typed errors. Each carries what a caller needs to act on it."""
+"""Typed errors. Each carries what a caller needs to act on it.
+
+Every error is a ``FairlaneError`` under exactly one category base, which says what kind of
+failure it is: ``InputError``, ``NotFoundError``, ``ConflictError``, ``LimitExceededError``,
+``TimedOutError``, ``UnavailableError``, ``SchemaError`` or ``RunError``. Catch a category
+to handle every error of its kind; the CLI's exit code and the HTTP API's status of an error
+are its category's (``fairlane.errors_policy``).
+"""
 
 from __future__ import annotations
 
 
 class FairlaneError(Exception):
     """Base class of every error fairlane raises on purpose."""
+
+
+class InputError(FairlaneError):
+    """What the caller gave is wrong: a value out of range or of the wrong type, a malformed
+    setting, a call fairlane cannot serve as made. Nothing was changed."""
+
+
+class NotFoundError(FairlaneError):
+    """What the caller named (a run, batch, waitpoint, schedule, job, key) does not exist."""
+
+
+class ConflictError(FairlaneError):
+    """What was asked cannot be done in the state the named thing is in (a run that is not
+    DELAYED rescheduled, an aborted batch given items). Nothing was changed."""
+
+
+class LimitExceededError(FairlaneError):
+    """A limit refused the call (a queue's size limit, a batch token bucket): it may succeed
+    later, once there is room. Nothing was written."""
+
+
+class TimedOutError(FairlaneError):
+    """Something the call waited for did not come in time (a run to end, a stream's next
+    line)."""
+
+
+class UnavailableError(FairlaneError):
+    """The database could not be reached or did not answer in time."""
+
+
+class SchemaError(FairlaneError):
+    """The database's schema, or the package's SQL, is not what this fairlane needs."""
+
+
+class RunError(FairlaneError):
+    """About a run's execution, raised in or around its handler: aborted, its lease lost,
+    over its max duration, a child run that did not complete."""
+
+
+# The category bases, most general first; each error class inherits exactly one of them.
+CATEGORIES: tuple[type[FairlaneError], ...] = (
+    InputError,
+    NotFoundError,
+    ConflictError,
+    LimitExceededError,
+    TimedOutError,
+    UnavailableError,
+    SchemaError,
+    RunError,
+)
 
 
 def _shown(value: object, most: int = 80) -> str:
@@ -16,7 +73,7 @@ def _shown(value: object, most: int = 80) -> str:
     return f"{text[: most - 3]}...{size}"
 
 
-class ConfigurationError(FairlaneError):
+class ConfigurationError(InputError):
     """A setting is missing or malformed."""
 
 
@@ -29,7 +86,7 @@ class UnsupportedServerError(ConfigurationError):
         super().__init__(f"PostgreSQL {found} is not supported: fairlane needs PostgreSQL {needed}")
 
 
-class DatabaseUnavailable(FairlaneError):
+class DatabaseUnavailable(UnavailableError):
     """The database could not be reached or stopped answering: no connection within the
     connect timeout, a connection lost during a call, or no answer in time
     (``DatabaseTimeout``). The psycopg error, when there is one, is the ``__cause__``.
@@ -60,7 +117,7 @@ class SettingError(ConfigurationError):
         super().__init__(f"{setting}={_shown(value)}: {reason}")
 
 
-class UnknownMaintenanceItemError(FairlaneError):
+class UnknownMaintenanceItemError(NotFoundError):
     """No periodic job or setting has that name (``kind``: "periodic job" or "setting")."""
 
     def __init__(self, kind: str, name: str) -> None:
@@ -69,7 +126,7 @@ class UnknownMaintenanceItemError(FairlaneError):
         super().__init__(f"no {kind} named {name!r}")
 
 
-class RunFilterError(FairlaneError, ValueError):
+class RunFilterError(InputError, ValueError):
     """A run filter names something that cannot be (an unknown status, tags given as one
     string); nothing was read."""
 
@@ -79,7 +136,7 @@ class RunFilterError(FairlaneError, ValueError):
         super().__init__(f"{field}={_shown(value)}: {reason}")
 
 
-class PayloadError(FairlaneError):
+class PayloadError(InputError):
     """A payload, result or metadata value cannot be stored as PostgreSQL jsonb.
 
     Nothing was written when this is raised.
@@ -91,7 +148,7 @@ class PayloadError(FairlaneError):
         super().__init__(f"{message}{where}")
 
 
-class TriggerOptionError(FairlaneError):
+class TriggerOptionError(InputError):
     """A trigger option is out of range or of the wrong type.
 
     ``index`` is the position of the offending request in a bulk trigger (0 for a single one),
@@ -149,7 +206,7 @@ class InvalidDurationError(TriggerOptionError):
         super().__init__(option, value, reason, index=index)
 
 
-class QueueSizeLimitExceeded(FairlaneError):
+class QueueSizeLimitExceeded(LimitExceededError):
     """A trigger would take a queue or environment past its size limit; nothing was written.
 
     ``scope`` says which limit was hit ("queue" or "environment"); ``size`` is how many runs
@@ -174,7 +231,7 @@ class QueueSizeLimitExceeded(FairlaneError):
         )
 
 
-class RunStateError(FairlaneError):
+class RunStateError(ConflictError):
     """An operation needs the run in another state than the one it is in."""
 
     def __init__(self, run_id: int, status: str, wanted: str) -> None:
@@ -200,7 +257,7 @@ class RunNotRetryableError(RunStateError):
         )  # fmt: skip
 
 
-class UnknownTaskError(FairlaneError):
+class UnknownTaskError(InputError):
     """A worker claimed a run for a task it has no handler for."""
 
     def __init__(self, task: str) -> None:
@@ -208,7 +265,7 @@ class UnknownTaskError(FairlaneError):
         super().__init__(f"no handler registered for task {task!r}")
 
 
-class DuplicateTaskError(FairlaneError):
+class DuplicateTaskError(InputError):
     """Two handlers were registered under one task name."""
 
     def __init__(self, task: str) -> None:
@@ -216,7 +273,7 @@ class DuplicateTaskError(FairlaneError):
         super().__init__(f"task {task!r} is already registered")
 
 
-class RunNotFoundError(FairlaneError):
+class RunNotFoundError(NotFoundError):
     """No run has the given id."""
 
     def __init__(self, run_id: int) -> None:
@@ -224,7 +281,7 @@ class RunNotFoundError(FairlaneError):
         super().__init__(f"run {run_id} does not exist")
 
 
-class WaitpointNotFoundError(FairlaneError):
+class WaitpointNotFoundError(NotFoundError):
     """A wait named a waitpoint (a token, a batch's) that does not exist, or no longer does:
     tokens are pruned after the retention once completed."""
 
@@ -233,7 +290,7 @@ class WaitpointNotFoundError(FairlaneError):
         super().__init__(f"waitpoint {waitpoint_id} does not exist")
 
 
-class LeaseLostError(FairlaneError):
+class LeaseLostError(RunError):
     """The worker no longer holds the run's lease: another worker may own the run now."""
 
     def __init__(self, run_id: int) -> None:
@@ -241,11 +298,11 @@ class LeaseLostError(FairlaneError):
         super().__init__(f"lease on run {run_id} was lost")
 
 
-class MaxDurationExceededError(FairlaneError):
+class MaxDurationExceededError(RunError):
     """A handler ran past the run's max_duration."""
 
 
-class AbortRun(FairlaneError):
+class AbortRun(RunError):
     """Raised by a handler to fail its run now: the run ends ``FAILED`` whatever attempts are
     left, with no retry. ``code`` is stored as the error's code (default ``ABORTED``)."""
 
@@ -254,7 +311,7 @@ class AbortRun(FairlaneError):
         super().__init__(message)
 
 
-class MetadataRemovalError(FairlaneError, TypeError):
+class MetadataRemovalError(InputError, TypeError):
     """A handler tried to remove a key of ``ctx.metadata`` (``del``, ``pop``, ``clear``). A run's
     metadata is merged, never pruned: set the key to None instead."""
 
@@ -266,13 +323,13 @@ class MetadataRemovalError(FairlaneError, TypeError):
         )
 
 
-class EagerModeError(FairlaneError):
+class EagerModeError(InputError):
     """Eager mode (``fairlane.testing.eager``) does not simulate what was asked: debounce, a
     wait for a token or a batch, a wait on a run that has not finished or that is not an eager
     run. Test it against a database and a worker instead (the ``fairlane.testing`` fixtures)."""
 
 
-class RunFailedError(FairlaneError):
+class RunFailedError(RunError):
     """A run waited on through a task handle (``await task.trigger_and_wait(ctx, ...)``) did
     not complete. ``status`` is its final status (FAILED, CRASHED, TIMED_OUT, EXPIRED,
     CANCELED, SYSTEM_FAILURE) and ``error`` its stored error."""
@@ -285,7 +342,7 @@ class RunFailedError(FairlaneError):
         super().__init__(f"run {run_id} ended {status}" + (f": {message}" if message else ""))
 
 
-class ScheduleNotFoundError(FairlaneError):
+class ScheduleNotFoundError(NotFoundError):
     """No schedule has that external id in that environment."""
 
     def __init__(self, environment: str, key: str) -> None:
@@ -294,7 +351,7 @@ class ScheduleNotFoundError(FairlaneError):
         super().__init__(f"no schedule {key!r} in environment {environment!r}")
 
 
-class RunWaitTimeoutError(FairlaneError, TimeoutError):
+class RunWaitTimeoutError(TimedOutError, TimeoutError):
     """``wait_for_run`` gave up: the run was not final within ``timeout`` seconds. ``status``
     is the last status read."""
 
@@ -305,7 +362,7 @@ class RunWaitTimeoutError(FairlaneError, TimeoutError):
         super().__init__(f"run {run_id} is still {status} after {timeout:g}s")
 
 
-class UnsupportedConnectionError(FairlaneError):
+class UnsupportedConnectionError(InputError):
     """``trigger`` was handed a connection type it cannot run statements on."""
 
     def __init__(self, conn: object) -> None:
@@ -319,7 +376,7 @@ class BatchError(FairlaneError):
     """A batch operation was refused; nothing was written by the refused call."""
 
 
-class BatchRateLimitedError(BatchError):
+class BatchRateLimitedError(BatchError, LimitExceededError):
     """The environment's batch token bucket holds fewer tokens than the batch's run count.
 
     ``retry_after_s`` is how long until it will (None: never, the run count is above the
@@ -337,11 +394,11 @@ class BatchRateLimitedError(BatchError):
         )
 
 
-class BatchItemNotTriggered(BatchError):
+class BatchItemNotTriggered(BatchError, RunError):
     """A batch item could not become a run on this attempt; its carrier retries it."""
 
 
-class BatchWithoutWaitpointError(BatchError):
+class BatchWithoutWaitpointError(BatchError, InputError):
     """A handler waited on a batch created without ``parent_run_id``: nothing completes for
     it to wait on."""
 
@@ -350,7 +407,7 @@ class BatchWithoutWaitpointError(BatchError):
         super().__init__(f"batch {batch_id} has no waitpoint: create it with parent_run_id")
 
 
-class BatchTooLargeError(BatchError):
+class BatchTooLargeError(BatchError, InputError):
     """A batch's run count is outside 1..batch_max_items."""
 
     def __init__(self, run_count: int, max_items: int) -> None:
@@ -359,13 +416,13 @@ class BatchTooLargeError(BatchError):
         super().__init__(f"a batch holds 1 to {max_items} items, not {run_count}")
 
 
-class BatchNotFoundError(BatchError):
+class BatchNotFoundError(BatchError, NotFoundError):
     def __init__(self, batch_id: int) -> None:
         self.batch_id = batch_id
         super().__init__(f"batch {batch_id} does not exist")
 
 
-class BatchAbortedError(BatchError):
+class BatchAbortedError(BatchError, ConflictError):
     """The batch was aborted (not sealed within its seal timeout): it takes no more items."""
 
     def __init__(self, batch_id: int, reason: str | None = None) -> None:
@@ -373,7 +430,7 @@ class BatchAbortedError(BatchError):
         super().__init__(f"batch {batch_id} is ABORTED" + (f": {reason}" if reason else ""))
 
 
-class BatchIndexError(BatchError):
+class BatchIndexError(BatchError, InputError):
     """An item's index is at or past the batch's run count. Items before it were kept."""
 
     def __init__(self, batch_id: int, line: int, index: int, run_count: int) -> None:
@@ -386,7 +443,7 @@ class BatchIndexError(BatchError):
         )
 
 
-class BatchLineError(BatchError):
+class BatchLineError(BatchError, InputError):
     """A batch line is not valid UTF-8, not JSON, or not an item object."""
 
     def __init__(self, line: int, index: int, reason: str) -> None:
@@ -396,7 +453,7 @@ class BatchLineError(BatchError):
         super().__init__(f"batch line {line} (item {index}): {reason}")
 
 
-class BatchStreamIdleError(BatchError):
+class BatchStreamIdleError(BatchError, TimedOutError):
     """An item stream sent nothing for ``idle_timeout_s`` seconds, so its ingest was ended.
 
     The complete lines that came before were stored: ``accepted`` new items of this call,
@@ -419,7 +476,7 @@ class BatchStreamIdleError(BatchError):
         )
 
 
-class BatchTransactionError(BatchError):
+class BatchTransactionError(BatchError, InputError):
     """Ingest was handed a connection inside a transaction. Each slice of items commits on its
     own (so a slice never holds its batch while the next one's items are inserted): pass a
     connection outside a transaction, best an autocommit one. Nothing was sent."""
@@ -432,7 +489,7 @@ class BatchTransactionError(BatchError):
         )
 
 
-class BatchOffsetError(BatchError):
+class BatchOffsetError(BatchError, InputError):
     """An ingest's ``first_index`` (the index of its first item without one) is not a
     non-negative integer. Nothing was sent."""
 
@@ -441,7 +498,7 @@ class BatchOffsetError(BatchError):
         super().__init__(f"first_index must be a non-negative integer, not {first_index!r}")
 
 
-class SchemaObjectError(FairlaneError):
+class SchemaObjectError(SchemaError):
     """A function, trigger or view of ``sql/`` cannot be installed as written."""
 
     def __init__(self, name: str, reason: str) -> None:
@@ -450,7 +507,7 @@ class SchemaObjectError(FairlaneError):
         super().__init__(f"SQL object {name}: {reason}")
 
 
-class SchemaMismatchError(FairlaneError):
+class SchemaMismatchError(SchemaError):
     """The database's schema is not the one this fairlane was built for.
 
     ``found`` is the database's revision (None: not migrated), ``needed`` the revision this
@@ -491,7 +548,7 @@ class SchemaMismatchError(FairlaneError):
         super().__init__(message)
 
 
-class ApiKeyNotFoundError(FairlaneError):
+class ApiKeyNotFoundError(NotFoundError):
     """No API key has that id (in the environment given, if one was)."""
 
     def __init__(self, key_id: int) -> None:

@@ -1,5 +1,7 @@
-"""Value types shared by the client, the worker and the CLI: runs, claimed runs, scheduling
-settings, periodic jobs and settings, batches."""
+"""The public value types: what the clients, the worker and the CLI return (runs, claimed
+runs, what a cancel or bulk action did, what a run waits on, scheduling settings, periodic
+jobs and settings, batches and their items, tokens, keys, schedules). Engine statements read
+their rows into these where the row is the public value."""
 
 from __future__ import annotations
 
@@ -274,3 +276,58 @@ class Schedule:
     last_tick: datetime | None
     last_run_id: int | None
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """What ``Client.cancel`` did.
+
+    ``canceled`` is False when the run had already ended: then ``status`` is the final status
+    it keeps. ``descendants_canceled`` counts runs below it (by ``parent_run_id``) that were
+    still going and are CANCELED now.
+    """
+
+    run_id: int
+    canceled: bool
+    status: RunStatus
+    previous_status: RunStatus
+    descendants_canceled: int = 0
+
+    @property
+    def already_final(self) -> bool:
+        return not self.canceled
+
+
+@dataclass(frozen=True, slots=True)
+class BulkResult:
+    """What a bulk retry or cancel did: runs that matched, runs it changed, and for the others
+    why not: their status, or QUEUE_FULL for a retry a size limit refused."""
+
+    matched: int
+    changed: int
+    unchanged: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class WaitsOn:
+    """One waitpoint a run waits on (``Client.waits_on``, ``runs show``)."""
+
+    position: int
+    item: int
+    waitpoint_id: int
+    kind: str
+    status: str
+    run_id: int | None
+    complete_after: datetime | None
+    timeout_at: datetime | None
+    batch_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRow:
+    """A batch item and how it stands: its run once triggered, its error if it failed."""
+
+    index: int
+    state: str
+    run_id: int | None
+    error: dict[str, Any] | None

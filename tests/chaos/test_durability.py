@@ -17,7 +17,8 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import AsyncBatchClient, RunContext, TaskRegistry, Worker, trigger
+from fairlane import RunContext, TaskRegistry, Worker, trigger
+from fairlane.batches import AsyncBatchClient
 from fairlane.triggering.checks import BATCH_QUEUE
 from tests.helpers import running, wait_until
 from tests.helpers.batches import batch_row, chunked, ndjson

@@ -17,11 +17,11 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
-from fairlane import AsyncClient, Client, DatabaseTimeout, DatabaseUnavailable
+from fairlane import AsyncClient, Client, DatabaseUnavailable
 from fairlane.cli import main
 from fairlane.connection import ABORT_GRACE_S
 from fairlane.connection.pools import CHECK_TIMEOUT_S
-from fairlane.errors import ConfigurationError, RunWaitTimeoutError
+from fairlane.errors import ConfigurationError, DatabaseTimeout, RunWaitTimeoutError
 from fairlane.watching_threads import RunWatcher
 from tests.helpers import wait_until
 from tests.helpers.faults import (

@@ -12,7 +12,8 @@ from typing import Any
 import anyio
 import psycopg
 
-from fairlane import AsyncBatchClient, TaskRegistry
+from fairlane import TaskRegistry
+from fairlane.batches import AsyncBatchClient
 from fairlane.models import ClaimedRun
 from fairlane.triggering.api import trigger_many, trigger_many_async
 from fairlane.triggering.request import TriggerRequest

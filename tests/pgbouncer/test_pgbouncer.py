@@ -21,7 +21,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairlane import AsyncBatchClient, AsyncClient, Client, RunStatus, TriggerRequest, Worker
+from fairlane import AsyncClient, Client, RunStatus, TriggerRequest, Worker
+from fairlane.batches import AsyncBatchClient
 from tests.helpers import running, wait_until
 from tests.helpers.batches import batch_row, chunked, ndjson
 from tests.helpers.faults import local_ports

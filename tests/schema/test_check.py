@@ -11,7 +11,8 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import AsyncBatchClient, AsyncClient, Client, TaskRegistry, Worker
+from fairlane import AsyncClient, Client, TaskRegistry, Worker
+from fairlane.batches import AsyncBatchClient
 from fairlane.errors import SchemaMismatchError
 from fairlane.schema import migrate
 from fairlane.schema.check import SCHEMA_REVISION, check_schema

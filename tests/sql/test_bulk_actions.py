@@ -8,9 +8,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairlane import Client, ConfigurationError, RunFilter, TriggerRequest, limits, trigger_many
+from fairlane import Client, RunFilter, TriggerRequest, limits, trigger_many
 from fairlane.cli import main
 from fairlane.control import BULK_PAGE
+from fairlane.errors import ConfigurationError
 from tests.helpers import statuses
 
 

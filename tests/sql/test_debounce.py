@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 import fairlane
-from fairlane import AsyncClient, Client, Debounce, RunStatus, TriggerOptionError, TriggerRequest
+from fairlane import AsyncClient, Client, Debounce, RunStatus, TriggerRequest
+from fairlane.errors import TriggerOptionError
 from tests.helpers import run_row, trigger_together
 from tests.helpers.interleave import sessions
 from tests.helpers.trigger_steps import ids_of, settings_rows, start_many

@@ -10,17 +10,14 @@ import psycopg
 import pytest
 
 import fairlane
-from fairlane import (
-    AsyncClient,
-    Client,
+from fairlane import AsyncClient, Client, RunStatus, TriggerRequest
+from fairlane.durations import parse_duration_string, seconds
+from fairlane.errors import (
     InvalidDurationError,
     RunNotDelayedError,
     RunNotFoundError,
-    RunStatus,
     TriggerOptionError,
-    TriggerRequest,
 )
-from fairlane.durations import parse_duration_string, seconds
 from tests.helpers import run_status
 
 

@@ -84,10 +84,10 @@ async def test_scopes(dsn: str) -> None:
 
 async def test_bad_scope_and_missing_attempt_are_refused(dsn: str) -> None:
     async with AsyncClient(dsn) as client:
-        with pytest.raises(fairlane.TriggerOptionError) as bad_scope:
+        with pytest.raises(fairlane.errors.TriggerOptionError) as bad_scope:
             await client.trigger("t", idempotency_key="k", idempotency_scope="forever")
         assert bad_scope.value.option == "idempotency_scope"
-        with pytest.raises(fairlane.TriggerOptionError) as no_attempt:
+        with pytest.raises(fairlane.errors.TriggerOptionError) as no_attempt:
             await client.trigger(
                 "t", idempotency_key="k", idempotency_scope="attempt", parent_run_id=1
             )

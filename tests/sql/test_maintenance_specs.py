@@ -9,8 +9,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairlane import SettingError, UnknownMaintenanceItemError, maintenance
+from fairlane import maintenance
 from fairlane.engine.sqlfiles import sql_dir
+from fairlane.errors import SettingError, UnknownMaintenanceItemError
 from fairlane.maintenance.jobs import JOBS_BY_NAME, SETTINGS
 
 

@@ -12,9 +12,10 @@ import pytest
 from psycopg.pq import TransactionStatus
 
 import fairlane
-from fairlane import AsyncClient, Debounce, QueueSizeLimitExceeded, TriggerRequest, limits
+from fairlane import AsyncClient, Debounce, TriggerRequest, limits
 from fairlane.cli import build_parser
 from fairlane.cli.limits import cmd_limits
+from fairlane.errors import QueueSizeLimitExceeded
 from tests.helpers import statuses
 from tests.helpers.interleave import sessions
 from tests.helpers.trigger_steps import settings_rows, start_many
@@ -176,7 +177,7 @@ async def test_unlimited_by_default_and_in_the_limits_table(
     assert "600/1000" in out
     settings = limits.set_queue(db, "default", "default")
     assert settings.size_limit == 600
-    with pytest.raises(fairlane.SettingError):
+    with pytest.raises(fairlane.errors.SettingError):
         limits.set_queue(db, "default", "default", size_limit=-1)
 
 

@@ -15,8 +15,9 @@ import pytest
 from psycopg.pq import TransactionStatus
 
 import fairlane
-from fairlane import AsyncClient, Debounce, PayloadError, TriggerOptionError, TriggerRequest
+from fairlane import AsyncClient, Debounce, TriggerRequest
 from fairlane.cli import main
+from fairlane.errors import PayloadError, TriggerOptionError
 from fairlane.payload import MAX_JSON_DEPTH
 from fairlane.triggering.checks import (
     MAX_DEBOUNCE_KEY_LENGTH,

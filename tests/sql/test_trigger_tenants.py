@@ -15,8 +15,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairlane import QueueSizeLimitExceeded, TriggerRequest, limits
+from fairlane import TriggerRequest, limits
 from fairlane.engine.statement import rows
+from fairlane.errors import QueueSizeLimitExceeded
 from fairlane.triggering.api import trigger_many, trigger_statement
 
 TENANTS = 5000

@@ -19,7 +19,8 @@ import psycopg
 import pytest
 
 import fairlane
-from fairlane import Debounce, QueueSizeLimitExceeded, TriggerRequest, limits
+from fairlane import Debounce, TriggerRequest, limits
+from fairlane.errors import QueueSizeLimitExceeded
 
 pytestmark = [pytest.mark.stress, pytest.mark.timeout(600)]
 

@@ -9,7 +9,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from fairlane import ConfigurationError, TaskRegistry, trigger
+from fairlane import TaskRegistry, trigger
+from fairlane.errors import ConfigurationError
 from fairlane.testing import TemplateDatabases, import_registry
 from fairlane.testing.plugin import server_url
 from fairlane.testing.workers import choose_registry

@@ -13,17 +13,11 @@ import psycopg
 import pytest
 
 import fairlane
-from fairlane import (
-    AbortRun,
-    AsyncClient,
-    Backoff,
-    Client,
+from fairlane import AbortRun, AsyncClient, Backoff, Client, RunContext, RunStatus, TaskRegistry
+from fairlane.errors import (
     EagerModeError,
     MaxDurationExceededError,
-    RunContext,
     RunNotFoundError,
-    RunStatus,
-    TaskRegistry,
     TriggerOptionError,
     UnknownTaskError,
 )

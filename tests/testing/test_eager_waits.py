@@ -11,15 +11,13 @@ import pytest
 from fairlane import (
     AbortRun,
     AsyncClient,
-    EagerModeError,
     RunContext,
-    RunFailedError,
     RunStatus,
     TaskRegistry,
-    TriggerOptionError,
     TriggerRequest,
     WaitResult,
 )
+from fairlane.errors import EagerModeError, RunFailedError, TriggerOptionError
 from fairlane.testing import eager
 from fairlane.triggering.idempotency import stored_key
 from tests.helpers import wait_attempts

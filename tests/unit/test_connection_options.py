@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from fairlane import ConfigurationError
 from fairlane.connection import (
     DEFAULT_CONNECT_TIMEOUT,
     ConnectionOptions,
@@ -12,6 +11,7 @@ from fairlane.connection import (
     connect_timeout_for,
     hide_password,
 )
+from fairlane.errors import ConfigurationError
 
 
 def test_timeouts_and_settings_become_connection_options() -> None:

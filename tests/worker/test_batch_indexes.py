@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairlane import AsyncBatchClient
+from fairlane.batches import AsyncBatchClient
 from fairlane.cli import main as cli_main
 from fairlane.errors import BatchLineError, BatchOffsetError
 from tests.helpers import running, wait_until

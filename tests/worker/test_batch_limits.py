@@ -16,7 +16,8 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import AsyncBatchClient, RunContext, TaskRegistry, Worker, limits, trigger
+from fairlane import RunContext, TaskRegistry, Worker, limits, trigger
+from fairlane.batches import AsyncBatchClient
 from fairlane.errors import QueueSizeLimitExceeded, TriggerOptionError
 from fairlane.worker.lease_store import LeaseStore
 from tests.helpers import running, wait_until

@@ -11,7 +11,8 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import AsyncBatchClient, RunContext, TaskRegistry, Worker
+from fairlane import RunContext, TaskRegistry, Worker
+from fairlane.batches import AsyncBatchClient
 from tests.helpers import running, wait_until
 
 pytestmark = pytest.mark.anyio

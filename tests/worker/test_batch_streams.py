@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from fairlane import AsyncBatchClient, ingest_items
+from fairlane.batches import AsyncBatchClient, ingest_items
 from fairlane.batches.ingest import ingest_stream
 from fairlane.errors import BatchStreamIdleError
 from tests.helpers import running, wait_until

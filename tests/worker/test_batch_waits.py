@@ -10,7 +10,6 @@ import psycopg
 import pytest
 
 from fairlane import (
-    AsyncBatchClient,
     AsyncClient,
     RunContext,
     TaskRegistry,
@@ -20,6 +19,7 @@ from fairlane import (
     maintenance,
     trigger,
 )
+from fairlane.batches import AsyncBatchClient
 from fairlane.engine.sqlfiles import query
 from fairlane.waitpoints import complete_token, create_token
 from tests.helpers import executing_run, run_row, run_status, running, wait_until

@@ -11,14 +11,8 @@ import psycopg
 import pytest
 from psycopg.pq import TransactionStatus
 
-from fairlane import (
-    AsyncBatchClient,
-    AsyncClient,
-    IngestResult,
-    RunContext,
-    TaskRegistry,
-    ingest_items,
-)
+from fairlane import AsyncClient, RunContext, TaskRegistry
+from fairlane.batches import AsyncBatchClient, ingest_items
 from fairlane.batches.processing import BATCH_ITEM_TASK, BatchItemProcessor
 from fairlane.cli import main as cli_main
 from fairlane.errors import (
@@ -29,6 +23,7 @@ from fairlane.errors import (
     BatchTooLargeError,
     BatchTransactionError,
 )
+from fairlane.models import IngestResult
 from tests.helpers import running, wait_until
 from tests.helpers.batches import (
     abort_now,

@@ -12,15 +12,9 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import (
-    AsyncClient,
-    CancelResult,
-    Client,
-    RunContext,
-    RunNotFoundError,
-    RunStatus,
-    TaskRegistry,
-)
+from fairlane import AsyncClient, Client, RunContext, RunStatus, TaskRegistry
+from fairlane.errors import RunNotFoundError
+from fairlane.models import CancelResult
 from fairlane.worker.lease_store import Completion, Lease, LeaseStore
 from tests.helpers import fast_worker, run_row, run_status, running, wait_until
 from tests.helpers.metrics import scrape

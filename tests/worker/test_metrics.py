@@ -17,7 +17,8 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import AsyncBatchClient, RunContext, TaskRegistry, Worker, trigger
+from fairlane import RunContext, TaskRegistry, Worker, trigger
+from fairlane.batches import AsyncBatchClient
 from fairlane.batches.processing import BatchItemProcessor
 from fairlane.maintenance.jobs import JOBS
 from fairlane.metrics import serve_worker_metrics

@@ -16,15 +16,9 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import (
-    AsyncClient,
-    ClaimedRun,
-    MetadataRemovalError,
-    PayloadError,
-    RunContext,
-    RunStatus,
-    TaskRegistry,
-)
+from fairlane import AsyncClient, RunContext, RunStatus, TaskRegistry
+from fairlane.errors import MetadataRemovalError, PayloadError
+from fairlane.models import ClaimedRun
 from fairlane.worker.lease_store import Completion, Lease, LeaseStore
 from tests.helpers import fast_worker, run_row, run_status, running, wait_until
 

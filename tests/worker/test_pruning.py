@@ -8,7 +8,6 @@ import psycopg
 import pytest
 
 from fairlane import (
-    AsyncBatchClient,
     AsyncClient,
     Client,
     RunContext,
@@ -18,6 +17,7 @@ from fairlane import (
     maintenance,
     trigger_many,
 )
+from fairlane.batches import AsyncBatchClient
 from fairlane.engine.sqlfiles import query
 from fairlane.waitpoints import complete_token, create_token
 from tests.helpers import executing_run, insert_edges, run_status, running, statuses, wait_until

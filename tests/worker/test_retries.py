@@ -9,15 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairlane import (
-    AsyncClient,
-    ConfigurationError,
-    RunContext,
-    RunStatus,
-    TaskRegistry,
-    Worker,
-    trigger,
-)
+from fairlane import AsyncClient, RunContext, RunStatus, TaskRegistry, Worker, trigger
+from fairlane.errors import ConfigurationError
 from fairlane.retry import Backoff
 from fairlane.worker.lease_store import LeaseStore
 from tests.helpers import (

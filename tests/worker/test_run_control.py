@@ -12,11 +12,8 @@ import pytest
 from fairlane import (
     AsyncClient,
     Client,
-    QueueSizeLimitExceeded,
     RunContext,
     RunFilter,
-    RunFilterError,
-    RunNotRetryableError,
     RunStatus,
     TaskRegistry,
     TriggerRequest,
@@ -25,6 +22,7 @@ from fairlane import (
 )
 from fairlane.cli import main
 from fairlane.control import PAYLOAD_TOO_LARGE
+from fairlane.errors import QueueSizeLimitExceeded, RunFilterError, RunNotRetryableError
 from tests.helpers import run_status, running, wait_until
 
 pytestmark = pytest.mark.anyio

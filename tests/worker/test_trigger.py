@@ -21,15 +21,14 @@ import fairlane
 from fairlane import (
     AsyncClient,
     Client,
-    PayloadError,
     RunContext,
     RunStatus,
     TaskRegistry,
-    TriggerOptionError,
     TriggerRequest,
     Worker,
 )
 from fairlane.config import sqlalchemy_url
+from fairlane.errors import PayloadError, TriggerOptionError
 from fairlane.worker.lease_store import LeaseStore
 from tests.helpers import run_status, running, statuses, wait_until
 

@@ -12,17 +12,9 @@ from typing import Any, Literal
 import psycopg
 import pytest
 
-from fairlane import (
-    AsyncClient,
-    Client,
-    PayloadError,
-    RunContext,
-    RunFailedError,
-    RunStatus,
-    Task,
-    TaskRegistry,
-)
+from fairlane import AsyncClient, Client, RunContext, RunStatus, Task, TaskRegistry
 from fairlane.codecs import DataclassCodec
+from fairlane.errors import PayloadError, RunFailedError
 from tests.helpers import fast_worker, run_row, run_status, running, statuses, wait_until
 
 pytestmark = pytest.mark.anyio

@@ -14,17 +14,10 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import (
-    AsyncClient,
-    Client,
-    RunContext,
-    RunNotFoundError,
-    RunStatus,
-    RunWaitTimeoutError,
-    TaskRegistry,
-)
+from fairlane import AsyncClient, Client, RunContext, RunStatus, TaskRegistry
 from fairlane.engine import engine
 from fairlane.engine.statement import run
+from fairlane.errors import RunNotFoundError, RunWaitTimeoutError
 from tests.helpers import fast_worker, running
 
 pytestmark = pytest.mark.anyio

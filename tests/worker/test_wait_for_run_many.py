@@ -16,7 +16,8 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import AsyncClient, Client, RunStatus, RunWaitTimeoutError
+from fairlane import AsyncClient, Client, RunStatus
+from fairlane.errors import RunWaitTimeoutError
 from tests.helpers import poll, wait_until
 
 pytestmark = pytest.mark.anyio

@@ -9,15 +9,8 @@ import anyio
 import psycopg
 import pytest
 
-from fairlane import (
-    AsyncClient,
-    QueueSizeLimitExceeded,
-    RunContext,
-    TaskRegistry,
-    TriggerRequest,
-    Worker,
-    limits,
-)
+from fairlane import AsyncClient, RunContext, TaskRegistry, TriggerRequest, Worker, limits
+from fairlane.errors import QueueSizeLimitExceeded
 from tests.helpers import announced, running, statuses, wait_until
 
 pytestmark = pytest.mark.anyio

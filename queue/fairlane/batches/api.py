@@ -13,7 +13,6 @@ import psycopg
 
 from fairlane.config import schema_name
 from fairlane.engine import engine
-from fairlane.engine.batches import ItemRow
 from fairlane.engine.statement import first_async, one_async, rows_async, run_async
 from fairlane.errors import (
     BatchNotFoundError,
@@ -21,7 +20,7 @@ from fairlane.errors import (
     BatchTooLargeError,
     SettingError,
 )
-from fairlane.models import Batch
+from fairlane.models import Batch, ItemRow
 
 AsyncConn = psycopg.AsyncConnection[Any]
 INT32_MAX = 2**31 - 1

@@ -15,8 +15,7 @@ from fairlane.batches.api import batch_items, create_batch, get_batch, set_batch
 from fairlane.batches.ingest import Progress, file_chunks, ingest_items
 from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.connection import DEFAULT_PREPARE_THRESHOLD, ConnectionOptions
-from fairlane.engine.batches import ItemRow
-from fairlane.models import Batch, IngestResult
+from fairlane.models import Batch, IngestResult, ItemRow
 from fairlane.schema.check import check_schema_async
 
 AsyncConn = psycopg.AsyncConnection[Any]

@@ -7,15 +7,22 @@ import argparse
 import json
 from typing import Any
 
-# Exit codes (README, Command line): 0 ok, 1 an operational error (the database unreachable,
-# a failed statement), 2 a usage error (bad arguments, a value out of range), 3 something
-# named that does not exist (a run, a batch, a job), 4 the schema is not migrated or not this
-# fairlane's.
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_NOT_FOUND = 3
-EXIT_SCHEMA = 4
+# The documented exit codes; which error ends with which is fairlane.errors_policy's table.
+from fairlane.errors_policy import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_SCHEMA, EXIT_USAGE
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_SCHEMA",
+    "EXIT_USAGE",
+    "HelpFormatter",
+    "Parser",
+    "connection_options",
+    "flag_pair",
+    "json_option",
+    "print_json",
+]
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

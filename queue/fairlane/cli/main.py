@@ -18,16 +18,7 @@ import anyio
 import psycopg
 
 from fairlane.cli import logs
-from fairlane.cli.common import (
-    EXIT_ERROR,
-    EXIT_NOT_FOUND,
-    EXIT_SCHEMA,
-    EXIT_USAGE,
-    Parser,
-    connection_options,
-    json_option,
-    print_json,
-)
+from fairlane.cli.common import Parser, connection_options, json_option, print_json
 from fairlane.client import Client
 from fairlane.config import schema_name
 from fairlane.connection import (
@@ -38,27 +29,8 @@ from fairlane.connection import (
     connect_failure,
     unavailable,
 )
-from fairlane.errors import (
-    ApiKeyNotFoundError,
-    BatchIndexError,
-    BatchLineError,
-    BatchNotFoundError,
-    BatchOffsetError,
-    BatchTooLargeError,
-    ConfigurationError,
-    FairlaneError,
-    PayloadError,
-    RunFilterError,
-    RunNotFoundError,
-    RunStateError,
-    ScheduleNotFoundError,
-    SchemaMismatchError,
-    SettingError,
-    TriggerOptionError,
-    UnknownMaintenanceItemError,
-    UnknownTaskError,
-    WaitpointNotFoundError,
-)
+from fairlane.errors import ConfigurationError, FairlaneError, PayloadError
+from fairlane.errors_policy import exit_code
 from fairlane.schema import migrate
 from fairlane.schema.check import SCHEMA_REVISION, connect_checked
 from fairlane.worker import TaskRegistry, Worker
@@ -363,29 +335,6 @@ def _version() -> str:
         return metadata.version("fairlane")
     except metadata.PackageNotFoundError:
         return "unknown"
-
-
-# Errors that name something absent, and errors in what the caller gave.
-_NOT_FOUND = (
-    RunNotFoundError, BatchNotFoundError, UnknownMaintenanceItemError, WaitpointNotFoundError,
-    ApiKeyNotFoundError, ScheduleNotFoundError,
-)  # fmt: skip
-_USAGE = (
-    TriggerOptionError, PayloadError, SettingError, RunFilterError, ConfigurationError,
-    UnknownTaskError, RunStateError, BatchLineError, BatchIndexError, BatchOffsetError,
-    BatchTooLargeError,
-)  # fmt: skip
-
-
-def exit_code(error: BaseException) -> int:
-    """The documented exit code for an error a command ended with (cli/common.py)."""
-    if isinstance(error, SchemaMismatchError):
-        return EXIT_SCHEMA
-    if isinstance(error, _NOT_FOUND):
-        return EXIT_NOT_FOUND
-    if isinstance(error, _USAGE):
-        return EXIT_USAGE
-    return EXIT_ERROR
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,6 +9,9 @@ from fairlane.engine.section import Section
 from fairlane.engine.statement import Statement, no_rows, scalar
 from fairlane.models import Batch
 
+# Public (fairlane.models); this path keeps working.
+from fairlane.models import ItemRow as ItemRow
+
 
 @dataclass(frozen=True, slots=True)
 class CreateRow:
@@ -28,16 +31,6 @@ class IngestRow:
     run_count: int
     sealed: bool
     status: str
-
-
-@dataclass(frozen=True, slots=True)
-class ItemRow:
-    """An item as ``batch_run_ids`` reads it."""
-
-    index: int
-    state: str
-    run_id: int | None
-    error: dict[str, Any] | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,9 @@ from fairlane.engine.section import Section
 from fairlane.engine.statement import Statement, no_rows, scalar
 from fairlane.models import Token
 
+# Public (fairlane.models); this path keeps working.
+from fairlane.models import WaitsOn as WaitsOn
+
 
 @dataclass(frozen=True, slots=True)
 class WaitRow:
@@ -23,21 +26,6 @@ class WaitRow:
     is_error: bool
     output: Any
     run_id: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class WaitsOn:
-    """One waitpoint a run waits on (``runs show``)."""
-
-    position: int
-    item: int
-    waitpoint_id: int
-    kind: str
-    status: str
-    run_id: int | None
-    complete_after: datetime | None
-    timeout_at: datetime | None
-    batch_id: int | None
 
 
 def _position(run_id: int, attempt: int, position: int) -> dict[str, int]:

@@ -6,10 +6,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from fairlane.engine.batches import ItemRow
 from fairlane.engine.section import Section
 from fairlane.engine.statement import Row, Statement
-from fairlane.models import ApiKey, Batch, EnvironmentSettings, QueueSettings
+from fairlane.models import ApiKey, Batch, EnvironmentSettings, ItemRow, QueueSettings
 
 
 @dataclass(frozen=True, slots=True)

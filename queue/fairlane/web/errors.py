@@ -1,8 +1,9 @@
 """Errors as HTTP answers: a status code and a JSON body
 ``{"error": {"type", "message", ...details}}``.
 
-Every typed error of ``fairlane.errors`` has its status here (``STATUS``, most specific class
-first); ``ApiError`` is the web layer's own (bad body, no key, not found, ...).
+A typed error of ``fairlane.errors`` answers its category's status
+(``fairlane.errors_policy``, the table the CLI's exit codes come from too); ``ApiError`` is the
+web layer's own (bad body, no key, not found, ...).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from fairlane import errors as e
+from fairlane.errors_policy import POLICIES, http_status
 
 
 class ApiError(Exception):
@@ -34,29 +36,6 @@ class ApiError(Exception):
 def not_found(what: str, ident: object) -> ApiError:
     return ApiError(404, "NotFound", f"{what} {ident} does not exist", id=ident)
 
-
-# The status of each error class; the first class an error is an instance of wins.
-STATUS: tuple[tuple[type[Exception], int], ...] = (
-    (e.RunNotFoundError, 404),
-    (e.BatchNotFoundError, 404),
-    (e.WaitpointNotFoundError, 404),
-    (e.ApiKeyNotFoundError, 404),
-    (e.QueueSizeLimitExceeded, 429),
-    (e.BatchRateLimitedError, 429),
-    (e.RunStateError, 409),
-    (e.BatchAbortedError, 409),
-    (e.BatchStreamIdleError, 408),
-    (e.BatchLineError, 422),
-    (e.BatchIndexError, 422),
-    (e.BatchOffsetError, 422),
-    (e.BatchTooLargeError, 422),
-    (e.TriggerOptionError, 422),
-    (e.PayloadError, 422),
-    (e.SettingError, 422),
-    (e.SchemaMismatchError, 503),
-    (e.ConfigurationError, 422),
-    (e.FairlaneError, 400),
-)
 
 # Attributes of typed errors worth a client's reading, by name.
 DETAILS = (
@@ -81,7 +60,10 @@ def _plain(value: Any) -> Any:
 
 
 def fairlane_error(error: e.FairlaneError) -> JSONResponse:
-    status = next(code for kind, code in STATUS if isinstance(error, kind))
+    if isinstance(error, e.UnavailableError):
+        # Its message may name the server's address: the caller learns only to try again.
+        return unavailable_response()
+    status = http_status(error)
     details = {
         name: _plain(getattr(error, name)) for name in DETAILS
         if name != "status" and getattr(error, name, None) is not None
@@ -145,9 +127,12 @@ async def handle_http_exception(request: Request, error: Exception) -> Response:
     return answer(request, error.status_code, kind, str(error.detail), headers=error.headers)
 
 
+def unavailable_response() -> JSONResponse:
+    status = POLICIES[e.UnavailableError].http_status
+    message = "the database is not reachable now; try again"
+    return error_response(status, "DatabaseUnavailable", message, headers={"Retry-After": "1"})
+
+
 async def handle_database_unavailable(request: Request, error: Exception) -> Response:
     """The database cannot be reached (or the pool had no connection in time): 503."""
-    return error_response(
-        503, "DatabaseUnavailable", "the database is not reachable now; try again",
-        headers={"Retry-After": "1"},
-    )  # fmt: skip
+    return unavailable_response()

@@ -6,12 +6,12 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from fairlane.control import CancelResult
-from fairlane.engine.batches import ItemRow
 from fairlane.models import (
     Batch,
+    CancelResult,
     EnvironmentSettings,
     IngestResult,
+    ItemRow,
     QueueSettings,
     Run,
     SchedulerSettings,

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import psycopg
 
-from fairlane import AsyncBatchClient
+from fairlane.batches import AsyncBatchClient
 from fairlane.tools.bench.common import SCHEMA, emit, fresh_database, run_async, server_url
 from fairlane.worker import RunContext, TaskRegistry, Worker
 from fairlane.worker.process import loop_name

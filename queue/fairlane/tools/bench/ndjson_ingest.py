@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 import psycopg
 
-from fairlane import AsyncBatchClient
+from fairlane.batches import AsyncBatchClient
 from fairlane.tools.bench.batch import prepare
 from fairlane.tools.bench.common import SCHEMA, emit, fresh_database, server_url
 from fairlane.tools.bench.server import MemorySampler, api_key, httpx_module, rss_bytes, serve
