@@ -3,13 +3,13 @@
 One convention across the API: a plain name is sync, and its async twin carries "async" in
 its name (``Client`` / ``AsyncClient``, ``trigger`` / ``trigger_async``,
 ``limits.set_queue`` / ``limits.set_queue_async``). Everything a user needs is exported here;
-the documented submodules are ``fairlane.limits`` (fairlane.scheduling.limits),
+the documented submodules are ``fairlane.limits``,
 ``fairlane.maintenance``, ``fairlane.schedules`` and
 ``fairlane.waitpoints`` (also reachable as attributes of this package). Every error is in
 ``fairlane.errors`` and exported here.
 """
 
-from fairlane import maintenance, schedules, waitpoints
+from fairlane import limits, maintenance, schedules, waitpoints
 from fairlane.async_client import AsyncClient
 from fairlane.batches.api import batch_items, create_batch, get_batch, set_batch_limits
 from fairlane.batches.client import AsyncBatchClient
@@ -78,7 +78,6 @@ from fairlane.models import (
     Token,
 )
 from fairlane.retry import Backoff
-from fairlane.scheduling import limits
 from fairlane.triggering.api import trigger, trigger_async, trigger_many, trigger_many_async
 from fairlane.triggering.debounce import Debounce
 from fairlane.triggering.idempotency import IdempotencyScope
