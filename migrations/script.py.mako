@@ -10,8 +10,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from fairlane.schema.revision import execute
-from fairlane.schema.revision import schema as migration_schema
+from fairlane.schema.revision_helpers import execute
+from fairlane.schema.revision_helpers import schema as migration_schema
 
 ${imports if imports else ""}
 revision: str = ${repr(up_revision)}

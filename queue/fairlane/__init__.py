@@ -15,7 +15,7 @@ here). Names this package exported before are still reachable for one release, w
 ``DeprecationWarning`` (``fairlane.deprecated_names``).
 """
 
-from fairlane import batches, errors, maintenance, models, schedules, waitpoints
+from fairlane import batches, errors, limits, maintenance, models, schedules, waitpoints
 from fairlane.async_client import AsyncClient
 from fairlane.client import Client
 from fairlane.control import RunFilter
@@ -23,7 +23,6 @@ from fairlane.deprecated_names import resolve
 from fairlane.errors import AbortRun, DatabaseUnavailable, FairlaneError
 from fairlane.models import Run, RunStatus
 from fairlane.retry import Backoff
-from fairlane.scheduling import limits
 from fairlane.triggering.api import trigger, trigger_async, trigger_many, trigger_many_async
 from fairlane.triggering.debounce import Debounce
 from fairlane.triggering.idempotency import IdempotencyScope

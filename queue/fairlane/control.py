@@ -16,7 +16,7 @@ from typing import Any
 
 from fairlane.durations import Duration, seconds
 from fairlane.engine import Engine
-from fairlane.engine.runs import BulkRow, CancelRow, RescheduleRow, RetryRow
+from fairlane.engine.runs import BulkRow, CancelRow, FailedRun, RescheduleRow, RetryRow, RunQuery
 from fairlane.engine.statement import Operation, Statement
 from fairlane.errors import (
     QueueSizeLimitExceeded,
@@ -57,7 +57,7 @@ def watch_run(engine: Engine, run_id: int) -> Operation[Run]:
 
 
 def list_runs(engine: Engine, filters: RunFilter) -> Operation[list[Run]]:
-    return (yield engine.runs.list(filters.params()))
+    return (yield engine.runs.list(filters.query()))
 
 
 def waits_on(engine: Engine, run_id: int) -> Operation[list[WaitsOn]]:
@@ -84,10 +84,10 @@ def reschedule(engine: Engine, run_id: int, delay: Duration | datetime) -> Opera
     if isinstance(delay, datetime):
         if delay.tzinfo is None or delay.utcoffset() is None:
             raise TriggerOptionError("delay", delay, "a datetime must carry its time zone")
-        params = {"id": run_id, "start_at": delay, "delay_s": None}
+        statement = engine.runs.reschedule(run_id, start_at=delay, delay_s=None)
     else:
-        params = {"id": run_id, "start_at": None, "delay_s": seconds("delay", delay)}
-    found = yield engine.runs.reschedule(params)
+        statement = engine.runs.reschedule(run_id, start_at=None, delay_s=seconds("delay", delay))
+    found = yield statement
     if not found:
         raise RunNotFoundError(run_id)
     row: RescheduleRow = found[0]
@@ -117,8 +117,7 @@ BULK_PAGE = 1000
 
 def _pages(engine: Engine, filters: RunFilter) -> Generator[Statement[Any], list[Any], list[int]]:
     """The next page of matching ids below ``filters.before_id``."""
-    params = {**filters.params(), "limit": BULK_PAGE}
-    return (yield engine.runs.matching_ids(params))
+    return (yield engine.runs.matching_ids(replace(filters.query(), limit=BULK_PAGE)))
 
 
 def count_matching(engine: Engine, filters: RunFilter) -> Operation[int]:
@@ -158,9 +157,9 @@ def cancel_many(engine: Engine, filters: RunFilter) -> Operation[BulkResult]:
     return (yield from _bulk(engine, filters, engine.runs.cancel_many))
 
 
-def create_failed_run(engine: Engine, params: dict[str, Any]) -> Operation[int]:
-    """``params``: from ``failed_run_params``."""
-    found = yield engine.runs.insert_failed(params)
+def create_failed_run(engine: Engine, run: FailedRun) -> Operation[int]:
+    """``run``: from ``failed_run_params``."""
+    found = yield engine.runs.insert_failed(run)
     return int(found[0])
 
 
@@ -193,7 +192,7 @@ class RunFilter:
             or self.before_id or self.since is not None
         )  # fmt: skip
 
-    def params(self) -> dict[str, Any]:
+    def query(self) -> RunQuery:
         statuses: list[str] | None = None
         if self.status is not None:
             wanted = [self.status] if isinstance(self.status, str) else list(self.status)
@@ -204,12 +203,17 @@ class RunFilter:
             statuses = [str(status).upper() for status in wanted]
         if isinstance(self.tags, str):
             raise RunFilterError("tags", self.tags, "must be a sequence of strings")
-        return {
-            "environment": self.environment, "queue": self.queue, "task": self.task,
-            "statuses": statuses, "tags": list(self.tags) or None, "limit": self.limit,
-            "before_id": self.before_id, "include_carriers": self.include_carriers,
-            "since_s": seconds("since", self.since) if self.since is not None else None,
-        }  # fmt: skip
+        return RunQuery(
+            environment=self.environment,
+            queue=self.queue,
+            task=self.task,
+            statuses=statuses,
+            tags=list(self.tags) or None,
+            before_id=self.before_id,
+            include_carriers=self.include_carriers,
+            limit=self.limit,
+            since_s=seconds("since", self.since) if self.since is not None else None,
+        )
 
 
 def failed_run_params(
@@ -225,8 +229,8 @@ def failed_run_params(
     metadata: Mapping[str, Any] | None = None,
     machine: str | None = None,
     max_attempts: int = 1,
-) -> dict[str, Any]:
-    """Parameters of ``insert_failed_run``, checked like a trigger's before anything is sent."""
+) -> FailedRun:
+    """The run ``insert_failed_run`` records, checked like a trigger before anything is sent."""
     for option, value in (("task", task), ("code", code), ("environment", environment),
                           ("queue", queue)):  # fmt: skip
         if not value or not isinstance(value, str) or "\x00" in value:
@@ -238,9 +242,16 @@ def failed_run_params(
         raise TriggerOptionError("max_attempts", max_attempts, "must be a positive integer")
     # Encoding refuses NUL characters and lone surrogates, which text columns cannot hold.
     encode_json([message, list(tags), machine], what="message, tags or machine")
-    return {
-        "task": task, "payload": encode_json(payload), "code": code, "message": message,
-        "environment": environment, "queue": queue, "parent_run_id": parent_run_id,
-        "tags": list(tags), "metadata": encode_json(dict(metadata or {}), what="metadata"),
-        "machine": machine, "max_attempts": max_attempts,
-    }  # fmt: skip
+    return FailedRun(
+        environment=environment,
+        queue=queue,
+        task=task,
+        payload=encode_json(payload),
+        max_attempts=max_attempts,
+        tags=list(tags),
+        metadata=encode_json(dict(metadata or {}), what="metadata"),
+        machine=machine,
+        parent_run_id=parent_run_id,
+        code=code,
+        message=message,
+    )

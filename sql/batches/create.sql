@@ -85,14 +85,18 @@ END;
 $$;
 
 -- name: create_batch
+-- params: environment text, run_count integer, parent_run_id bigint, idempotency_key text
 SELECT batch_id, outcome, retry_after_s, limit_value
 FROM {schema}.create_batch(%(environment)s, %(run_count)s, %(parent_run_id)s,
                            %(idempotency_key)s);
 
 -- name: set_environment_batch_limits
+-- params: environment text
 INSERT INTO {schema}.environments (name) VALUES (%(environment)s) ON CONFLICT DO NOTHING;
 
 -- name: update_environment_batch_limits
+-- params: refill_amount double precision, refill_interval_s double precision,
+-- params: bucket_max double precision, concurrency integer, environment text
 UPDATE {schema}.environments
 SET batch_refill_amount = %(refill_amount)s, batch_refill_interval_s = %(refill_interval_s)s,
     batch_bucket_max = %(bucket_max)s, batch_concurrency = %(concurrency)s
@@ -100,6 +104,7 @@ WHERE name = %(environment)s
 RETURNING batch_concurrency;
 
 -- name: sync_batch_queue_concurrency
+-- params: concurrency integer, environment text
 -- Sent before the environment's row is created or updated: queue rows come before
 -- environment rows in the global lock order (docs/concurrency.md).
 UPDATE {schema}.queues AS q

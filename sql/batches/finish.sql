@@ -103,10 +103,12 @@ END;
 $$;
 
 -- name: attach_batch_waiter
+-- params: batch_id bigint, run_id bigint
 -- A run that starts to wait on a batch that has already ended waits on its items' runs.
 SELECT {schema}.attach_batch_runs(%(batch_id)s, %(run_id)s);
 
 -- name: batch_waitpoint
+-- params: batch_id bigint, environment text
 -- The waitpoint of a batch a handler waits on, if the batch is of the handler's environment:
 -- another's answers as a missing batch (docs/security.md).
 SELECT waitpoint_id FROM {schema}.batches

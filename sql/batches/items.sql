@@ -223,12 +223,15 @@ END;
 $$;
 
 -- name: ingest_batch_items
+-- params: batch_id bigint, indexes integer[], tasks text[], payloads text[], options text[],
+-- params: oversized boolean[], made bigint[], refusals text[]
 SELECT accepted, received, run_count, sealed, status
 FROM {schema}.ingest_batch_items(
     %(batch_id)s, %(indexes)s::integer[], %(tasks)b::text[], %(payloads)b::text[],
     %(options)b::text[], %(oversized)s::boolean[], %(made)s::bigint[], %(refusals)s::text[]);
 
 -- name: lock_batch_item
+-- params: batch_id bigint, index integer, environment text
 -- The carrier's transaction: the item under its row lock, with what triggering it needs. Only
 -- an item of a batch of the carrier's own environment: another's is not there for it, as a
 -- missing item (docs/security.md).
@@ -238,13 +241,16 @@ WHERE i.batch_id = %(batch_id)s AND i.index = %(index)s AND b.environment = %(en
 FOR UPDATE OF i;
 
 -- name: skip_batch_item
+-- params: batch_id bigint, index integer
 UPDATE {schema}.batch_items SET state = 'SKIPPED'
 WHERE batch_id = %(batch_id)s AND index = %(index)s AND state = 'PENDING';
 
 -- name: record_batch_item
+-- params: batch_id bigint, index integer, run_id bigint
 SELECT {schema}.record_batch_item(%(batch_id)s, %(index)s, %(run_id)s, true, NULL);
 
 -- name: fail_batch_item
+-- params: batch_id bigint, index integer, code text, message text
 SELECT {schema}.fail_batch_item(%(batch_id)s, %(index)s, %(code)s, %(message)s);
 
 -- name: batch_item_max_bytes

@@ -6,6 +6,7 @@
 -- arrays go in binary, as there.
 
 -- name: set_run_metadata
+-- params: ids bigint[], tokens uuid[], patches text[]
 -- Each patch (a JSON object) is merged into the run's metadata: its top-level keys replace the
 -- run's, the others stay. Returns the ids the fence accepted.
 WITH patched AS MATERIALIZED (

@@ -19,6 +19,7 @@
 -- tests/sql/test_plans_after_growth.py).
 
 -- name: heartbeat_runs
+-- params: ids bigint[], tokens uuid[], lease_s double precision
 -- Extend every held lease in one statement. Ids missing from the result are lost.
 WITH held AS MATERIALIZED (
     SELECT run.id
@@ -37,6 +38,7 @@ WHERE r.id = held.id AND r.id = ANY(%(ids)b::bigint[])
 RETURNING r.id;
 
 -- name: complete_runs
+-- params: ids bigint[], tokens uuid[], results text[]
 -- A completed run keeps no error: the one an earlier attempt left (a retry, a lapsed lease) is
 -- cleared.
 WITH done AS MATERIALIZED (
@@ -62,6 +64,8 @@ WHERE r.id = done.id AND r.id = ANY(%(ids)b::bigint[])
 RETURNING r.id;
 
 -- name: fail_runs
+-- params: ids bigint[], tokens uuid[], errors text[], next_statuses text[],
+-- params: retry_delays double precision[]
 -- The worker decides the next status (DELAYED for a retry, else a final status) because it
 -- holds the attempt count the claim returned and the task's retry policy. A retry starts its
 -- own waits: its wait_attempt is the attempt the next claim counts.
@@ -95,6 +99,7 @@ WHERE r.id = failed.id AND r.id = ANY(%(ids)b::bigint[])
 RETURNING r.id, r.status;
 
 -- name: release_runs
+-- params: ids bigint[], tokens uuid[]
 -- Give runs back without burning the attempt the claim counted (graceful shutdown), and wake
 -- the other workers so they pick them up at once. The run started, so it has no TTL any more
 -- (the claim disarmed it; cleared here too for runs claimed before it did).

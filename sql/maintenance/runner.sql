@@ -91,10 +91,12 @@ FROM {schema}.periodic_jobs
 ORDER BY name;
 
 -- name: make_periodic_job_due
+-- params: name text
 UPDATE {schema}.periodic_jobs SET next_due_at = now() WHERE name = %(name)s
 RETURNING name;
 
 -- name: configure_periodic_job
+-- params: interval_s double precision, enabled boolean, name text
 UPDATE {schema}.periodic_jobs
 SET interval_s = coalesce(%(interval_s)s, interval_s),
     enabled = coalesce(%(enabled)s, enabled)
@@ -102,6 +104,7 @@ WHERE name = %(name)s
 RETURNING name;
 
 -- name: run_periodic_job
+-- params: name text
 -- On an autocommit connection, after make_periodic_job_due: runs that one job (unless another
 -- session holds it) in a transaction of its own; NULL when it did not run.
 SELECT {schema}.run_next_due_job(

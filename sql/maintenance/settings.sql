@@ -5,6 +5,7 @@
 SELECT name, value, description FROM {schema}.settings ORDER BY name;
 
 -- name: set_setting
+-- params: value jsonb, name text
 UPDATE {schema}.settings SET value = %(value)s::jsonb WHERE name = %(name)s
 RETURNING name, value, description;
 

@@ -83,9 +83,11 @@ END;
 $$;
 
 -- name: cancel_run
+-- params: id bigint
 SELECT previous_status, canceled, descendants FROM {schema}.cancel_run(%(id)s);
 
 -- name: cancel_runs
+-- params: ids bigint[]
 -- cancel_run for each id, in the order given (descending: the global lock order).
 SELECT t.id, c.previous_status, c.canceled, c.descendants
 FROM unnest(%(ids)s::bigint[]) WITH ORDINALITY AS t(id, n)

@@ -27,6 +27,7 @@ END;
 $$;
 
 -- name: reschedule_run
+-- params: id bigint, start_at timestamp with time zone, delay_s double precision
 SELECT status, rescheduled
 FROM {schema}.reschedule_run(
     %(id)s, coalesce(%(start_at)s::timestamptz, now() + make_interval(secs => %(delay_s)s)));
@@ -85,10 +86,13 @@ END;
 $$;
 
 -- name: retry_run
+-- params: id bigint
 SELECT previous_status, retried, environment, queue, size_limit, scope, size
 FROM {schema}.retry_run(%(id)s);
 
 -- name: insert_failed_run
+-- params: environment text, queue text, task text, payload jsonb, max_attempts integer,
+-- params: tags text[], metadata jsonb, machine text, parent_run_id bigint, code text, message text
 -- A run created already ended: SYSTEM_FAILURE with an error code (PAYLOAD_TOO_LARGE,
 -- BATCH_ITEM_COULD_NOT_TRIGGER, ...). It never enters a queue, so no size limit applies, and
 -- anything waiting on it sees a final run at once. It passes the tenant boundary as a trigger
@@ -106,6 +110,8 @@ WHERE {schema}.check_trigger_request(
 RETURNING id;
 
 -- name: matching_run_ids
+-- params: environment text, queue text, task text, statuses text[], tags text[], before_id bigint,
+-- params: since_s double precision, include_carriers boolean, limit bigint
 -- One page of the ids a bulk action takes, newest first (the global lock order: runs in
 -- descending id order), with the filters of list_runs and `since_s` (created within).
 SELECT id
@@ -122,6 +128,7 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: retry_runs
+-- params: ids bigint[]
 -- retry_run for each id, in the order given (descending: the global lock order), in one
 -- statement and one transaction.
 SELECT t.id, r.previous_status, r.retried, r.size_limit

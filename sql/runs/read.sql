@@ -1,6 +1,7 @@
 -- Reading runs: one, a page of them, counts by status.
 
 -- name: get_run
+-- params: id bigint
 SELECT id, environment, queue, task, payload, status, priority, attempts, max_attempts,
        available_at, created_at, started_at, finished_at, lease_token, lease_until, worker_id,
        result, error, tags, metadata, machine, max_duration_s, parent_run_id, idempotency_key,
@@ -15,6 +16,8 @@ GROUP BY status
 ORDER BY status;
 
 -- name: list_runs
+-- params: environment text, queue text, task text, statuses text[], tags text[], before_id bigint,
+-- params: include_carriers boolean, limit bigint
 -- Newest first, every filter optional (NULL: any). `tags` matches runs carrying all of them;
 -- `before_id` pages: pass the last id of the previous page. Batch carrier runs (the reserved
 -- `__batches__` queue) are left out unless `include_carriers`. The scan walks the primary key

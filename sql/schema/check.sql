@@ -2,6 +2,7 @@
 -- the database is at, and the checksums of its installed SQL objects.
 
 -- name: schema_tables_exist
+-- params: version_table text, objects_table text
 SELECT to_regclass(%(version_table)s) IS NOT NULL AS has_version,
        to_regclass(%(objects_table)s) IS NOT NULL AS has_objects;
 

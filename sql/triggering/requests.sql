@@ -187,11 +187,13 @@ END;
 $$;
 
 -- name: insert_runs
+-- params: runs jsonb
 -- Plain requests (no idempotency key, no debounce): the insert_runs function above.
 SELECT id, ids, outcome, environment, queue, size_limit, scope, size, item
 FROM {schema}.insert_runs(%(runs)s::jsonb);
 
 -- name: trigger_keyed_runs
+-- params: runs jsonb
 -- Requests with an idempotency key or debounce, decided under locks taken in the global lock
 -- order (sql/triggering/keyed.sql). The same JSON parameter as insert_runs, with the keys. Rows
 -- come back in request order; a rejection (queue full) is a single row with a NULL id naming

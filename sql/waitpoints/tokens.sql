@@ -40,6 +40,7 @@ END;
 $$;
 
 -- name: create_token
+-- params: key text, key_ttl_s double precision, timeout_s double precision
 SELECT {schema}.create_token(%(key)s, %(key_ttl_s)s, %(timeout_s)s);
 
 -- function: wake_at_commit
@@ -93,6 +94,7 @@ WHEN (NEW.kind = 'MANUAL' AND NEW.status = 'COMPLETED' AND OLD.status = 'PENDING
 EXECUTE FUNCTION {schema}.wake_tokens_at_commit();
 
 -- name: complete_token
+-- params: output jsonb, id bigint
 -- The waiting runs are woken when the caller's transaction commits (wake_at_commit).
 WITH done AS (
     UPDATE {schema}.waitpoints AS w
@@ -104,11 +106,13 @@ WITH done AS (
 SELECT {schema}.wake_at_commit(done.id) AS id FROM done;
 
 -- name: token_timeout_at_most
+-- params: timeout_s double precision, id bigint
 UPDATE {schema}.waitpoints
 SET timeout_at = least(coalesce(timeout_at, 'infinity'), now() + make_interval(secs => %(timeout_s)s))
 WHERE id = %(id)s AND kind = 'MANUAL' AND status = 'PENDING';
 
 -- name: get_token
+-- params: id bigint
 -- A token (a MANUAL waitpoint): `fairlane tokens show`, waitpoints.get_token, the HTTP API.
 SELECT id, environment, status, is_error, output, created_at, completed_at, timeout_at,
        idempotency_key

@@ -134,6 +134,7 @@ END;
 $$;
 
 -- name: wait_edges_at
+-- params: run_id bigint, attempt integer, position integer
 -- The edges the run's attempt made at this call position: a replay of the attempt finds them,
 -- a later attempt (after a failure) has its own.
 SELECT edge.item, edge.waitpoint_id
@@ -142,26 +143,31 @@ WHERE edge.run_id = %(run_id)s AND edge.attempt = %(attempt)s AND edge.position 
 ORDER BY edge.item;
 
 -- name: lock_awaited_runs
+-- params: run_ids bigint[]
 -- Serialises with the statement that finishes a child: either the child finishes first and its
 -- waitpoint is created completed, or has_waiters is set first and the finishing trigger fires.
 SELECT id FROM {schema}.runs WHERE id = ANY(%(run_ids)s::bigint[]) ORDER BY id DESC FOR UPDATE;
 
 -- name: runs_in_environment
+-- params: run_ids bigint[], environment text
 -- Of the runs a handler names to wait on, the ones of its own environment: any other answers
 -- as a missing run (docs/security.md).
 SELECT id FROM {schema}.runs
 WHERE id = ANY(%(run_ids)s::bigint[]) AND environment = %(environment)s;
 
 -- name: ensure_run_waitpoints
+-- params: run_ids bigint[]
 -- After lock_awaited_runs, in the same transaction.
 SELECT run_id, waitpoint_id FROM {schema}.ensure_run_waitpoints(%(run_ids)s::bigint[]);
 
 -- name: create_time_waitpoint
+-- params: at timestamp with time zone, delay_s double precision
 INSERT INTO {schema}.waitpoints (kind, status, complete_after)
 VALUES ('DATETIME', 'PENDING', coalesce(%(at)s::timestamptz, now() + make_interval(secs => %(delay_s)s)))
 RETURNING id;
 
 -- name: lock_waitpoints
+-- params: waitpoint_ids bigint[]
 -- Before a wait points edges at waitpoints: each is locked FOR SHARE, so the pruner (which
 -- locks its candidates FOR UPDATE SKIP LOCKED) can neither take one nor have taken one that
 -- this wait then finds missing. Returns the ones that exist.
@@ -171,18 +177,23 @@ ORDER BY w.id
 FOR SHARE;
 
 -- name: insert_wait_edges
+-- params: run_id bigint, attempt integer, position integer, items integer[],
+-- params: waitpoint_ids bigint[]
 INSERT INTO {schema}.run_waitpoints (run_id, attempt, position, item, waitpoint_id)
 SELECT %(run_id)s, %(attempt)s, %(position)s, edge.item, edge.waitpoint_id
 FROM unnest(%(items)s::integer[], %(waitpoint_ids)s::bigint[]) AS edge(item, waitpoint_id)
 ON CONFLICT DO NOTHING;
 
 -- name: begin_waiting
+-- params: run_id bigint, token uuid
 SELECT {schema}.begin_waiting(%(run_id)s, %(token)s);
 
 -- name: resume_run
+-- params: run_id bigint, token uuid
 SELECT {schema}.resume_run(%(run_id)s, %(token)s);
 
 -- name: wait_results
+-- params: run_id bigint, attempt integer, position integer
 SELECT edge.item, w.status, w.is_error, w.output, w.run_id
 FROM {schema}.run_waitpoints AS edge
 JOIN {schema}.waitpoints AS w ON w.id = edge.waitpoint_id
@@ -190,6 +201,7 @@ WHERE edge.run_id = %(run_id)s AND edge.attempt = %(attempt)s AND edge.position 
 ORDER BY edge.item;
 
 -- name: run_waits_on
+-- params: run_id bigint
 -- What a run waits on, by call position and item: each waitpoint's kind and status, the run
 -- it stands for (RUN), its due time (DATETIME), its timeout (MANUAL) and its batch (BATCH).
 -- The waits of its current attempt (wait_attempt); an earlier attempt's are history.

@@ -2,6 +2,7 @@
 -- a run's children, waitpoints and batch, recent batches.
 
 -- name: finished_per_minute
+-- params: minutes integer
 -- Runs that ended in each of the last `minutes` minutes, by environment and final status.
 -- The lower bound on the pruning index's expression lets it serve the scan (an ended run's
 -- key expiry only ever raises the expression above its end).
@@ -34,6 +35,7 @@ CROSS JOIN LATERAL (
 ORDER BY q.environment, q.name;
 
 -- name: run_children
+-- params: id bigint, limit bigint
 SELECT id, task, status, queue, created_at, finished_at
 FROM {schema}.runs
 WHERE parent_run_id = %(id)s
@@ -41,6 +43,7 @@ ORDER BY id
 LIMIT %(limit)s;
 
 -- name: run_waits
+-- params: id bigint, limit bigint
 -- What a run waits or waited on, by attempt (its wait_attempt: an attempt after a failure
 -- makes its own waits), call position and item; the latest attempt's first.
 SELECT edge.attempt, edge.position, edge.item, w.id AS waitpoint_id, w.kind, w.status,
@@ -52,9 +55,11 @@ ORDER BY edge.attempt DESC, edge.position, edge.item
 LIMIT %(limit)s;
 
 -- name: run_batch
+-- params: id bigint
 SELECT batch_id, batch_index FROM {schema}.runs WHERE id = %(id)s;
 
 -- name: recent_batches
+-- params: environment text, before_id bigint, limit bigint
 -- Newest first; `environment` NULL: every one.
 SELECT b.id, b.environment, b.run_count, b.status, b.sealed, b.succeeded, b.failed,
        b.parent_run_id, b.waitpoint_id, b.idempotency_key, b.created_at, b.sealed_at,

@@ -1,11 +1,13 @@
 -- API keys of the HTTP API (fairlane.web): only each key's SHA-256 is stored.
 
 -- name: create_api_key
+-- params: kind text, environment text, name text, prefix text, secret_hash text
 INSERT INTO {schema}.api_keys (kind, environment, name, prefix, secret_hash)
 VALUES (%(kind)s, %(environment)s, %(name)s, %(prefix)s, %(secret_hash)s)
 RETURNING id, kind, environment, name, prefix, created_at, last_used_at, revoked_at;
 
 -- name: list_api_keys
+-- params: environment text, include_revoked boolean
 -- Every key, or an environment's; revoked ones only when asked for.
 SELECT id, kind, environment, name, prefix, created_at, last_used_at, revoked_at
 FROM {schema}.api_keys
@@ -14,6 +16,7 @@ WHERE (%(environment)s::text IS NULL OR environment = %(environment)s::text)
 ORDER BY id;
 
 -- name: revoke_api_key
+-- params: id bigint, environment text
 -- Revoked at once: the next request with the key is refused, and the dashboard sessions it
 -- opened are deleted. No row: no such key (or an environment given that is not the key's).
 WITH revoked AS (
@@ -29,6 +32,7 @@ WITH revoked AS (
 SELECT id, kind, environment, name, prefix, created_at, last_used_at, revoked_at FROM revoked;
 
 -- name: authenticate_api_key
+-- params: secret_hash text
 -- The live key with this hash, if any. Its last use is written at most once a minute, so a
 -- busy key does not turn every request into a row update.
 WITH found AS (

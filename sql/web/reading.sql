@@ -2,16 +2,19 @@
 -- environment's or queue's settings (without creating the row), a page of a batch's items.
 
 -- name: get_environment_settings
+-- params: name text
 SELECT name, concurrency_limit, burst_factor, paused, size_limit
 FROM {schema}.environments
 WHERE name = %(name)s;
 
 -- name: get_queue_settings
+-- params: environment text, name text
 SELECT environment, name, concurrency_limit, paused, size_limit
 FROM {schema}.queues
 WHERE environment = %(environment)s AND name = %(name)s;
 
 -- name: batch_items_page
+-- params: id bigint, after_index integer, state text, limit bigint
 -- A batch's items by index from `after_index` (exclusive; NULL: the first), optionally only
 -- those in `state` (FAILED: the items that became pre-failed runs or could not trigger).
 SELECT i.index, i.state, i.run_id, i.error

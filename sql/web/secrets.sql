@@ -1,6 +1,7 @@
 -- The web server's signing secrets, made on first use and shared by every server process.
 
 -- name: ensure_web_secret
+-- params: name text, candidate bytea
 -- The secret named `name`: the stored one, or `candidate` if none was stored yet (two
 -- processes racing store one, and both read it back).
 WITH made AS (

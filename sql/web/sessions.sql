@@ -4,6 +4,7 @@
 -- time (the shorter of the one it was opened under and the server's current one).
 
 -- name: open_dashboard_session
+-- params: secret_hash text, lifetime_s double precision, idle_s double precision, key_id bigint
 -- Only for a live admin key: a key revoked since the sign-in form checked it opens nothing.
 INSERT INTO {schema}.dashboard_sessions (secret_hash, key_id, expires_at, idle_s)
 SELECT %(secret_hash)s::text, k.id, now() + make_interval(secs => %(lifetime_s)s::float8),
@@ -13,6 +14,7 @@ WHERE k.id = %(key_id)s AND k.kind = 'admin' AND k.revoked_at IS NULL
 RETURNING secret_hash;
 
 -- name: dashboard_session
+-- params: secret_hash text, idle_s double precision, touch boolean, touch_s double precision
 -- The admin key of a live session, or no row. When `touch`, last_seen_at moves to now, but
 -- only once it is `touch_s` old, so a busy session is not a row update per request.
 WITH found AS (
@@ -34,6 +36,7 @@ WITH found AS (
 SELECT id, kind, environment, name, prefix, created_at, last_used_at, revoked_at FROM found;
 
 -- name: close_dashboard_session
+-- params: secret_hash text
 DELETE FROM {schema}.dashboard_sessions
 WHERE secret_hash = %(secret_hash)s
 RETURNING secret_hash;

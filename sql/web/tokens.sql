@@ -23,6 +23,7 @@ END;
 $$;
 
 -- name: create_environment_token
+-- params: environment text, key text, key_ttl_s double precision, timeout_s double precision
 SELECT id, environment
 FROM {schema}.create_environment_token(
     %(environment)s, %(key)s, %(key_ttl_s)s, %(timeout_s)s);

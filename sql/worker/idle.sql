@@ -2,6 +2,7 @@
 -- finds nothing, it holds no run, and nothing it serves is about to become claimable.
 
 -- name: due_delayed_runs
+-- params: environments text[], queues text[]
 -- Whether DELAYED runs of these environments and queues (NULL: any) are due already (a delay or
 -- a retry's backoff that has passed) and wait only for the promotion job to queue them.
 SELECT EXISTS (

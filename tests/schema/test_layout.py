@@ -83,17 +83,17 @@ def test_installed_wheel_reads_its_own_sql_and_migrations(
         import sys, sysconfig
         from pathlib import Path
         import fairlane, fairlane.engine.sqlfiles
-        import fairlane.schema.migrate, fairlane.schema.revisions
+        import fairlane.schema.migrate, fairlane.schema.revision_hashes
 
         site = Path(sysconfig.get_paths()["purelib"]).resolve()
         package = Path(fairlane.__file__).resolve().parent
         sql_dir = Path(str(fairlane.engine.sqlfiles.sql_dir())).resolve()
-        migrations = fairlane.schema.revisions.migrations_dir().resolve()
+        migrations = fairlane.schema.revision_hashes.migrations_dir().resolve()
         assert package == site / "fairlane", package
         assert sql_dir == package / "_sql", sql_dir
         assert migrations == package / "_migrations", migrations
         assert (migrations / "env.py").is_file()
-        claim_file = sql_dir / "scheduling" / "claim.sql"
+        claim_file = sql_dir / "claim" / "claim.sql"
         packaged = fairlane.engine.sqlfiles.parse_named_statements(claim_file.read_text())
         claim = fairlane.engine.sqlfiles.query("claim_runs", "fairlane")
         assert fairlane.engine.sqlfiles._raw_statements()["claim_runs"] == packaged["claim_runs"]

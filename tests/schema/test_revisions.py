@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fairlane.schema import migrate
 from fairlane.schema.check import SCHEMA_REVISION, known_revisions
-from fairlane.schema.revisions import hash_line, migrations_dir, revision_drift
+from fairlane.schema.revision_hashes import hash_line, migrations_dir, revision_drift
 
 
 def test_every_revision_is_listed_with_the_hash_it_landed_with() -> None:

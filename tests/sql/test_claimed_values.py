@@ -1,5 +1,5 @@
 """What a claim hands a worker: each run's payload and metadata as they were triggered. The
-claim sends a JSON null payload and empty metadata as SQL NULL (sql/scheduling/claim.sql), so
+claim sends a JSON null payload and empty metadata as SQL NULL (sql/claim/claim.sql), so
 the reading side must give them back as None and as a dict of the run's own."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from croniter import croniter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fairlane.scheduling.cron import last_tick, next_tick
+from fairlane.cron.expressions import last_tick, next_tick
 from tests.helpers.tzif import LocalTime, tzif_bytes, zones_on_path
 
 MINUTE = timedelta(minutes=1)

@@ -15,10 +15,10 @@ import psycopg
 import pytest
 
 from fairlane import RunContext, TaskRegistry, schedules
-from fairlane.engine.schedules import DueSchedule
+from fairlane.cron.expressions import check_cron, last_tick, next_tick
+from fairlane.cron.firing import CATCH_UP_GRACE_S, fire_due_schedules, ticks_to_fire
+from fairlane.engine.cron import DueSchedule
 from fairlane.errors import ConfigurationError, ScheduleNotFoundError, TriggerOptionError
-from fairlane.scheduling.cron import check_cron, last_tick, next_tick
-from fairlane.scheduling.firing import CATCH_UP_GRACE_S, fire_due_schedules, ticks_to_fire
 from tests.helpers import fast_worker, run_row, running, wait_until
 
 pytestmark = pytest.mark.anyio

@@ -99,16 +99,18 @@ async def set_batch_limits(
     _check("bucket_max", bucket_max)
     _check("concurrency", concurrency, whole=True)
     batches = engine(schema_name(schema)).batches
-    params = {
-        "environment": environment, "refill_amount": refill_amount,
-        "refill_interval_s": refill_interval_s, "bucket_max": bucket_max,
-        "concurrency": concurrency,
-    }  # fmt: skip
+    update = batches.update_limits(
+        environment,
+        refill_amount=refill_amount,
+        refill_interval_s=refill_interval_s,
+        bucket_max=bucket_max,
+        concurrency=concurrency,
+    )
     # The queue row before the environment's (the global lock order, docs/concurrency.md).
     async with conn.transaction():
         await run_async(conn, batches.sync_queue_concurrency(environment, concurrency))
         await run_async(conn, batches.ensure_environment(environment))
-        await run_async(conn, batches.update_limits(params))
+        await run_async(conn, update)
 
 
 async def item_max_bytes(conn: AsyncConn, schema: str) -> int:

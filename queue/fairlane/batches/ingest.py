@@ -32,6 +32,7 @@ from fairlane.batches.api import get_batch, item_max_bytes
 from fairlane.batches.ndjson import NdjsonItemParser, OversizedItem, ParsedLine, check_first_index
 from fairlane.config import schema_name
 from fairlane.engine import engine
+from fairlane.engine.batches import ItemColumns
 from fairlane.engine.statement import first_async
 from fairlane.errors import (
     BatchAbortedError,
@@ -98,12 +99,10 @@ class _Slice:
         self.oversized.append(False)
         self.bytes += len(payload) + len(options)
 
-    def params(self, batch_id: int) -> dict[str, Any]:
-        return {
-            "batch_id": batch_id, "indexes": self.indexes, "tasks": self.tasks,
-            "payloads": self.payloads, "options": self.options, "oversized": self.oversized,
-            "made": None, "refusals": None,
-        }  # fmt: skip
+    def columns(self, batch_id: int) -> ItemColumns:
+        return ItemColumns(
+            batch_id, self.indexes, self.tasks, self.payloads, self.options, self.oversized
+        )
 
 
 class _Ingest:
@@ -132,7 +131,7 @@ class _Ingest:
         )
 
     async def _send(self, sent: _Slice, lines: int) -> None:
-        statement = engine(self.schema).batches.ingest(sent.params(self.batch.id))
+        statement = engine(self.schema).batches.ingest(sent.columns(self.batch.id))
         async with self.connect() as conn:
             row = await first_async(conn, statement)
             if not conn.autocommit:

@@ -21,6 +21,7 @@ import psycopg
 from fairlane.batches.api import create_batch, item_max_bytes
 from fairlane.batches.items import item_options
 from fairlane.engine import engine
+from fairlane.engine.batches import ItemColumns
 from fairlane.engine.statement import run_async
 from fairlane.errors import (
     FairlaneError,
@@ -50,12 +51,18 @@ class _Items:
     refusals: list[str | None]
     made: list[int | None]
 
-    def params(self, batch_id: int) -> dict[str, Any]:
-        return {
-            "batch_id": batch_id, "indexes": list(range(len(self.tasks))), "tasks": self.tasks,
-            "payloads": self.payloads, "options": self.options, "oversized": self.oversized,
-            "made": self.made, "refusals": self.refusals,
-        }  # fmt: skip
+    def columns(self, batch_id: int) -> ItemColumns:
+        indexes = list(range(len(self.tasks)))
+        return ItemColumns(
+            batch_id,
+            indexes,
+            self.tasks,
+            self.payloads,
+            self.options,
+            self.oversized,
+            made=self.made,
+            refusals=self.refusals,
+        )
 
 
 def batch_environment(requests: Sequence[TriggerRequest]) -> str:
@@ -98,7 +105,7 @@ async def make_parent_batch(
             made = []
         for index, run_id in zip(triggerable, made, strict=False):
             items.made[index] = run_id
-    await run_async(conn, engine(schema).batches.ingest(items.params(batch.id)))
+    await run_async(conn, engine(schema).batches.ingest(items.columns(batch.id)))
     return batch.id, batch.waitpoint_id
 
 

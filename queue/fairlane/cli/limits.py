@@ -9,8 +9,8 @@ from typing import Any
 
 import psycopg
 
+from fairlane import limits
 from fairlane.cli.common import connection_options, flag_pair, json_option, print_json
-from fairlane.scheduling import limits
 from fairlane.schema.check import connect_checked
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 from functools import cache
 
 from fairlane.engine.batches import Batches
+from fairlane.engine.claim import Claim
+from fairlane.engine.cron import Cron
 from fairlane.engine.leases import Leases
+from fairlane.engine.limits import Limits
 from fairlane.engine.listen import Listen
 from fairlane.engine.maintenance import Maintenance
 from fairlane.engine.metrics import Metrics
 from fairlane.engine.runs import Runs
-from fairlane.engine.schedules import Schedules
-from fairlane.engine.scheduling import Scheduling
 from fairlane.engine.schema import SchemaState
 from fairlane.engine.statement import (
     Statement,
@@ -40,7 +41,8 @@ class Engine:
         self.schema = schema
         self.runs = Runs(schema)
         self.triggers = Triggers(schema)
-        self.scheduling = Scheduling(schema)
+        self.claim = Claim(schema)
+        self.limits = Limits(schema)
         self.leases = Leases(schema)
         self.waits = Waits(schema)
         self.batches = Batches(schema)
@@ -49,7 +51,7 @@ class Engine:
         self.schema_state = SchemaState(schema)
         self.listen = Listen(schema)
         self.web = Web(schema)
-        self.schedules = Schedules(schema)
+        self.cron = Cron(schema)
 
 
 @cache

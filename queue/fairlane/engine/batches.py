@@ -46,6 +46,22 @@ class LockedItem:
     parent_run_id: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class ItemColumns:
+    """A slice of a batch's items, one array per column (``ingest_batch_items``). Payloads
+    and options are JSON text, a payload None for an oversized item; ``made`` and
+    ``refusals``, what a handler's own batch did with each item at once, else None."""
+
+    batch_id: int
+    indexes: list[int]
+    tasks: list[str]
+    payloads: list[str | None]
+    options: list[str]
+    oversized: list[bool]
+    made: list[int | None] | None = None
+    refusals: list[str | None] | None = None
+
+
 def _item(batch_id: int, index: int) -> dict[str, int]:
     return {"batch_id": batch_id, "index": index}
 
@@ -67,9 +83,17 @@ class Batches(Section):
     def items(self, batch_id: int) -> Statement[ItemRow]:
         return self._statement("batch_run_ids", {"id": batch_id}, lambda row: ItemRow(**row))
 
-    def ingest(self, params: dict[str, Any]) -> Statement[IngestRow]:
-        """``params``: batch_id, and one array per column (indexes, tasks, payloads, options,
-        oversized; made and refusals may be None)."""
+    def ingest(self, items: ItemColumns) -> Statement[IngestRow]:
+        params = {
+            "batch_id": items.batch_id,
+            "indexes": items.indexes,
+            "tasks": items.tasks,
+            "payloads": items.payloads,
+            "options": items.options,
+            "oversized": items.oversized,
+            "made": items.made,
+            "refusals": items.refusals,
+        }
         return self._statement("ingest_batch_items", params, lambda row: IngestRow(**row))
 
     def item_max_bytes(self) -> Statement[int]:
@@ -96,7 +120,23 @@ class Batches(Section):
             "set_environment_batch_limits", {"environment": environment}, no_rows
         )
 
-    def update_limits(self, params: dict[str, Any]) -> Statement[int | None]:
+    def update_limits(
+        self,
+        environment: str,
+        *,
+        refill_amount: float | None,
+        refill_interval_s: float | None,
+        bucket_max: float | None,
+        concurrency: int | None,
+    ) -> Statement[int | None]:
+        """The environment's overrides of the batch settings (None: the setting's default)."""
+        params = {
+            "refill_amount": refill_amount,
+            "refill_interval_s": refill_interval_s,
+            "bucket_max": bucket_max,
+            "concurrency": concurrency,
+            "environment": environment,
+        }
         return self._statement("update_environment_batch_limits", params, scalar)
 
     def sync_queue_concurrency(self, environment: str, concurrency: int | None) -> Statement[None]:

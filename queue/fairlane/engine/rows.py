@@ -30,7 +30,7 @@ def _claimed_run(
     environment: str, queue: str, metadata: dict[str, Any] | None, machine: str | None,
     max_duration_s: float | None, queue_order: datetime | None, wait_attempt: int,
 ) -> ClaimedRun:  # fmt: skip
-    # The claim sends empty metadata as NULL (sql/scheduling/claim.sql); a run's own dict.
+    # The claim sends empty metadata as NULL (sql/claim/claim.sql); a run's own dict.
     return ClaimedRun(
         id, lease_token, task, payload, attempts, max_attempts, environment, queue,
         {} if metadata is None else metadata, machine, max_duration_s, queue_order, wait_attempt,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
 
 from fairlane.engine.rows import run_from_row
 from fairlane.engine.section import Section
@@ -48,13 +48,56 @@ class BulkRow:
     size_limit: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """Which runs a listing or a bulk action takes (``RunFilter.query()``), newest first.
+    ``since_s`` only for bulk actions: ``list_runs`` has no such parameter."""
+
+    environment: str | None
+    queue: str | None
+    task: str | None
+    statuses: list[str] | None
+    tags: list[str] | None
+    before_id: int | None
+    include_carriers: bool
+    limit: int
+    since_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class FailedRun:
+    """A run recorded as failed without running (``insert_failed_run``): payload and
+    metadata as JSON text."""
+
+    environment: str
+    queue: str
+    task: str
+    payload: str
+    max_attempts: int
+    tags: list[str]
+    metadata: str
+    machine: str | None
+    parent_run_id: int | None
+    code: str
+    message: str
+
+
 class Runs(Section):
     def get(self, run_id: int) -> Statement[Run]:
         return self._statement("get_run", {"id": run_id}, run_from_row)
 
-    def list(self, filters: dict[str, Any]) -> Statement[Run]:
-        """``filters``: the parameters of ``RunFilter.params()``."""
-        return self._statement("list_runs", filters, run_from_row)
+    def list(self, query: RunQuery) -> Statement[Run]:
+        params = {
+            "environment": query.environment,
+            "queue": query.queue,
+            "task": query.task,
+            "statuses": query.statuses,
+            "tags": query.tags,
+            "before_id": query.before_id,
+            "include_carriers": query.include_carriers,
+            "limit": query.limit,
+        }
+        return self._statement("list_runs", params, run_from_row)
 
     def count_by_status(self) -> Statement[tuple[str, int]]:
         return self._statement(
@@ -64,18 +107,46 @@ class Runs(Section):
     def cancel(self, run_id: int) -> Statement[CancelRow]:
         return self._statement("cancel_run", {"id": run_id}, lambda row: CancelRow(**row))
 
-    def reschedule(self, params: dict[str, Any]) -> Statement[RescheduleRow]:
+    def reschedule(
+        self, run_id: int, *, start_at: datetime | None, delay_s: float | None
+    ) -> Statement[RescheduleRow]:
+        """At ``start_at``, or ``delay_s`` from the database's now."""
+        params = {"id": run_id, "start_at": start_at, "delay_s": delay_s}
         return self._statement("reschedule_run", params, lambda row: RescheduleRow(**row))
 
     def retry(self, run_id: int) -> Statement[RetryRow]:
         return self._statement("retry_run", {"id": run_id}, lambda row: RetryRow(**row))
 
-    def insert_failed(self, params: dict[str, Any]) -> Statement[int]:
+    def insert_failed(self, run: FailedRun) -> Statement[int]:
+        params = {
+            "environment": run.environment,
+            "queue": run.queue,
+            "task": run.task,
+            "payload": run.payload,
+            "max_attempts": run.max_attempts,
+            "tags": run.tags,
+            "metadata": run.metadata,
+            "machine": run.machine,
+            "parent_run_id": run.parent_run_id,
+            "code": run.code,
+            "message": run.message,
+        }
         return self._statement("insert_failed_run", params, scalar)
 
-    def matching_ids(self, filters: dict[str, Any]) -> Statement[int]:
-        """``filters``: ``RunFilter.params()`` (``limit`` is the page size)."""
-        return self._statement("matching_run_ids", filters, scalar)
+    def matching_ids(self, query: RunQuery) -> Statement[int]:
+        """A page of matching ids (``limit`` is the page size)."""
+        params = {
+            "environment": query.environment,
+            "queue": query.queue,
+            "task": query.task,
+            "statuses": query.statuses,
+            "tags": query.tags,
+            "before_id": query.before_id,
+            "since_s": query.since_s,
+            "include_carriers": query.include_carriers,
+            "limit": query.limit,
+        }
+        return self._statement("matching_run_ids", params, scalar)
 
     def retry_many(self, ids: Sequence[int]) -> Statement[BulkRow]:
         def bulk_row(row: Row) -> BulkRow:

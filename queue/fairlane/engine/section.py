@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from fairlane.engine.sqlfiles import query
@@ -18,9 +18,9 @@ class Section:
     def _statement(
         self,
         name: str,
-        params: Mapping[str, Any] | Sequence[Any] | None,
+        params: Mapping[str, Any] | None,
         row: Callable[[Row], T],
     ) -> Statement[T]:
-        # tests/sql/test_statements.py finds every name given here: a named statement of sql/
-        # that no section builds is reported as unused.
+        # By name, exactly the parameters the statement declares (its ``-- params:`` lines):
+        # tests/sql/test_statements.py calls every method of every section and checks them.
         return Statement(name, query(name, self.schema), params, row)

@@ -2,7 +2,12 @@
 
 A file holds two kinds of entries, each under a header line:
 
-- ``-- name: <name>``: a statement the runtime sends (``query(name, schema)``);
+- ``-- name: <name>``: a statement the runtime sends (``query(name, schema)``), its
+  parameters declared under the header, in the order the statement first uses them, as
+  ``-- params: <name> <type>, <name> <type>`` lines (as many as it takes; none when it has no
+  parameters). The types are PostgreSQL's names of the types the statement gives them
+  (``bigint[]``, ``timestamp with time zone``): tests/sql/test_statements.py checks the names
+  against the placeholders, the types against the server and the engine's method against both;
 - ``-- function: <name>``, ``-- trigger: <name>``, ``-- view: <name>``: the definition of a
   database object, installed by ``fairlane migrate`` after the revisions
   (``fairlane.schema.objects``), never sent by the runtime.
@@ -31,7 +36,17 @@ from psycopg import sql
 from fairlane.errors import SchemaObjectError
 
 _HEADER = re.compile(r"^-- (?P<kind>name|function|trigger|view): (?P<name>\w+)\s*$", re.MULTILINE)
+_PARAMS = re.compile(r"^-- params: (?P<params>.+?)\s*$", re.MULTILINE)
+_PARAM = re.compile(r"^(?P<name>[A-Za-z_]\w*)\s+(?P<type>\w[\w ]*(?:\[\])?)$")
 OBJECT_KINDS = ("function", "trigger", "view")
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """A parameter a statement declares: its placeholder's name and its PostgreSQL type."""
+
+    name: str
+    type: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +57,7 @@ class Entry:
     name: str
     template: str
     source: str  # the file it came from, for error messages
+    params: tuple[Param, ...] = ()
 
 
 def sql_dir() -> Traversable:
@@ -59,9 +75,28 @@ def parse_entries(source: str, filename: str = "<string>") -> list[Entry]:
     headers = list(_HEADER.finditer(source))
     for header, following in zip(headers, [*headers[1:], None], strict=True):
         end = following.start() if following else len(source)
-        body = _without_comment_lines(source[header.end() : end]).strip()
-        entries.append(Entry(header.group("kind"), header.group("name"), body, filename))
+        raw = source[header.end() : end]
+        body = _without_comment_lines(raw).strip()
+        kind, name = header.group("kind"), header.group("name")
+        params = _declared_params(name, raw) if kind == "name" else ()
+        entries.append(Entry(kind, name, body, filename, params))
     return entries
+
+
+def _declared_params(statement: str, raw: str) -> tuple[Param, ...]:
+    """The parameters of the ``-- params:`` lines of a statement's entry."""
+    declared: list[Param] = []
+    for line in _PARAMS.finditer(raw):
+        # A line may end with a comma, the list going on on the next one.
+        for item in line.group("params").rstrip(",").split(","):
+            found = _PARAM.match(item.strip())
+            if found is None:
+                raise SchemaObjectError(statement, f"cannot read the parameter {item.strip()!r}")
+            declared.append(Param(found.group("name"), found.group("type")))
+    names = [param.name for param in declared]
+    if len(set(names)) != len(names):
+        raise SchemaObjectError(statement, "a parameter is declared twice")
+    return tuple(declared)
 
 
 def parse_named_statements(source: str) -> dict[str, str]:
@@ -123,6 +158,16 @@ def _entries() -> tuple[Entry, ...]:
 @cache
 def _raw_statements() -> dict[str, str]:
     return {entry.name: entry.template for entry in _entries() if entry.kind == "name"}
+
+
+@cache
+def _declared() -> dict[str, tuple[Param, ...]]:
+    return {entry.name: entry.params for entry in _entries() if entry.kind == "name"}
+
+
+def statement_params(name: str) -> tuple[Param, ...]:
+    """The parameters the statement ``name`` declares, in the order it first uses them."""
+    return _declared()[name]
 
 
 def object_entries() -> list[Entry]:

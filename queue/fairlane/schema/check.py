@@ -20,7 +20,7 @@ from fairlane.engine import engine
 from fairlane.engine.statement import Operation, drive, drive_async
 from fairlane.errors import SchemaMismatchError, UnsupportedServerError
 from fairlane.schema.objects import expected_checksums
-from fairlane.schema.revisions import migrations_dir
+from fairlane.schema.revision_hashes import migrations_dir
 
 # The revision this package needs: the head of migrations/versions (a test holds them equal).
 SCHEMA_REVISION = "0022"

@@ -21,7 +21,7 @@ from fairlane.config import database_url, psycopg_dsn, schema_name, sqlalchemy_u
 from fairlane.errors import ConfigurationError
 from fairlane.schema.check import require_supported_server
 from fairlane.schema.install import InstallResult, drop_objects, install_objects, migration_lock
-from fairlane.schema.revisions import migrations_dir
+from fairlane.schema.revision_hashes import migrations_dir
 from fairlane.schema.tables import VERSION_TABLE
 
 SCHEMA_ATTRIBUTE = "fairlane_schema"

@@ -217,7 +217,7 @@ def _environments(metadata: MetaData) -> Table:
         Column("burst_factor", Numeric(6, 2), nullable=False, server_default="1.0"),
         Column("paused", Boolean, nullable=False, server_default=text("false")),
         # Fair-scheduling state: runs handed out, and whether it ran out of queued runs (true
-        # until a scan of the queued runs finds it has some: sql/scheduling/claim.sql).
+        # until a scan of the queued runs finds it has some: sql/claim/claim.sql).
         Column("served", BigInteger, nullable=False, server_default="0"),
         Column("drained", Boolean, nullable=False, server_default=text("true")),
         Column("last_served_at", DateTime(timezone=True)),

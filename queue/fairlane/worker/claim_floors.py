@@ -2,7 +2,7 @@
 
 The claim reads each queue in the order of the queued index, from its head. A run claimed
 leaves its entry there, dead, until a vacuum removes it, so over a long drain every claim walks
-further through entries of runs claimed before (sql/scheduling/claim.sql). The worker keeps,
+further through entries of runs claimed before (sql/claim/claim.sql). The worker keeps,
 per queue, the claim order and id of the last run it claimed there, and sends them with its
 next claim as floors: the walk starts after them.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from fairlane.engine.scheduling import ClaimFloorArrays
+from fairlane.engine.claim import ClaimFloorArrays
 from fairlane.models import ClaimedRun
 
 QueueKey = tuple[str, str]  # environment, queue

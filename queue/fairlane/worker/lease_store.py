@@ -1,4 +1,4 @@
-"""A worker's side of its leases: the claim that takes them (sql/scheduling/claim.sql), and
+"""A worker's side of its leases: the claim that takes them (sql/claim/claim.sql), and
 the heartbeat and fenced writes that keep and end them (sql/leases/outcomes.sql).
 
 Each method takes the connection to run on, so a worker can give each of its loops its own
@@ -18,7 +18,7 @@ import psycopg
 from psycopg.types.json import set_json_loads
 
 from fairlane.engine import engine
-from fairlane.engine.scheduling import ClaimFloorArrays
+from fairlane.engine.claim import ClaimFloorArrays
 from fairlane.engine.statement import rows_async
 from fairlane.models import ClaimedRun
 
@@ -85,7 +85,7 @@ class LeaseStore:
         uses it must ask for a full scan when it learns of new work (a notification).
         ``floors`` (worker/claim_floors.py) start each queue's walk after the last run claimed
         there; a caller that sends them must also claim without them now and then."""
-        statement = self._engine.scheduling.claim(
+        statement = self._engine.claim.runs(
             limit, lease_s=self.lease_seconds, worker_id=self.worker_id,
             environments=environments, queues=queues, full_scan=full_scan, floors=floors,
         )  # fmt: skip
@@ -102,7 +102,7 @@ class LeaseStore:
         queues: Sequence[str] | None = None,
     ) -> bool:
         """Whether DELAYED runs there are due and only wait for the promotion job."""
-        found = await rows_async(conn, self._engine.scheduling.due_delayed(environments, queues))
+        found = await rows_async(conn, self._engine.claim.due_delayed(environments, queues))
         return bool(found and found[0])
 
     async def heartbeat(self, conn: AsyncConn, leases: Sequence[Lease]) -> set[int]:

@@ -3,7 +3,7 @@
 Every worker calls ``run_due_periodic_jobs`` (sql/maintenance/runner.sql) on an autocommit
 connection; it claims due jobs with SKIP LOCKED and runs each in a transaction of its own, so
 each tick runs exactly once however many workers there are, and a slow job holds back no other.
-Then it fires the due cron schedules (fairlane.scheduling.firing), each tick exactly once too;
+Then it fires the due cron schedules (fairlane.cron.firing), each tick exactly once too;
 the schedules the worker's tasks declare are created when the loop starts.
 """
 
@@ -18,10 +18,11 @@ import psycopg
 
 from fairlane import schedules
 from fairlane.connection import Outage
+from fairlane.cron.firing import fire_due_schedules
 from fairlane.engine import engine
+from fairlane.engine.cron import ScheduleValues
 from fairlane.engine.maintenance import JobsRan
 from fairlane.engine.statement import first_async
-from fairlane.scheduling.firing import fire_due_schedules
 from fairlane.worker.connections import LoopConnection
 from fairlane.worker.stats import WorkerStats
 
@@ -41,10 +42,10 @@ async def periodic_loop(
     stats: WorkerStats,
     *,
     interval: float,
-    declared: Sequence[dict[str, Any]] = (),
+    declared: Sequence[ScheduleValues] = (),
     metrics: WorkerMetrics | None = None,
 ) -> None:
-    """``declared``: the ``upsert_schedule`` parameters of the schedules the worker's tasks
+    """``declared``: the schedules the worker's tasks
     declare, created (or updated) before the first tick. ``metrics`` observes each job this
     worker ran and counts what it repaired."""
     pending = list(declared)

@@ -231,7 +231,7 @@ def _check_defaults(definition: TaskDefinition) -> None:
     check_request(TriggerRequest(definition.name, None, **definition.trigger_defaults()))
     seconds("max_duration", definition.max_duration)
     if definition.cron is not None:
-        from fairlane.scheduling.cron import check_cron
+        from fairlane.cron.expressions import check_cron
 
         check_cron(definition.cron, definition.timezone or "UTC")
     elif definition.timezone is not None:

@@ -24,7 +24,7 @@ import anyio
 import psycopg
 
 from fairlane import AsyncClient
-from fairlane.scheduling.limits import set_environment, set_queue
+from fairlane.limits import set_environment, set_queue
 from fairlane.tools.bench import sizes, statements
 from fairlane.tools.bench.common import (
     SCHEMA,

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import psycopg
 
-from fairlane.scheduling.limits import set_scheduler
+from fairlane.limits import set_scheduler
 from fairlane.tools.bench.common import (
     SCHEMA,
     count_statuses,

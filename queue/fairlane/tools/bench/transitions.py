@@ -108,7 +108,7 @@ def _claimed(conn: psycopg.Connection[Any], runs: int) -> tuple[list[int], list[
 
 def transitions(dsn: str, runs: int) -> list[dict[str, Any]]:
     sections = engine(SCHEMA)
-    claim = sections.scheduling.claim(
+    claim = sections.claim.runs(
         runs, lease_s=30.0, worker_id="bench", environments=None, queues=None, full_scan=True
     )
     figures: list[dict[str, Any]] = []

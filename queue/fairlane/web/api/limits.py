@@ -14,9 +14,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from fairlane import limits
 from fairlane.engine.statement import first_async
 from fairlane.models import EnvironmentSettings, QueueSettings
-from fairlane.scheduling import limits
 from fairlane.web.auth import Caller, authenticate, state_of
 from fairlane.web.bodies import read_object
 from fairlane.web.errors import ApiError

@@ -15,8 +15,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from fairlane.durations import MAX_SECONDS
+from fairlane.limits import MAX_BURST_FACTOR, MAX_RATE
 from fairlane.models import RunStatus
-from fairlane.scheduling.limits import MAX_BURST_FACTOR, MAX_RATE
 from fairlane.schema.tables import BATCH_ITEM_STATES, BATCH_STATUSES
 from fairlane.web.urls import app_url
 

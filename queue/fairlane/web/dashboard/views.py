@@ -17,14 +17,13 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from fairlane import control
+from fairlane import control, limits
 from fairlane.batches.api import get_batch
 from fairlane.control import RunFilter
 from fairlane.engine.statement import drive_async, first_async, rows_async
 from fairlane.errors import BatchNotFoundError, FairlaneError, RunNotFoundError
 from fairlane.maintenance import list_jobs_async
 from fairlane.models import FINAL_STATUSES, RunStatus
-from fairlane.scheduling import limits
 from fairlane.triggering.checks import BATCH_QUEUE
 from fairlane.web.auth import state_of
 from fairlane.web.dashboard.session import (

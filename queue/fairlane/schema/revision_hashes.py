@@ -1,6 +1,6 @@
 """Landed revisions are never edited: ``migrations/revisions.sha256`` holds each one's hash.
 
-Adding a revision appends its line (``fairlane.schema.revisions.hash_line``); editing a landed
+Adding a revision appends its line (``fairlane.schema.revision_hashes.hash_line``); editing a landed
 one makes the check fail (tests/schema/test_revisions.py), because a database that already ran
 it would never see the edit.
 """

@@ -1,7 +1,9 @@
--- Scheduling settings, changed at run time. Environments and queues get their rows on first
+-- Limits, changed at run time. Environments and queues get their rows on first
 -- trigger; setting a limit for one that has none yet creates it.
 
 -- name: upsert_environment_settings
+-- params: name text, concurrency_limit integer, burst_factor numeric, paused boolean,
+-- params: size_limit integer, set_limit boolean, set_size_limit boolean
 -- size_limit caps the runs waiting to start (QUEUED or DELAYED) across the environment's queues;
 -- triggers check it in their transaction (sql/triggering/sizes.sql). NULL is unlimited.
 INSERT INTO {schema}.environments AS e (name, concurrency_limit, burst_factor, paused, size_limit)
@@ -16,6 +18,8 @@ SET concurrency_limit = CASE WHEN %(set_limit)s THEN excluded.concurrency_limit
 RETURNING name, concurrency_limit, burst_factor, paused, size_limit;
 
 -- name: upsert_queue_settings
+-- params: environment text, name text, concurrency_limit integer, paused boolean,
+-- params: size_limit integer, set_limit boolean, set_size_limit boolean
 INSERT INTO {schema}.queues AS q (environment, name, concurrency_limit, paused, size_limit)
 VALUES (%(environment)s, %(name)s, %(concurrency_limit)s, coalesce(%(paused)s, false),
         %(size_limit)s)
@@ -27,9 +31,13 @@ SET concurrency_limit = CASE WHEN %(set_limit)s THEN excluded.concurrency_limit
 RETURNING environment, name, concurrency_limit, paused, size_limit;
 
 -- name: ensure_environment
+-- params: name text
 INSERT INTO {schema}.environments (name) VALUES (%(name)s) ON CONFLICT DO NOTHING;
 
 -- name: update_scheduler_settings
+-- params: quantum integer, max_deficit integer, set_global boolean,
+-- params: global_concurrency_limit integer, set_rate boolean, rate_limit_per_s double precision,
+-- params: rate_burst double precision
 UPDATE {schema}.scheduler
 SET quantum = coalesce(%(quantum)s, quantum),
     max_deficit = coalesce(%(max_deficit)s, max_deficit),

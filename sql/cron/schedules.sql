@@ -1,10 +1,12 @@
 -- Cron schedules (fairlane.schedules, fired by every worker's periodic loop,
--- fairlane.scheduling.firing). The cron arithmetic is Python's (fairlane.scheduling.cron); the
+-- fairlane.cron.firing). The cron arithmetic is Python's (fairlane.cron.expressions); the
 -- decisions are here: a due schedule is taken under its row lock with SKIP LOCKED, each tick is
 -- a row of schedule_fires keyed by (schedule, tick), and next_fire_at moves on in the same
 -- transaction. So each tick fires once, however many workers there are.
 
 -- name: upsert_schedule
+-- params: environment text, key text, task text, cron text, timezone text, payload jsonb,
+-- params: options jsonb, declared boolean, next_fire_at timestamp with time zone
 -- Create a schedule, or update the one with this (environment, key). Its next tick is kept
 -- unless the cron expression or time zone changed.
 INSERT INTO {schema}.schedules AS s
@@ -23,6 +25,7 @@ SET task = EXCLUDED.task,
 RETURNING s.id;
 
 -- name: lock_due_schedules
+-- params: now timestamp with time zone, limit bigint
 -- Due schedules, oldest tick first, each locked; a worker firing one skips the others' rows.
 -- Due by the clock given (tests fire at chosen instants), else by the transaction's now().
 SELECT s.id, s.environment, s.key, s.task, s.cron, s.timezone, s.payload, s.options,
@@ -34,6 +37,7 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
 -- name: record_schedule_fire
+-- params: schedule_id bigint, tick timestamp with time zone
 -- Claim a tick of a schedule; no row when it fired already (a run per tick, never two).
 INSERT INTO {schema}.schedule_fires (schedule_id, tick)
 VALUES (%(schedule_id)s, %(tick)s)
@@ -41,6 +45,9 @@ ON CONFLICT DO NOTHING
 RETURNING schedule_id;
 
 -- name: schedule_fired
+-- params: ticks timestamp with time zone[], run_ids bigint[], schedule_id bigint,
+-- params: next_fire_at timestamp with time zone, last_tick timestamp with time zone,
+-- params: last_run_id bigint
 -- After the ticks a firing took: the run each made, the next tick, and the fires older than
 -- the retention (prune_retention_s) deleted.
 WITH fired AS (
@@ -65,6 +72,7 @@ WHERE s.id = %(schedule_id)s
 RETURNING s.id;
 
 -- name: list_schedules
+-- params: environment text
 SELECT id, environment, key, task, cron, timezone, payload, options, declared, paused,
        next_fire_at, last_tick, last_run_id, created_at
 FROM {schema}.schedules
@@ -72,12 +80,14 @@ WHERE (%(environment)s::text IS NULL OR environment = %(environment)s::text)
 ORDER BY environment, key;
 
 -- name: get_schedule
+-- params: environment text, key text
 SELECT id, environment, key, task, cron, timezone, payload, options, declared, paused,
        next_fire_at, last_tick, last_run_id, created_at
 FROM {schema}.schedules
 WHERE environment = %(environment)s AND key = %(key)s;
 
 -- name: set_schedule_paused
+-- params: paused boolean, next_fire_at timestamp with time zone, environment text, key text
 -- Pause, or resume from the given next tick (the ticks missed while paused are not fired).
 UPDATE {schema}.schedules
 SET paused = %(paused)s,
@@ -86,11 +96,13 @@ WHERE environment = %(environment)s AND key = %(key)s
 RETURNING id;
 
 -- name: delete_schedule
+-- params: environment text, key text
 DELETE FROM {schema}.schedules
 WHERE environment = %(environment)s AND key = %(key)s
 RETURNING id;
 
 -- name: schedule_fire_ticks
+-- params: schedule_id bigint
 -- The ticks a schedule fired, oldest first (for operators and tests).
 SELECT f.tick, f.run_id
 FROM {schema}.schedule_fires AS f

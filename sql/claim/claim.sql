@@ -429,6 +429,9 @@ AS $$
 $$;
 
 -- name: claim_runs
+-- params: limit integer, lease_s double precision, worker_id text, environments text[],
+-- params: queues text[], full_scan boolean, floor_environments text[], floor_queues text[],
+-- params: floor_orders timestamp with time zone[], floor_ids bigint[]
 -- Claim up to %(limit)s runs in one statement: fairly across environments, within every cap,
 -- each with a fresh lease token that all later writes must present (sql/leases/outcomes.sql). The
 -- attempt is counted here, so a redelivery after a lapsed lease counts as one too; its

@@ -1,4 +1,4 @@
-"""Cron schedules (sql/scheduling/schedules.sql)."""
+"""Cron schedules (sql/cron/schedules.sql)."""
 
 from __future__ import annotations
 
@@ -26,14 +26,39 @@ class DueSchedule:
     now: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduleValues:
+    """A schedule as ``upsert_schedule`` writes it: payload and options as JSON text."""
+
+    environment: str
+    key: str
+    task: str
+    cron: str
+    timezone: str
+    payload: str
+    options: str
+    declared: bool
+    next_fire_at: datetime
+
+
 def _schedule(row: Any) -> Schedule:
     return Schedule(**row)
 
 
-class Schedules(Section):
-    def upsert(self, params: dict[str, Any]) -> Statement[int]:
-        """``params``: environment, key, task, cron, timezone, payload and options (JSON text),
-        declared, next_fire_at. One row: the schedule's id."""
+class Cron(Section):
+    def upsert(self, schedule: ScheduleValues) -> Statement[int]:
+        """One row: the schedule's id."""
+        params = {
+            "environment": schedule.environment,
+            "key": schedule.key,
+            "task": schedule.task,
+            "cron": schedule.cron,
+            "timezone": schedule.timezone,
+            "payload": schedule.payload,
+            "options": schedule.options,
+            "declared": schedule.declared,
+            "next_fire_at": schedule.next_fire_at,
+        }
         return self._statement("upsert_schedule", params, scalar)
 
     def lock_due(self, limit: int, now: datetime | None = None) -> Statement[DueSchedule]:

@@ -1,0 +1,55 @@
+"""The claim (sql/claim/) and whether due DELAYED runs wait only for their promotion
+(sql/worker/idle.sql)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from fairlane.engine.rows import claimed_from_row
+from fairlane.engine.section import Section
+from fairlane.engine.statement import Statement, scalar
+from fairlane.models import ClaimedRun
+
+# The claim's floors: environments, queues, queue orders and run ids, one element per queue.
+ClaimFloorArrays = tuple[list[str], list[str], list[datetime], list[int]]
+
+
+class Claim(Section):
+    def runs(
+        self,
+        limit: int,
+        *,
+        lease_s: float,
+        worker_id: str,
+        environments: Sequence[str] | None,
+        queues: Sequence[str] | None,
+        full_scan: bool,
+        floors: ClaimFloorArrays | None = None,
+    ) -> Statement[ClaimedRun]:
+        """``floors``: where each queue's walk starts, as four parallel arrays (environments,
+        queues, queue orders, run ids); see sql/claim/claim.sql."""
+        floor_environments, floor_queues, floor_orders, floor_ids = floors or (None,) * 4
+        params = {
+            "limit": limit,
+            "lease_s": lease_s,
+            "worker_id": worker_id,
+            "environments": list(environments) if environments else None,
+            "queues": list(queues) if queues else None,
+            "full_scan": full_scan,
+            "floor_environments": floor_environments,
+            "floor_queues": floor_queues,
+            "floor_orders": floor_orders,
+            "floor_ids": floor_ids,
+        }
+        return self._statement("claim_runs", params, claimed_from_row)
+
+    def due_delayed(
+        self, environments: Sequence[str] | None, queues: Sequence[str] | None
+    ) -> Statement[bool]:
+        """One row: whether DELAYED runs there are due and wait only for their promotion."""
+        params = {
+            "environments": list(environments) if environments else None,
+            "queues": list(queues) if queues else None,
+        }
+        return self._statement("due_delayed_runs", params, scalar)
