@@ -19,7 +19,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Written after a successful install; remade when pyproject.toml changes.
 STAMP := $(VENV)/.fairlane-installed
-LINT_PATHS := queue tests migrations
+LINT_PATHS := queue tests migrations tools
 
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
