@@ -4,9 +4,9 @@ the functions of fairlane.scheduling.limits, fairlane.schedules and fairlane.wai
 on the client's pool, with its guarantees (bounded, committed on return, a read or a change
 that is safe to repeat repeated once on another connection after an outage).
 
-Written once for ``AsyncClient``; fairlane.namespaces, ``Client``'s, is generated from this
-module by tools/async_to_sync.py. To change limits, schedules or tokens inside a transaction
-of your own, call those functions with your connection instead.
+Written once, for ``AsyncClient``, in fairlane.async_namespaces; fairlane.namespaces, for
+``Client``, is generated from it by tools/async_to_sync.py. To change limits, schedules or
+tokens inside a transaction of your own, call those functions with your connection instead.
 """
 
 from __future__ import annotations
