@@ -2,7 +2,7 @@
 
 The async code is written once; its sync twin is this script's output, checked in, and
 ``tests/unit/test_generated_sync.py`` fails when a checked-in file is not what the script
-makes of its source (run ``python tools/async_to_sync.py`` after changing a source). The
+makes of its source (run ``make generate`` after changing a source). The
 conversion works on tokens, so the comments and docstrings stay where they are:
 
 - ``async def``, ``async with``, ``async for`` lose ``async``; ``await`` goes;

@@ -11,7 +11,7 @@ def test_generated_module_is_current(source: str, target: str) -> None:
     checked_in = (ROOT / target).read_text()
     assert checked_in == generate(source, target), (
         f"{target} is not what tools/async_to_sync.py makes of {source}: "
-        "run `python tools/async_to_sync.py`"
+        "run `make generate`"
     )
 
 
