@@ -10,8 +10,7 @@ from tools.async_to_sync import MODULES, ROOT, convert, generate, sync_name
 def test_generated_module_is_current(source: str, target: str) -> None:
     checked_in = (ROOT / target).read_text()
     assert checked_in == generate(source, target), (
-        f"{target} is not what tools/async_to_sync.py makes of {source}: "
-        "run `make generate`"
+        f"{target} is not what tools/async_to_sync.py makes of {source}: run `make generate`"
     )
 
 
