@@ -164,9 +164,10 @@ class AsyncClient:
         # Batches keep a connection of their own, without the statement timeout: an ingest
         # slice is as long as the caller's chunks make it. Opened on first use.
         self.batches = AsyncBatchClient(
-            watch_dsn(self.dsn, self._pool.conninfo), schema=self.schema,
+            watch_dsn(self.dsn, self._pool.conninfo),
+            schema=self.schema,
             prepare_threshold=self.options.prepare_threshold,
-        )  # fmt: skip
+        )
 
     # -- connections ------------------------------------------------------------------------
 

@@ -85,19 +85,33 @@ class AsyncSchedules:
         self._client = client
 
     async def create(
-        self, task: str | Task[Any, Any], cron: str, timezone: str = "UTC", *,
-        external_id: str, payload: Any = None, environment: str = "default", **options: Any,
-    ) -> Schedule:  # fmt: skip
+        self,
+        task: str | Task[Any, Any],
+        cron: str,
+        timezone: str = "UTC",
+        *,
+        external_id: str,
+        payload: Any = None,
+        environment: str = "default",
+        **options: Any,
+    ) -> Schedule:
         """Create or update the schedule ``external_id`` of ``environment``, as
         ``fairlane.schedules.create``."""
         schema = self._client.schema
         return await self._client._call(
             lambda conn: schedules.create_async(
-                conn, task, cron, timezone, external_id=external_id, payload=payload,
-                environment=environment, schema=schema, **options,
+                conn,
+                task,
+                cron,
+                timezone,
+                external_id=external_id,
+                payload=payload,
+                environment=environment,
+                schema=schema,
+                **options,
             ),
             repeatable=True,
-        )  # fmt: skip
+        )
 
     async def get(self, external_id: str, *, environment: str = "default") -> Schedule:
         """Raises ``ScheduleNotFoundError`` for an unknown schedule."""
@@ -164,18 +178,24 @@ class AsyncTokens:
         self._client = client
 
     async def create(
-        self, *, idempotency_key: str | None = None, idempotency_ttl: Duration | None = None,
+        self,
+        *,
+        idempotency_key: str | None = None,
+        idempotency_ttl: Duration | None = None,
         timeout: Duration | None = None,  # noqa: ASYNC109 - stored on the token
-    ) -> int:  # fmt: skip
+    ) -> int:
         """A token's id; the same live idempotency key returns the same token."""
         schema = self._client.schema
         return await self._client._call(
             lambda conn: tokens.create_token_async(
-                conn, idempotency_key=idempotency_key, idempotency_ttl=idempotency_ttl,
-                timeout=timeout, schema=schema,
+                conn,
+                idempotency_key=idempotency_key,
+                idempotency_ttl=idempotency_ttl,
+                timeout=timeout,
+                schema=schema,
             ),
             repeatable=idempotency_key is not None,
-        )  # fmt: skip
+        )
 
     async def complete(self, token_id: int, output: Any = None) -> bool:
         """Complete a token and wake whoever waits on it; False if it was already complete."""

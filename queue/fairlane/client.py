@@ -166,9 +166,10 @@ class Client:
         # Batches keep a connection of their own, without the statement timeout: an ingest
         # slice is as long as the caller's chunks make it. Opened on first use.
         self.batches = BatchClient(
-            watch_dsn(self.dsn, self._pool.conninfo), schema=self.schema,
+            watch_dsn(self.dsn, self._pool.conninfo),
+            schema=self.schema,
             prepare_threshold=self.options.prepare_threshold,
-        )  # fmt: skip
+        )
 
     # -- connections ------------------------------------------------------------------------
 

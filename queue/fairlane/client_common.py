@@ -34,9 +34,13 @@ def bulk_filter(filters: RunFilter | None, by: dict[str, Any]) -> RunFilter:
 
 
 def client_options(
-    dsn: str | None, pool: object | None, max_connections: int, *,
-    connect_timeout: float | None, **timeouts: Any,
-) -> tuple[str | None, ConnectionOptions]:  # fmt: skip
+    dsn: str | None,
+    pool: object | None,
+    max_connections: int,
+    *,
+    connect_timeout: float | None,
+    **timeouts: Any,
+) -> tuple[str | None, ConnectionOptions]:
     """The checks both clients make of their arguments: the client's DSN (None with a pool
     of the caller's) and connection options. A ``connect_timeout`` of None is the DSN's own,
     else the default."""

@@ -86,19 +86,33 @@ class Schedules:
         self._client = client
 
     def create(
-        self, task: str | Task[Any, Any], cron: str, timezone: str = "UTC", *,
-        external_id: str, payload: Any = None, environment: str = "default", **options: Any,
-    ) -> Schedule:  # fmt: skip
+        self,
+        task: str | Task[Any, Any],
+        cron: str,
+        timezone: str = "UTC",
+        *,
+        external_id: str,
+        payload: Any = None,
+        environment: str = "default",
+        **options: Any,
+    ) -> Schedule:
         """Create or update the schedule ``external_id`` of ``environment``, as
         ``fairlane.schedules.create``."""
         schema = self._client.schema
         return self._client._call(
             lambda conn: schedules.create(
-                conn, task, cron, timezone, external_id=external_id, payload=payload,
-                environment=environment, schema=schema, **options,
+                conn,
+                task,
+                cron,
+                timezone,
+                external_id=external_id,
+                payload=payload,
+                environment=environment,
+                schema=schema,
+                **options,
             ),
             repeatable=True,
-        )  # fmt: skip
+        )
 
     def get(self, external_id: str, *, environment: str = "default") -> Schedule:
         """Raises ``ScheduleNotFoundError`` for an unknown schedule."""
@@ -157,18 +171,24 @@ class Tokens:
         self._client = client
 
     def create(
-        self, *, idempotency_key: str | None = None, idempotency_ttl: Duration | None = None,
+        self,
+        *,
+        idempotency_key: str | None = None,
+        idempotency_ttl: Duration | None = None,
         timeout: Duration | None = None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """A token's id; the same live idempotency key returns the same token."""
         schema = self._client.schema
         return self._client._call(
             lambda conn: tokens.create_token(
-                conn, idempotency_key=idempotency_key, idempotency_ttl=idempotency_ttl,
-                timeout=timeout, schema=schema,
+                conn,
+                idempotency_key=idempotency_key,
+                idempotency_ttl=idempotency_ttl,
+                timeout=timeout,
+                schema=schema,
             ),
             repeatable=idempotency_key is not None,
-        )  # fmt: skip
+        )
 
     def complete(self, token_id: int, output: Any = None) -> bool:
         """Complete a token and wake whoever waits on it; False if it was already complete."""

@@ -160,38 +160,58 @@ class BatchClient:
         return portal.call(call)
 
     def create(
-        self, environment: str, run_count: int, *, parent_run_id: int | None = None,
+        self,
+        environment: str,
+        run_count: int,
+        *,
+        parent_run_id: int | None = None,
         idempotency_key: str | None = None,
-    ) -> Batch:  # fmt: skip
+    ) -> Batch:
         return self._call(
             partial(
-                self._client.create, environment, run_count, parent_run_id=parent_run_id,
+                self._client.create,
+                environment,
+                run_count,
+                parent_run_id=parent_run_id,
                 idempotency_key=idempotency_key,
             )
-        )  # fmt: skip
+        )
 
     def ingest(
-        self, batch_id: int, chunks: Iterable[bytes], *, progress: Progress | None = None,
+        self,
+        batch_id: int,
+        chunks: Iterable[bytes],
+        *,
+        progress: Progress | None = None,
         first_index: int = 0,
-    ) -> IngestResult:  # fmt: skip
+    ) -> IngestResult:
         """``ingest_items_async`` on this client's connection."""
         return self._call(
             lambda: self._client.ingest(
-                batch_id, _read_on_threads(iter(chunks)), progress=progress,
+                batch_id,
+                _read_on_threads(iter(chunks)),
+                progress=progress,
                 first_index=first_index,
             )
-        )  # fmt: skip
+        )
 
     def ingest_file(
-        self, batch_id: int, path: str | Path, *, progress: Progress | None = None,
+        self,
+        batch_id: int,
+        path: str | Path,
+        *,
+        progress: Progress | None = None,
         first_index: int = 0,
-    ) -> IngestResult:  # fmt: skip
+    ) -> IngestResult:
         return self._call(
             partial(
-                self._client.ingest_file, batch_id, path, progress=progress,
+                self._client.ingest_file,
+                batch_id,
+                path,
+                progress=progress,
                 first_index=first_index,
             )
-        )  # fmt: skip
+        )
 
     def get(self, batch_id: int) -> Batch:
         return self._call(partial(self._client.get, batch_id))
@@ -216,9 +236,11 @@ class BatchClient:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.close()
 
 
