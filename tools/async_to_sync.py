@@ -2,8 +2,8 @@
 
 The async code is written once; its sync twin is this script's output, checked in, and
 ``tests/unit/test_generated_sync.py`` fails when a checked-in file is not what the script
-makes of its source (run ``make generate`` after changing a source). The
-conversion works on tokens, so the comments and docstrings stay where they are:
+makes of its source (run ``make generate`` after changing a source). The conversion works on
+tokens, so the comments and docstrings stay where they are:
 
 - ``async def``, ``async with``, ``async for`` lose ``async``; ``await`` goes;
 - a name in ``NAMES`` becomes its sync name, else a name ``AsyncX`` becomes ``X`` and a name
@@ -14,8 +14,8 @@ conversion works on tokens, so the comments and docstrings stay where they are:
   shield) goes and its block is dedented one level; ``# sync: unwrap, with the comment
   above`` also drops the comment lines just above it;
 - an import from a module of ``MODULES`` imports from its generated twin; ``IMPORTS`` maps
-  whole import lines whose sync names live in another module, ``LITERALS``
-  the few strings that differ.
+  whole import lines whose sync names live in another module, ``LITERALS`` the few strings
+  that differ.
 
 Then ruff sorts the imports, drops the unused ones and formats the file. Every generated file
 starts with a comment naming its source.
@@ -92,7 +92,6 @@ def sync_name(name: str) -> str:
 def _words(text: str, *, keep: bool = True) -> str:
     """The name rules applied to the words of a docstring or comment (which keep the names
     of ``KEEP_IN_TEXT``) or of a string."""
-    text = DOTTED_PATTERN.sub(lambda found: DOTTED[found.group(1)], text)
 
     def replace(found: re.Match[str]) -> str:
         word = found.group(0)
