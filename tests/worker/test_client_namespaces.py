@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from fairlane import AsyncClient, Client, ScheduleNotFoundError, WaitpointNotFoundError
+from tests.helpers import poll
 from tests.helpers.batches import chunked, ndjson
 
 
@@ -135,11 +136,26 @@ async def test_async_batches(dsn: str) -> None:
         assert len(await client.batches.items(batch.id)) == 3
 
 
-def test_closing_a_client_closes_its_batches_connection(dsn: str) -> None:
+def test_closing_a_client_closes_its_batches_connection(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    def batch_backends() -> int:
+        row = db.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = 'fairlane batches'"
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
     client = Client(dsn)
     client.batches.create("default", 1)
+    loop = client.batches._loop
+    assert loop is not None
+    assert loop.is_alive()
+    assert batch_backends() == 1
     client.close()
-    assert client.batches._portal is None
+    assert not loop.is_alive()
+    poll(lambda: batch_backends() == 0, within=10, what="the batches connection closed")
 
 
 @pytest.mark.anyio

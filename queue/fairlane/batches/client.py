@@ -8,18 +8,18 @@ an event loop thread of its own (started on first use, stopped by ``close``)."""
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from contextlib import AbstractContextManager
 from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import anyio
-import anyio.from_thread
 import anyio.to_thread
 import psycopg
+from anyio.from_thread import BlockingPortal
 
 from fairlane.batches.api import (
     batch_items_async,
@@ -144,14 +144,13 @@ class BatchClient:
         self.dsn, self.schema = self._client.dsn, self._client.schema
         self.options = self._client.options
         self._lock = threading.Lock()
-        self._running: AbstractContextManager[anyio.from_thread.BlockingPortal] | None = None
-        self._portal: anyio.from_thread.BlockingPortal | None = None
+        self._loop: threading.Thread | None = None
+        self._portal: BlockingPortal | None = None
 
     def _call(self, work: Callable[[], Awaitable[T]]) -> T:
         with self._lock:
             if self._portal is None:
-                self._running = anyio.from_thread.start_blocking_portal()
-                self._portal = self._running.__enter__()
+                self._loop, self._portal = _event_loop_thread()
             portal = self._portal
 
         async def call() -> T:
@@ -223,14 +222,16 @@ class BatchClient:
         self._call(partial(self._client.set_limits, environment, **limits))
 
     def close(self) -> None:
+        """Close the connection and stop the event loop thread."""
         with self._lock:
-            portal, running = self._portal, self._running
-            self._portal = self._running = None
-        if portal is not None and running is not None:
+            loop, portal = self._loop, self._portal
+            self._loop = self._portal = None
+        if loop is not None and portal is not None:
             try:
                 portal.call(self._client.close)
             finally:
-                running.__exit__(None, None, None)
+                portal.call(portal.stop)
+                loop.join()
 
     def __enter__(self) -> Self:
         return self
@@ -242,6 +243,31 @@ class BatchClient:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _event_loop_thread() -> tuple[threading.Thread, BlockingPortal]:
+    """A thread running an event loop, and the portal that hands it calls. A daemon: a client
+    left unclosed does not hold the interpreter's exit up (anyio's own portal thread would)."""
+    started: queue.SimpleQueue[BlockingPortal | BaseException] = queue.SimpleQueue()
+
+    async def serve() -> None:
+        async with BlockingPortal() as portal:
+            started.put(portal)
+            await portal.sleep_until_stopped()
+
+    def run() -> None:
+        try:
+            anyio.run(serve)
+        except BaseException as error:
+            started.put(error)
+            raise
+
+    thread = threading.Thread(target=run, name="fairlane batches", daemon=True)
+    thread.start()
+    portal = started.get()
+    if isinstance(portal, BaseException):
+        raise portal
+    return thread, portal
 
 
 _DONE = object()
