@@ -19,7 +19,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Written after a successful install; remade when pyproject.toml changes.
 STAMP := $(VENV)/.fairlane-installed
-LINT_PATHS := queue tests migrations
+LINT_PATHS := queue tests migrations tools
 
 PYTEST_ARGS ?=
 DEMO_ARGS ?=
@@ -33,7 +33,7 @@ REPS ?= 1
 QUICK ?=
 BENCH_SIZES ?=
 
-.PHONY: help install runtime lint test stress chaos migrate demo bench clean
+.PHONY: help install runtime lint generate test stress chaos migrate demo bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z]+):.*## /  make \1\t/' | expand -t 20
@@ -58,6 +58,10 @@ lint: install ## ruff (lint and format check) and mypy
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
+
+# tests/unit/test_generated_sync.py (in `make test`) fails when a generated file is stale.
+generate: install ## write the sync modules generated from their async sources (client.py, ...)
+	$(BIN)/python tools/async_to_sync.py
 
 # pytest exits 5 when it collected no test: that fails here like any other non-zero status.
 test: install ## run the test suite (needs PostgreSQL: DATABASE_URL, or the local server)

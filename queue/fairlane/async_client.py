@@ -1,11 +1,33 @@
-"""The async client: ``Client``'s twin for asyncio code, method for method, with the same
-operations (fairlane.control) driven on async connections.
+"""The clients: trigger runs, read them back and act on them, from async code
+(``AsyncClient``, fairlane.async_client) or sync code (``Client``, fairlane.client, which
+tools/async_to_sync.py generates from fairlane.async_client: the same methods without
+``await``, threads where the async client has tasks). Limits, schedules, tokens and batches
+are the namespaces ``client.limits``, ``client.schedules``, ``client.tokens`` and
+``client.batches`` (fairlane.async_namespaces, generated into fairlane.namespaces).
 
-It draws them from a psycopg_pool ``AsyncConnectionPool``, its own or the caller's
-(``pool=``), with ``Client``'s guarantees: a connection checked before use, a call whose
-statement never went out (or is safe to repeat) repeated once on another connection, bounded
-connects and statements, ``DatabaseUnavailable`` or ``DatabaseTimeout`` on an outage. See
-fairlane.client.
+A client draws its connections from a psycopg_pool ``AsyncConnectionPool``: its own (at most
+``max_connections``, opened on first use), or one of the caller's (``pool=``). Every call
+runs in autocommit and is committed on return. Connections survive what a server does to
+them:
+
+- a connection the server dropped while idle (a restart, ``pg_terminate_backend``) is
+  noticed without a round trip and replaced before a statement goes out; one of the client's
+  own pool that has not answered for ``check_idle_after`` (default 0.5 s) must also answer an
+  empty query first, so one whose server hangs is replaced too. One that answered more
+  recently goes out unchecked (the check is a round trip, as long as a trigger's own), and a
+  call on it that its server no longer answers ends at its statement's deadline;
+- a call whose connection failed before its statement was sent, or whose statement is safe to
+  repeat (reads, a reschedule, a trigger whose every request has an idempotency key), is
+  repeated once on another connection;
+- ``connect_timeout`` bounds getting a connection, ``statement_timeout`` and
+  ``lock_timeout`` every statement (connection parameters, so nothing is SET on the session);
+  a server that does not answer at all is given up on ``ABORT_GRACE_S`` after the statement
+  timeout. An outage raises ``DatabaseUnavailable``, a statement out of time
+  ``DatabaseTimeout``: never a hang, never a raw psycopg error.
+
+The first connection is checked against the schema: a database whose schema is not this
+fairlane's raises ``SchemaMismatchError``. To trigger inside your own transaction, use
+``fairlane.trigger`` with your connection or session instead.
 """
 
 from __future__ import annotations
@@ -23,7 +45,9 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from fairlane import control, tracing
-from fairlane.client import (
+from fairlane.async_namespaces import AsyncLimits, AsyncSchedules, AsyncTokens
+from fairlane.batches.client import AsyncBatchClient
+from fairlane.client_common import (
     DEFAULT_MAX_CONNECTIONS,
     bulk_filter,
     client_options,
@@ -66,6 +90,8 @@ from fairlane.triggering.boundary import boundary_errors
 from fairlane.triggering.request import TriggerRequest
 from fairlane.watching import POLL_INTERVAL_S, AsyncRunWatcher
 
+__all__ = ["DEFAULT_MAX_CONNECTIONS", "AsyncClient"]
+
 T = TypeVar("T")
 AsyncConn = psycopg.AsyncConnection[Any]
 
@@ -73,7 +99,23 @@ log = logging.getLogger("fairlane.client")
 
 
 class AsyncClient:
-    """``Client`` for asyncio: the same arguments, with an ``AsyncConnectionPool``."""
+    """A client of the database at ``dsn`` (default: ``DATABASE_URL``), or of ``pool``.
+
+    ``max_connections`` (default 4) caps the client's own pool. ``connect_timeout`` (default:
+    the DSN's own ``connect_timeout``, else 5 s) bounds getting a connection;
+    ``statement_timeout`` (30 s) and ``lock_timeout`` (10 s) bound each statement (None: the
+    server's setting); a DSN's other parameters win over fairlane's defaults likewise
+    (README, Connections and outages). With a caller's pool, the timeouts the server enforces
+    are the pool's own connection parameters (see ``ConnectionOptions.kwargs``); fairlane
+    still gives up on a call at ``statement_timeout`` plus ``ABORT_GRACE_S``. The pool should
+    be autocommit (a call on a connection that is not is committed on return) and have a
+    ``check``.
+    ``check_idle_after`` (seconds, default 0.5): how long a connection of the client's own pool
+    may sit idle and still go out without the empty-query check; 0 checks before every call.
+    Behind a PgBouncer in transaction mode: ``prepare_threshold=None`` (psycopg's threshold,
+    default 5; None never prepares) unless it tracks prepared statements, and ``listen=False``
+    (``wait_for_run`` polls every ``poll_interval`` instead of LISTENing).
+    """
 
     def __init__(
         self,
@@ -115,6 +157,17 @@ class AsyncClient:
         self._open_lock = anyio.Lock()
         self._schema_checked = False
         self._watcher: AsyncRunWatcher | None = None
+        self._watcher_lock = anyio.Lock()
+        self.limits = AsyncLimits(self)
+        self.schedules = AsyncSchedules(self)
+        self.tokens = AsyncTokens(self)
+        # Batches keep a connection of their own, without the statement timeout: an ingest
+        # slice is as long as the caller's chunks make it. Opened on first use.
+        self.batches = AsyncBatchClient(
+            watch_dsn(self.dsn, self._pool.conninfo),
+            schema=self.schema,
+            prepare_threshold=self.options.prepare_threshold,
+        )
 
     # -- connections ------------------------------------------------------------------------
 
@@ -166,7 +219,7 @@ class AsyncClient:
 
     async def _putconn(self, conn: AsyncConn) -> None:
         # Shielded: a cancelled call must not keep its connection out of the pool.
-        with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):  # sync: unwrap, with the comment above
             await self._pool.putconn(conn)
 
     async def _once(self, work: Callable[[AsyncConn], Awaitable[T]]) -> T:
@@ -197,6 +250,9 @@ class AsyncClient:
     async def _call(
         self, work: Callable[[AsyncConn], Awaitable[T]], *, repeatable: bool = False
     ) -> T:
+        """``work`` on a connection of the pool, committed; repeated once on another
+        connection when the first was lost before its statement went out, or at any point
+        when ``repeatable``."""
         try:
             return await self._once(work)
         except DatabaseUnavailable as failure:
@@ -211,18 +267,32 @@ class AsyncClient:
 
         return await self._call(work, repeatable=repeatable)
 
+    # -- triggering -------------------------------------------------------------------------
+
     async def trigger(self, task: str, payload: Any = None, **options: Any) -> int:
-        """``Client.trigger``: create a run, committed on return; returns its id."""
-        return (await self.trigger_many([TriggerRequest(task, payload, **options)]))[0]
+        """Create a run (committed on return); returns its id.
+
+        ``options`` are ``TriggerRequest``'s: delay, ttl, idempotency_key (+ idempotency_scope,
+        idempotency_ttl, parent_run_id, parent_attempt), debounce=Debounce(...), priority,
+        queue, environment, max_attempts, max_duration, tags, metadata, machine. With an
+        idempotency key or debounce the id may be an existing run's.
+        """
+        ids = await self.trigger_many([TriggerRequest(task, payload, **options)])
+        return ids[0]
 
     async def trigger_many(self, requests: Sequence[TriggerRequest]) -> list[int]:
-        """``Client.trigger_many``: one statement, all or none; ids in request order."""
+        """Create many runs in one statement, all or none; returns ids in request order.
+
+        Repeated once on another connection if the connection is lost and every request has an
+        idempotency key (the repeat finds the runs the first attempt made, if it made any).
+        In eager mode (``fairlane.testing.eager``) the runs execute in-process instead."""
         if not requests:
             return []
         mode = eager.active()
         if mode is not None:
             return await mode.trigger_many_async(requests)
         with tracing.trigger_span(requests) as sent:
+            # Checked before a connection is taken: a bad option costs no round trip.
             statement = triggering.trigger_statement(sent, schema=self.schema)
 
             async def work(conn: AsyncConn) -> list[int]:
@@ -236,18 +306,26 @@ class AsyncClient:
     async def create_failed_run(
         self, task: str, payload: Any = None, *, code: str, message: str, **options: Any
     ) -> int:
-        """``Client.create_failed_run``."""
+        """Create a run that has already ended SYSTEM_FAILURE with ``code`` (for instance
+        ``PAYLOAD_TOO_LARGE``): it never runs, and whatever waits on it sees it final.
+        ``options``: environment, queue, parent_run_id, tags, metadata, machine."""
         params = control.failed_run_params(task, payload, code=code, message=message, **options)
         with boundary_errors():
             return await self._drive(lambda: control.create_failed_run(self._engine, params))
 
+    # -- reading ----------------------------------------------------------------------------
+
     async def get_run(self, run_id: int) -> Run:
+        """Raises ``RunNotFoundError`` for an unknown id. In eager mode, an eager run's id
+        (negative) reads the eager run."""
         eager_run = eager.eager_run(run_id)
         if eager_run is not None:
             return eager_run
         return await self._drive(lambda: control.get_run(self._engine, run_id), repeatable=True)
 
     async def list_runs(self, filters: RunFilter | None = None, **by: Any) -> list[Run]:
+        """Runs newest first, filtered by environment, queue, task, status, tags (all
+        optional): pass a ``RunFilter`` or its fields as keywords."""
         found = run_filter(filters, by)
         return await self._drive(lambda: control.list_runs(self._engine, found), repeatable=True)
 
@@ -280,18 +358,19 @@ class AsyncClient:
         timeout: float | None = None,  # noqa: ASYNC109 - raises a typed error, not a cancel
         poll_interval: float = POLL_INTERVAL_S,
     ) -> Run:
-        """``Client.wait_for_run``: wait until the run is final and return it."""
+        """Wait until the run is final (COMPLETED, FAILED, ...) and return it. Wakes on the
+        notification that the run ended (a second connection of the client LISTENs on the
+        finished channel), re-reading the run otherwise only every ``poll_interval`` seconds as
+        a fallback. Raises ``RunWaitTimeoutError`` (a ``TimeoutError``) after ``timeout``
+        seconds, ``RunNotFoundError`` for an unknown id. Many callers may wait at once. A
+        client made with ``listen=False`` (PgBouncer in transaction mode) only polls."""
         run = await self.get_run(run_id)
         if run.status.is_final:
             return run
         deadline = math.inf if timeout is None else anyio.current_time() + max(timeout, 0.0)
         if not self.listen:
             return await self._poll_until_final(run, deadline, timeout, poll_interval)
-        if self._watcher is None:
-            watched_dsn = watch_dsn(self.dsn, self._pool.conninfo)
-            listening = self.options.kwargs(watched_dsn)
-            self._watcher = AsyncRunWatcher(watched_dsn, self.schema, listening)
-        watcher = self._watcher
+        watcher = await self._run_watcher()
         try:
             await watcher.start()
         except psycopg.Error as error:
@@ -317,6 +396,15 @@ class AsyncClient:
             finally:
                 watcher.unregister(run_id, event)
 
+    async def _run_watcher(self) -> AsyncRunWatcher:
+        """The client's one run watcher, made by the first wait."""
+        async with self._watcher_lock:
+            if self._watcher is None:
+                watched_dsn = watch_dsn(self.dsn, self._pool.conninfo)
+                listening = self.options.kwargs(watched_dsn)
+                self._watcher = AsyncRunWatcher(watched_dsn, self.schema, listening)
+            return self._watcher
+
     async def _poll_until_final(
         self, run: Run, deadline: float, waited: float | None, poll_interval: float
     ) -> Run:
@@ -338,26 +426,40 @@ class AsyncClient:
     async def count_by_status(self) -> dict[str, int]:
         return await self._drive(lambda: control.count_by_status(self._engine), repeatable=True)
 
+    # -- acting on runs ---------------------------------------------------------------------
+
     async def cancel(self, run_id: int) -> CancelResult:
-        """``Client.cancel``."""
+        """End a run CANCELED, with every descendant still going; a no-op on a final run.
+
+        A QUEUED or DELAYED run ends at once. An EXECUTING one ends at once too, and its worker
+        is told to cancel the handler, whose outcome the lease fence then refuses.
+        """
         return await self._drive(lambda: control.cancel(self._engine, run_id))
 
     async def reschedule(self, run_id: int, delay: Duration | datetime) -> Run:
-        """``Client.reschedule``."""
+        """Move a DELAYED run's start to ``delay`` from now, or to an aware datetime.
+
+        Raises ``RunNotDelayedError`` when the run is not DELAYED (it started or ended)."""
         return await self._drive(
             lambda: control.reschedule(self._engine, run_id, delay), repeatable=True
         )
 
     async def retry(self, run_id: int) -> Run:
-        """``Client.retry``."""
+        """Requeue a run that ended FAILED, CRASHED, TIMED_OUT, EXPIRED or SYSTEM_FAILURE with
+        one more attempt (sql/runs/control.sql). Raises ``RunNotRetryableError`` for other
+        statuses and ``QueueSizeLimitExceeded`` when its queue is full."""
         return await self._drive(lambda: control.retry(self._engine, run_id))
 
+    # -- lifecycle --------------------------------------------------------------------------
+
     async def close(self) -> None:
-        """Close the client's own pool (a caller's pool is left open)."""
+        """Close the client's own pool (a caller's pool is left open), its run watcher and its
+        batches' connection."""
         if self._owns_pool and self._opened:
             await self._pool.close()
         if self._watcher is not None:
             await self._watcher.close()
+        await self.batches.close()
 
     async def __aenter__(self) -> Self:
         return self

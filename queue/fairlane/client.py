@@ -1,6 +1,10 @@
-"""The sync client: trigger runs, read them back and act on them from sync code (a WSGI view,
-a script, threads). ``AsyncClient`` (fairlane.async_client) is its async twin, method for
-method.
+# Generated from fairlane/async_client.py by tools/async_to_sync.py: do not edit.
+"""The clients: trigger runs, read them back and act on them, from async code
+(``AsyncClient``, fairlane.async_client) or sync code (``Client``, fairlane.client, which
+tools/async_to_sync.py generates from fairlane.async_client: the same methods without
+``await``, threads where the async client has tasks). Limits, schedules, tokens and batches
+are the namespaces ``client.limits``, ``client.schedules``, ``client.tokens`` and
+``client.batches`` (fairlane.async_namespaces, generated into fairlane.namespaces).
 
 A client draws its connections from a psycopg_pool ``ConnectionPool``: its own (at most
 ``max_connections``, opened on first use), or one of the caller's (``pool=``). Every call
@@ -42,16 +46,23 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from fairlane import control, tracing
-from fairlane.config import database_url, psycopg_dsn, schema_name
+from fairlane.batches.client import BatchClient
+from fairlane.client_common import (
+    DEFAULT_MAX_CONNECTIONS,
+    bulk_filter,
+    client_options,
+    keyed_only,
+    retry_once,
+    run_filter,
+    watch_dsn,
+)
+from fairlane.config import schema_name
 from fairlane.connection import (
     DEFAULT_LOCK_TIMEOUT,
     DEFAULT_PREPARE_THRESHOLD,
     DEFAULT_STATEMENT_TIMEOUT,
-    ConnectionOptions,
     Deadline,
     bounded,
-    check_dsn,
-    connect_timeout_for,
     pool_timeout,
     unavailable,
 )
@@ -70,13 +81,9 @@ from fairlane.durations import Duration
 from fairlane.engine import engine
 from fairlane.engine.statement import Operation, drive, rows
 from fairlane.engine.waits import WaitsOn
-from fairlane.errors import (
-    ConfigurationError,
-    DatabaseTimeout,
-    DatabaseUnavailable,
-    RunWaitTimeoutError,
-)
+from fairlane.errors import DatabaseUnavailable, RunWaitTimeoutError
 from fairlane.models import Run
+from fairlane.namespaces import Limits, Schedules, Tokens
 from fairlane.schema.check import check_schema
 from fairlane.triggering import api as triggering
 from fairlane.triggering import eager
@@ -85,73 +92,12 @@ from fairlane.triggering.request import TriggerRequest
 from fairlane.watching import POLL_INTERVAL_S
 from fairlane.watching_threads import RunWatcher
 
+__all__ = ["DEFAULT_MAX_CONNECTIONS", "Client"]
+
 T = TypeVar("T")
-SyncConn = psycopg.Connection[Any]
+Conn = psycopg.Connection[Any]
 
 log = logging.getLogger("fairlane.client")
-
-# Connections a client's own pool holds at most.
-DEFAULT_MAX_CONNECTIONS = 4
-
-
-def run_filter(filters: RunFilter | None, by: dict[str, Any]) -> RunFilter:
-    if filters is not None and by:
-        raise ConfigurationError("pass a RunFilter or filter keywords, not both")
-    return filters or RunFilter(**by)
-
-
-def bulk_filter(filters: RunFilter | None, by: dict[str, Any]) -> RunFilter:
-    """A bulk action's filter; an empty one would take every run, so it must say ``all=True``."""
-    take_all = bool(by.pop("all", False))
-    chosen = run_filter(filters, by)
-    if chosen.is_empty and not take_all:
-        raise ConfigurationError("a bulk action needs a filter, or all=True for every run")
-    return chosen
-
-
-def client_options(
-    dsn: str | None, pool: object | None, max_connections: int, *,
-    connect_timeout: float | None, **timeouts: Any,
-) -> tuple[str | None, ConnectionOptions]:  # fmt: skip
-    """The checks both clients make of their arguments: the client's DSN (None with a pool
-    of the caller's) and connection options. A ``connect_timeout`` of None is the DSN's own,
-    else the default."""
-    if dsn is not None and pool is not None:
-        raise ConfigurationError("pass a dsn or a pool, not both")
-    if isinstance(max_connections, bool) or not isinstance(max_connections, int):
-        raise ConfigurationError(f"max_connections must be an integer, not {max_connections!r}")
-    if max_connections < 1:
-        raise ConfigurationError(f"max_connections must be at least 1, not {max_connections}")
-    checked = None if pool is not None else check_dsn(psycopg_dsn(database_url(dsn)))
-    options = ConnectionOptions(
-        application_name="fairlane client",
-        connect_timeout=connect_timeout_for(checked, connect_timeout),
-        **timeouts,
-    )
-    return checked, options
-
-
-def keyed_only(requests: Sequence[TriggerRequest]) -> bool:
-    """Whether repeating the trigger is harmless: every request has an idempotency key, so a
-    repeat finds the runs the first attempt made, if it made them."""
-    return all(request.idempotency_key is not None for request in requests)
-
-
-def retry_once(failure: DatabaseUnavailable, repeatable: bool) -> bool:
-    """Whether a call that failed with ``failure`` is repeated on another connection: the
-    connection was lost (not a timeout, not a pool that gave none), and the statement had not
-    been sent or is safe to repeat."""
-    if isinstance(failure, DatabaseTimeout) or isinstance(failure.__cause__, PoolTimeout):
-        return False
-    return repeatable or not failure.sent
-
-
-def watch_dsn(dsn: str | None, pool_conninfo: object) -> str:
-    """Where a client's run watcher (its LISTEN connection) goes: the client's database, or
-    the caller's pool's."""
-    if dsn is not None:
-        return dsn
-    return pool_conninfo if isinstance(pool_conninfo, str) else psycopg_dsn(database_url(None))
 
 
 class Client:
@@ -214,10 +160,20 @@ class Client:
         self._schema_checked = False
         self._watcher: RunWatcher | None = None
         self._watcher_lock = threading.Lock()
+        self.limits = Limits(self)
+        self.schedules = Schedules(self)
+        self.tokens = Tokens(self)
+        # Batches keep a connection of their own, without the statement timeout: an ingest
+        # slice is as long as the caller's chunks make it. Opened on first use.
+        self.batches = BatchClient(
+            watch_dsn(self.dsn, self._pool.conninfo),
+            schema=self.schema,
+            prepare_threshold=self.options.prepare_threshold,
+        )
 
     # -- connections ------------------------------------------------------------------------
 
-    def _usable(self, conn: SyncConn, give_up_at: float) -> bool:
+    def _usable(self, conn: Conn, give_up_at: float) -> bool:
         """Whether a connection from the pool may be used: one the server closed while it was
         idle is noticed without a round trip; one of the client's own pool that has not
         answered for ``check_idle_after`` must also answer an empty query within
@@ -234,7 +190,7 @@ class Client:
             return False
         return True
 
-    def _getconn(self) -> SyncConn:
+    def _getconn(self) -> Conn:
         """A checked connection within the connect timeout, or ``DatabaseUnavailable``."""
         if not self._opened:
             with self._open_lock:
@@ -245,9 +201,7 @@ class Client:
         while True:
             remaining = give_up_at - time.monotonic()
             try:
-                conn: SyncConn = self._pool.getconn(
-                    timeout=max(min(remaining, GETCONN_SLICE_S), 0.001)
-                )
+                conn: Conn = self._pool.getconn(timeout=max(min(remaining, GETCONN_SLICE_S), 0.001))
             except PoolTimeout as error:
                 if give_up_at - time.monotonic() > 0:
                     continue  # asking again has the pool try to connect again
@@ -256,14 +210,17 @@ class Client:
             try:
                 usable = self._usable(conn, give_up_at)
             except BaseException:
-                self._pool.putconn(conn)
+                self._putconn(conn)
                 raise
             if usable:
                 return conn
             # Broken: the pool discards it. Then the next one, or a new one, at once.
-            self._pool.putconn(conn)
+            self._putconn(conn)
 
-    def _once(self, work: Callable[[SyncConn], T]) -> T:
+    def _putconn(self, conn: Conn) -> None:
+        self._pool.putconn(conn)
+
+    def _once(self, work: Callable[[Conn], T]) -> T:
         conn = self._getconn()
         sent = False
         deadline: Deadline | None = None
@@ -286,9 +243,12 @@ class Client:
                 raise
             raise failure from error
         finally:
-            self._pool.putconn(conn)
+            self._putconn(conn)
 
-    def _call(self, work: Callable[[SyncConn], T], *, repeatable: bool = False) -> T:
+    def _call(self, work: Callable[[Conn], T], *, repeatable: bool = False) -> T:
+        """``work`` on a connection of the pool, committed; repeated once on another
+        connection when the first was lost before its statement went out, or at any point
+        when ``repeatable``."""
         try:
             return self._once(work)
         except DatabaseUnavailable as failure:
@@ -298,7 +258,10 @@ class Client:
         return self._once(work)
 
     def _drive(self, make: Callable[[], Operation[T]], *, repeatable: bool = False) -> T:
-        return self._call(lambda conn: drive(conn, make()), repeatable=repeatable)
+        def work(conn: Conn) -> T:
+            return drive(conn, make())
+
+        return self._call(work, repeatable=repeatable)
 
     # -- triggering -------------------------------------------------------------------------
 
@@ -310,7 +273,8 @@ class Client:
         queue, environment, max_attempts, max_duration, tags, metadata, machine. With an
         idempotency key or debounce the id may be an existing run's.
         """
-        return self.trigger_many([TriggerRequest(task, payload, **options)])[0]
+        ids = self.trigger_many([TriggerRequest(task, payload, **options)])
+        return ids[0]
 
     def trigger_many(self, requests: Sequence[TriggerRequest]) -> list[int]:
         """Create many runs in one statement, all or none; returns ids in request order.
@@ -326,11 +290,12 @@ class Client:
         with tracing.trigger_span(requests) as sent:
             # Checked before a connection is taken: a bad option costs no round trip.
             statement = triggering.trigger_statement(sent, schema=self.schema)
-            with boundary_errors():
-                ids = self._call(
-                    lambda conn: triggering.ids_in_order(sent, rows(conn, statement)),
-                    repeatable=keyed_only(sent),
-                )
+
+            def work(conn: Conn) -> list[int]:
+                with boundary_errors():
+                    return triggering.ids_in_order(sent, rows(conn, statement))
+
+            ids = self._call(work, repeatable=keyed_only(sent))
             tracing.record_run_ids(ids)
             return ids
 
@@ -381,28 +346,25 @@ class Client:
         return self._drive(lambda: control.count_matching(self._engine, found), repeatable=True)
 
     def wait_for_run(
-        self, run_id: int, *, timeout: float | None = None,
+        self,
+        run_id: int,
+        *,
+        timeout: float | None = None,
         poll_interval: float = POLL_INTERVAL_S,
-    ) -> Run:  # fmt: skip
+    ) -> Run:
         """Wait until the run is final (COMPLETED, FAILED, ...) and return it. Wakes on the
         notification that the run ended (a second connection of the client LISTENs on the
         finished channel), re-reading the run otherwise only every ``poll_interval`` seconds as
         a fallback. Raises ``RunWaitTimeoutError`` (a ``TimeoutError``) after ``timeout``
-        seconds, ``RunNotFoundError`` for an unknown id. Threads may wait at once. A client
-        made with ``listen=False`` (PgBouncer in transaction mode) only polls."""
+        seconds, ``RunNotFoundError`` for an unknown id. Many callers may wait at once. A
+        client made with ``listen=False`` (PgBouncer in transaction mode) only polls."""
         run = self.get_run(run_id)
         if run.status.is_final:
             return run
         deadline = math.inf if timeout is None else time.monotonic() + max(timeout, 0.0)
         if not self.listen:
             return self._poll_until_final(run, deadline, timeout, poll_interval)
-        with self._watcher_lock:
-            if self._watcher is None:
-                watched_dsn = watch_dsn(self.dsn, self._pool.conninfo)
-                self._watcher = RunWatcher(
-                    watched_dsn, self.schema, self.options.kwargs(watched_dsn)
-                )
-            watcher = self._watcher
+        watcher = self._run_watcher()
         try:
             watcher.start()
         except psycopg.Error as error:
@@ -428,6 +390,15 @@ class Client:
             finally:
                 watcher.unregister(run_id, event)
 
+    def _run_watcher(self) -> RunWatcher:
+        """The client's one run watcher, made by the first wait."""
+        with self._watcher_lock:
+            if self._watcher is None:
+                watched_dsn = watch_dsn(self.dsn, self._pool.conninfo)
+                listening = self.options.kwargs(watched_dsn)
+                self._watcher = RunWatcher(watched_dsn, self.schema, listening)
+            return self._watcher
+
     def _poll_until_final(
         self, run: Run, deadline: float, waited: float | None, poll_interval: float
     ) -> Run:
@@ -440,7 +411,7 @@ class Client:
         return run
 
     def _watch(self, run_id: int) -> Run:
-        def watch(conn: SyncConn) -> Run:
+        def watch(conn: Conn) -> Run:
             with conn.transaction():
                 return drive(conn, control.watch_run(self._engine, run_id))
 
@@ -474,11 +445,13 @@ class Client:
     # -- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the client's own pool (a caller's pool is left open)."""
+        """Close the client's own pool (a caller's pool is left open), its run watcher and its
+        batches' connection."""
         if self._owns_pool and self._opened:
             self._pool.close()
         if self._watcher is not None:
             self._watcher.close()
+        self.batches.close()
 
     def __enter__(self) -> Self:
         return self

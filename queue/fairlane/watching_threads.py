@@ -1,7 +1,14 @@
 """``RunWatcher``: ``AsyncRunWatcher`` (fairlane.watching) for ``Client``, whose waits are
 threads. The same protocol with threading events, and the reader a thread of the watcher's
 own: started by the first registration while none runs, it stops once nobody waits, looking at
-least every ``IDLE_CHECK_S`` (a thread cannot be cancelled while it waits for the socket)."""
+least every ``IDLE_CHECK_S`` (a thread cannot be cancelled while it waits for the socket).
+
+Unlike ``Client``, this module is written by hand, not generated from its async twin
+(tools/async_to_sync.py): the async reader is one task on one thread, cancelled when the last
+waiter leaves, so it needs no lock; this reader cannot be cancelled, so it wakes on a clock,
+decides whether it goes on under a lock that registrations share, and is stopped through an
+event that ``close`` sets and joins. That is a different lifecycle, not a different spelling
+of the same one; only the constants and ``run_id_of`` are shared."""
 
 from __future__ import annotations
 

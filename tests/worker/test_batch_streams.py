@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from fairlane.batches import AsyncBatchClient, ingest_items
-from fairlane.batches.ingest import ingest_stream
+from fairlane.batches import AsyncBatchClient
+from fairlane.batches.ingest import ingest_items_async, ingest_stream
 from fairlane.errors import BatchStreamIdleError
 from tests.helpers import running, wait_until
 from tests.helpers.batches import batch_done, batch_row, batch_runs, chunked, ndjson, worker
@@ -107,13 +107,13 @@ async def test_an_idle_stream_ends_and_keeps_its_complete_lines(
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         stalled = _then_wait(ndjson(items[:2]) + b'{"task": "echo", "pay', never)
         with anyio.fail_after(20), pytest.raises(BatchStreamIdleError) as idle:
-            await ingest_items(conn, batch.id, stalled, idle_timeout_s=0.3)
+            await ingest_items_async(conn, batch.id, stalled, idle_timeout_s=0.3)
         error = idle.value
         assert (error.accepted, error.received, error.index, error.idle_timeout_s) == (2, 2, 2, 0.3)
         assert _received(db, batch.id) == 2
         # The rest, from where the error says: the batch completes, each item once.
         rest = chunked(ndjson(items[error.index :]), 7)
-        result = await ingest_items(conn, batch.id, rest, first_index=error.index)
+        result = await ingest_items_async(conn, batch.id, rest, first_index=error.index)
         assert (result.accepted, result.sealed) == (3, True)
     async with running(worker(dsn)):
         await wait_until(lambda: batch_done(db, batch.id), what="batch done")

@@ -12,7 +12,8 @@ import pytest
 from psycopg.pq import TransactionStatus
 
 from fairlane import AsyncClient, RunContext, TaskRegistry
-from fairlane.batches import AsyncBatchClient, ingest_items
+from fairlane.batches import AsyncBatchClient
+from fairlane.batches.ingest import ingest_items_async
 from fairlane.batches.processing import BATCH_ITEM_TASK, BatchItemProcessor
 from fairlane.cli import main as cli_main
 from fairlane.errors import (
@@ -331,10 +332,10 @@ async def test_ingest_commits_each_slice_and_refuses_a_connection_in_a_transacti
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         await conn.execute("SELECT 1")  # a transaction is open
         with pytest.raises(BatchTransactionError):
-            await ingest_items(conn, batch.id, chunked(items, 10))
+            await ingest_items_async(conn, batch.id, chunked(items, 10))
         await conn.rollback()
         # Outside a transaction, on a connection without autocommit: every slice committed.
-        result = await ingest_items(conn, batch.id, chunked(items, 10), slice_items=2)
+        result = await ingest_items_async(conn, batch.id, chunked(items, 10), slice_items=2)
         assert (result.accepted, result.sealed) == (5, True)
         assert conn.info.transaction_status == TransactionStatus.IDLE
     assert batch_row(db, batch.id)["sealed"] is True

@@ -1,13 +1,20 @@
-"""Batch triggers, phase one and reading: ``create_batch`` charges the environment's token
-bucket with the run count (``BatchRateLimitedError`` carries the time to retry) and caps it
-(``BatchTooLargeError``); ``get_batch`` and ``batch_items`` read a batch back;
-``set_batch_limits`` overrides an environment's batch settings. Phase two, the items, is
-``fairlane.batches.ingest``. Every function takes an async psycopg connection.
+"""Batch triggers, phase one and reading: ``create_batch_async`` charges the environment's
+token bucket with the run count (``BatchRateLimitedError`` carries the time to retry) and caps
+it (``BatchTooLargeError``); ``get_batch_async`` and ``batch_items_async`` read a batch back;
+``set_batch_limits_async`` overrides an environment's batch settings. Phase two, the items, is
+``fairlane.batches.ingest``. Every function takes an async psycopg connection; a client's
+``client.batches`` (fairlane.batches.client) runs them on a connection of its own.
+
+The names without ``_async`` are the names before the naming convention (README, "Sync and
+async"): they still work, with a ``DeprecationWarning``, and go in the next release.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import warnings
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 
 import psycopg
 
@@ -23,26 +30,28 @@ from fairlane.errors import (
 from fairlane.models import Batch, ItemRow
 
 AsyncConn = psycopg.AsyncConnection[Any]
+P = ParamSpec("P")
+T = TypeVar("T")
 INT32_MAX = 2**31 - 1
 # The item size limit when the setting cannot be read.
 DEFAULT_ITEM_MAX_BYTES = 3 * 1024 * 1024
 
 
-async def get_batch(conn: AsyncConn, batch_id: int, *, schema: str | None = None) -> Batch:
+async def get_batch_async(conn: AsyncConn, batch_id: int, *, schema: str | None = None) -> Batch:
     found = await first_async(conn, engine(schema_name(schema)).batches.get(batch_id))
     if found is None:
         raise BatchNotFoundError(batch_id)
     return found
 
 
-async def batch_items(
+async def batch_items_async(
     conn: AsyncConn, batch_id: int, *, schema: str | None = None
 ) -> list[ItemRow]:
     """Every item received (index, state, run id, error), by index."""
     return await rows_async(conn, engine(schema_name(schema)).batches.items(batch_id))
 
 
-async def create_batch(
+async def create_batch_async(
     conn: AsyncConn,
     environment: str,
     run_count: int,
@@ -67,7 +76,7 @@ async def create_batch(
     if created.outcome == "RATE_LIMITED":
         raise BatchRateLimitedError(environment, run_count, created.retry_after_s)
     assert created.batch_id is not None
-    return await get_batch(conn, created.batch_id, schema=target)
+    return await get_batch_async(conn, created.batch_id, schema=target)
 
 
 def _check(
@@ -83,7 +92,7 @@ def _check(
         raise SettingError(setting, value, f"must be a {wanted} number or None")
 
 
-async def set_batch_limits(
+async def set_batch_limits_async(
     conn: AsyncConn,
     environment: str,
     *,
@@ -116,3 +125,28 @@ async def set_batch_limits(
 async def item_max_bytes(conn: AsyncConn, schema: str) -> int:
     found = await first_async(conn, engine(schema).batches.item_max_bytes())
     return int(found) if found is not None else DEFAULT_ITEM_MAX_BYTES
+
+
+def renamed(
+    new: Callable[P, Coroutine[Any, Any, T]], old: str
+) -> Callable[P, Coroutine[Any, Any, T]]:
+    """``new`` under its name before the naming convention, warning that the name goes."""
+
+    @functools.wraps(new)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        warnings.warn(
+            f"fairlane's {old} is now {new.__name__}; {old} goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return await new(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = old
+    return call
+
+
+# The names before the naming convention, for one more release.
+get_batch = renamed(get_batch_async, "get_batch")
+batch_items = renamed(batch_items_async, "batch_items")
+create_batch = renamed(create_batch_async, "create_batch")
+set_batch_limits = renamed(set_batch_limits_async, "set_batch_limits")

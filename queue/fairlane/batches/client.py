@@ -1,24 +1,40 @@
 """``AsyncBatchClient``: batches through one autocommit connection of its own, opened on
-first use and checked against the schema. (Batches are async only: ingest streams.)"""
+first use and checked against the schema; ``client.batches`` of an ``AsyncClient``.
+
+``BatchClient``, ``client.batches`` of a ``Client``, is the same client for sync code: an
+ingest streams, pipelined on an event loop (one slice in flight while the next is parsed), so
+rather than a second, sequential copy of that pipeline the sync client runs the async one on
+an event loop thread of its own (started on first use, stopped by ``close``)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+import queue
+import threading
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from functools import partial
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import anyio
+import anyio.to_thread
 import psycopg
+from anyio.from_thread import BlockingPortal
 
-from fairlane.batches.api import batch_items, create_batch, get_batch, set_batch_limits
-from fairlane.batches.ingest import Progress, file_chunks, ingest_items
+from fairlane.batches.api import (
+    batch_items_async,
+    create_batch_async,
+    get_batch_async,
+    set_batch_limits_async,
+)
+from fairlane.batches.ingest import Progress, file_chunks, ingest_items_async
 from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.connection import DEFAULT_PREPARE_THRESHOLD, ConnectionOptions
 from fairlane.models import Batch, IngestResult, ItemRow
 from fairlane.schema.check import check_schema_async
 
 AsyncConn = psycopg.AsyncConnection[Any]
+T = TypeVar("T")
 
 
 class AsyncBatchClient:
@@ -58,7 +74,7 @@ class AsyncBatchClient:
         idempotency_key: str | None = None,
     ) -> Batch:  # fmt: skip
         async with self._lock:
-            return await create_batch(
+            return await create_batch_async(
                 await self._connection(), environment, run_count, parent_run_id=parent_run_id,
                 idempotency_key=idempotency_key, schema=self.schema,
             )  # fmt: skip
@@ -67,9 +83,9 @@ class AsyncBatchClient:
         self, batch_id: int, chunks: AsyncIterable[bytes], *, progress: Progress | None = None,
         first_index: int = 0,
     ) -> IngestResult:  # fmt: skip
-        """``ingest_items`` on this client's connection."""
+        """``ingest_items_async`` on this client's connection."""
         async with self._lock:
-            return await ingest_items(
+            return await ingest_items_async(
                 await self._connection(), batch_id, chunks, schema=self.schema,
                 progress=progress, first_index=first_index,
             )  # fmt: skip
@@ -84,15 +100,15 @@ class AsyncBatchClient:
 
     async def get(self, batch_id: int) -> Batch:
         async with self._lock:
-            return await get_batch(await self._connection(), batch_id, schema=self.schema)
+            return await get_batch_async(await self._connection(), batch_id, schema=self.schema)
 
     async def items(self, batch_id: int) -> list[ItemRow]:
         async with self._lock:
-            return await batch_items(await self._connection(), batch_id, schema=self.schema)
+            return await batch_items_async(await self._connection(), batch_id, schema=self.schema)
 
     async def set_limits(self, environment: str, **limits: Any) -> None:
         async with self._lock:
-            await set_batch_limits(
+            await set_batch_limits_async(
                 await self._connection(), environment, schema=self.schema, **limits
             )
 
@@ -109,3 +125,155 @@ class AsyncBatchClient:
         tb: TracebackType | None,
     ) -> None:  # fmt: skip
         await self.close()
+
+
+class BatchClient:
+    """``AsyncBatchClient`` for sync code, method for method (``ingest`` takes an iterable of
+    bytes, read on a worker thread; ``progress`` is called on the client's event loop thread).
+    Threads may share it: its calls take turns, as the async client's do."""
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str | None = None,
+        prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
+    ) -> None:
+        self._client = AsyncBatchClient(dsn, schema=schema, prepare_threshold=prepare_threshold)
+        self.dsn, self.schema = self._client.dsn, self._client.schema
+        self.options = self._client.options
+        self._lock = threading.Lock()
+        self._loop: threading.Thread | None = None
+        self._portal: BlockingPortal | None = None
+
+    def _call(self, work: Callable[[], Awaitable[T]]) -> T:
+        with self._lock:
+            if self._portal is None:
+                self._loop, self._portal = _event_loop_thread()
+            portal = self._portal
+
+        async def call() -> T:
+            return await work()
+
+        return portal.call(call)
+
+    def create(
+        self,
+        environment: str,
+        run_count: int,
+        *,
+        parent_run_id: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Batch:
+        return self._call(
+            partial(
+                self._client.create,
+                environment,
+                run_count,
+                parent_run_id=parent_run_id,
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    def ingest(
+        self,
+        batch_id: int,
+        chunks: Iterable[bytes],
+        *,
+        progress: Progress | None = None,
+        first_index: int = 0,
+    ) -> IngestResult:
+        """``ingest_items_async`` on this client's connection."""
+        return self._call(
+            lambda: self._client.ingest(
+                batch_id,
+                _read_on_threads(iter(chunks)),
+                progress=progress,
+                first_index=first_index,
+            )
+        )
+
+    def ingest_file(
+        self,
+        batch_id: int,
+        path: str | Path,
+        *,
+        progress: Progress | None = None,
+        first_index: int = 0,
+    ) -> IngestResult:
+        return self._call(
+            partial(
+                self._client.ingest_file,
+                batch_id,
+                path,
+                progress=progress,
+                first_index=first_index,
+            )
+        )
+
+    def get(self, batch_id: int) -> Batch:
+        return self._call(partial(self._client.get, batch_id))
+
+    def items(self, batch_id: int) -> list[ItemRow]:
+        return self._call(partial(self._client.items, batch_id))
+
+    def set_limits(self, environment: str, **limits: Any) -> None:
+        self._call(partial(self._client.set_limits, environment, **limits))
+
+    def close(self) -> None:
+        """Close the connection and stop the event loop thread."""
+        with self._lock:
+            loop, portal = self._loop, self._portal
+            self._loop = self._portal = None
+        if loop is not None and portal is not None:
+            try:
+                portal.call(self._client.close)
+            finally:
+                portal.call(portal.stop)
+                loop.join()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _event_loop_thread() -> tuple[threading.Thread, BlockingPortal]:
+    """A thread running an event loop, and the portal that hands it calls. A daemon: a client
+    left unclosed does not hold the interpreter's exit up (anyio's own portal thread would)."""
+    started: queue.SimpleQueue[BlockingPortal | BaseException] = queue.SimpleQueue()
+
+    async def serve() -> None:
+        async with BlockingPortal() as portal:
+            started.put(portal)
+            await portal.sleep_until_stopped()
+
+    def run() -> None:
+        try:
+            anyio.run(serve)
+        except BaseException as error:
+            started.put(error)
+            raise
+
+    thread = threading.Thread(target=run, name="fairlane batches", daemon=True)
+    thread.start()
+    portal = started.get()
+    if isinstance(portal, BaseException):
+        raise portal
+    return thread, portal
+
+
+_DONE = object()
+
+
+async def _read_on_threads(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """A sync iterator's chunks, each read on a worker thread so that the event loop sends
+    the previous slice meanwhile."""
+    while (chunk := await anyio.to_thread.run_sync(next, chunks, _DONE)) is not _DONE:
+        yield chunk  # type: ignore[misc]

@@ -1,4 +1,5 @@
-"""Batch triggers, phase two: ``ingest_items`` streams NDJSON bytes in chunks into a batch.
+"""Batch triggers, phase two: ``ingest_items_async`` streams NDJSON bytes in chunks into a
+batch.
 
 Each slice of parsed items is one statement, committed on its own, so a bad line
 (``BatchLineError``, ``BatchIndexError``) leaves everything before it in the batch and the
@@ -8,9 +9,10 @@ item passes ``first_index=k``; the errors' ``index`` is that number for the bad 
 seals when all run-count items are in; the worker's built-in ``fairlane.batch_item`` task then
 turns each into its run (``fairlane.batches.processing``).
 
-``ingest_items`` runs on one connection the caller holds; ``ingest_stream`` takes a connection
-(from a pool, say) only to write a slice and gives it back at once, so a stream that waits on
-its network holds none: what a server that reads uploads from many clients needs. Either
+``ingest_items_async`` runs on one connection the caller holds; ``ingest_stream`` takes a
+connection (from a pool, say) only to write a slice and gives it back at once, so a stream
+that waits on its network holds none: what a server that reads uploads from many clients
+needs. Either
 ends a stream that sends nothing for ``idle_timeout_s`` seconds (``BatchStreamIdleError``),
 after storing its complete lines.
 """
@@ -28,7 +30,7 @@ import anyio
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from fairlane.batches.api import get_batch, item_max_bytes
+from fairlane.batches.api import get_batch_async, item_max_bytes, renamed
 from fairlane.batches.ndjson import NdjsonItemParser, OversizedItem, ParsedLine, check_first_index
 from fairlane.config import schema_name
 from fairlane.engine import engine
@@ -229,7 +231,7 @@ class _Ingest:
         )
 
 
-async def ingest_items(
+async def ingest_items_async(
     conn: AsyncConn,
     batch_id: int,
     chunks: AsyncIterable[bytes],
@@ -284,13 +286,13 @@ async def ingest_stream(
     first_index: int = 0,
     idle_timeout_s: float | None = None,
 ) -> IngestResult:
-    """``ingest_items`` with a connection taken from ``connect()`` (``pool.connection``, say)
+    """``ingest_items_async`` with a connection taken from ``connect()`` (``pool.connection``, say)
     for each statement and given back at once: none is held while ``chunks`` waits on its
     network, and at most one while a slice is stored. Connections outside a transaction."""
     check_first_index(first_index)
     target = schema_name(schema)
     async with connect() as conn:
-        batch = await get_batch(conn, batch_id, schema=target)
+        batch = await get_batch_async(conn, batch_id, schema=target)
         if batch.status == "ABORTED":
             raise BatchAbortedError(batch_id, (batch.error or {}).get("message"))
         max_bytes = await item_max_bytes(conn, target)
@@ -312,11 +314,11 @@ async def file_chunks(
             yield chunk
 
 
-async def ingest_file(
+async def ingest_file_async(
     conn: AsyncConn, batch_id: int, path: str | Path, *, schema: str | None = None,
     progress: Progress | None = None, first_index: int = 0,
 ) -> IngestResult:  # fmt: skip
-    return await ingest_items(
+    return await ingest_items_async(
         conn, batch_id, file_chunks(path), schema=schema, progress=progress,
         first_index=first_index,
     )  # fmt: skip
@@ -330,3 +332,8 @@ def count_items(path: str | Path) -> int:
             if line.strip():
                 count += 1
     return count
+
+
+# The names before the naming convention, for one more release (fairlane.batches.api).
+ingest_items = renamed(ingest_items_async, "ingest_items")
+ingest_file = renamed(ingest_file_async, "ingest_file")

@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 
-from fairlane.batches.api import create_batch, item_max_bytes
+from fairlane.batches.api import create_batch_async, item_max_bytes
 from fairlane.batches.items import item_options
 from fairlane.engine import engine
 from fairlane.engine.batches import ItemColumns
@@ -80,8 +80,8 @@ async def make_parent_batch(
 ) -> tuple[int, int]:
     """Create the parent's batch of ``requests`` and ingest every item (triggering those that
     can be at once). Returns the batch id and its waitpoint. Raises ``BatchTooLargeError`` or
-    ``BatchRateLimitedError`` as ``create_batch`` does."""
-    batch = await create_batch(
+    ``BatchRateLimitedError`` as ``create_batch_async`` does."""
+    batch = await create_batch_async(
         conn, batch_environment(requests), len(requests), parent_run_id=parent_run_id,
         schema=schema,
     )  # fmt: skip

@@ -3,7 +3,7 @@
 A JSON body is refused (413) without being held whole: a ``Content-Length`` over the bound is
 refused before a byte is read, and a body sent without one (chunked) is counted as it arrives
 and refused as soon as it passes the bound. NDJSON batch items are not read here: they are
-streamed to ``ingest_items``, a line at a time. What the document may hold is
+streamed to ``ingest_stream``, a line at a time. What the document may hold is
 ``strict_json``'s to say.
 """
 

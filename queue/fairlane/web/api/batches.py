@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from fairlane.batches.api import create_batch, get_batch
+from fairlane.batches.api import create_batch_async, get_batch_async
 from fairlane.batches.ingest import ingest_stream
 from fairlane.engine.statement import rows_async
 from fairlane.errors import BatchNotFoundError
@@ -42,7 +42,7 @@ MAX_ITEMS_PAGE = 1000
 
 
 async def visible_batch(state: WebState, conn: AsyncConn, caller: Caller, batch_id: int) -> Batch:
-    batch = await get_batch(conn, batch_id, schema=state.schema)
+    batch = await get_batch_async(conn, batch_id, schema=state.schema)
     if not caller.sees(batch.environment):
         raise BatchNotFoundError(batch_id)
     return batch
@@ -77,7 +77,7 @@ async def create(request: Request) -> JSONResponse:
     async with state.connection() as conn:
         if parent is not None:
             await visible_run(state, conn, caller, parent)
-        batch = await create_batch(
+        batch = await create_batch_async(
             conn, environment, _field(body, "run_count", "runCount"), parent_run_id=parent,
             idempotency_key=key, schema=state.schema,
         )  # fmt: skip

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from fairlane import control, limits
-from fairlane.batches.api import get_batch
+from fairlane.batches.api import get_batch_async
 from fairlane.control import RunFilter
 from fairlane.engine.statement import drive_async, first_async, rows_async
 from fairlane.errors import BatchNotFoundError, FairlaneError, RunNotFoundError
@@ -322,7 +322,7 @@ async def _run_context(request: Request, run_id: int) -> dict[str, Any]:
         batch = None
         if link and link["batch_id"] is not None:
             try:
-                batch = await get_batch(conn, link["batch_id"], schema=state.schema)
+                batch = await get_batch_async(conn, link["batch_id"], schema=state.schema)
             except BatchNotFoundError:
                 batch = None
     return {
@@ -394,7 +394,7 @@ async def _batch(request: Request, session: Session) -> Response:
     batch_id = path_id(request)
     async with state.connection() as conn:
         try:
-            batch = await get_batch(conn, batch_id, schema=state.schema)
+            batch = await get_batch_async(conn, batch_id, schema=state.schema)
         except BatchNotFoundError as missing:
             return render(request, "error.html", session, status=404, message=str(missing))
         failed = await rows_async(

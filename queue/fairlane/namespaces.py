@@ -1,0 +1,204 @@
+# Generated from fairlane/async_namespaces.py by tools/async_to_sync.py: do not edit.
+"""The namespaces of a client: ``client.limits``, ``client.schedules`` and ``client.tokens``,
+the functions of fairlane.limits, fairlane.schedules and fairlane.waitpoints.tokens
+on the client's pool, with its guarantees (bounded, committed on return, a read or a change
+that is safe to repeat repeated once on another connection after an outage).
+
+Written once, for ``AsyncClient``, in fairlane.async_namespaces; fairlane.namespaces, for
+``Client``, is generated from it by tools/async_to_sync.py. To change limits, schedules or
+tokens inside a transaction of your own, call those functions with your connection instead.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import TYPE_CHECKING, Any, Unpack
+
+from fairlane import limits, schedules
+from fairlane.durations import Duration
+from fairlane.limits import EnvironmentChange, QueueChange, SchedulerChange
+from fairlane.models import EnvironmentSettings, QueueSettings, Schedule, SchedulerSettings, Token
+from fairlane.waitpoints import tokens
+
+if TYPE_CHECKING:
+    from fairlane.client import Client
+    from fairlane.worker.handles import Task
+
+__all__ = ["Limits", "Schedules", "Tokens"]
+
+
+class Limits:
+    """Caps, pauses, size limits, DRR knobs and the global rate limit
+    (fairlane.limits: each change applies to the next claim)."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def set_environment(
+        self, name: str, **settings: Unpack[EnvironmentChange]
+    ) -> EnvironmentSettings:
+        """``concurrency_limit``, ``burst_factor``, ``paused``, ``size_limit`` of an
+        environment; those left out keep their value."""
+        schema = self._client.schema
+        return self._client._call(
+            lambda conn: limits.set_environment(conn, name, schema=schema, **settings),
+            repeatable=True,
+        )
+
+    def set_queue(
+        self, environment: str, name: str, **settings: Unpack[QueueChange]
+    ) -> QueueSettings:
+        """``concurrency_limit``, ``paused``, ``size_limit`` of a queue."""
+        schema = self._client.schema
+        return self._client._call(
+            lambda conn: limits.set_queue(conn, environment, name, schema=schema, **settings),
+            repeatable=True,
+        )
+
+    def set_scheduler(self, **settings: Unpack[SchedulerChange]) -> SchedulerSettings:
+        """The DRR ``quantum`` and ``max_deficit``, ``global_concurrency_limit``,
+        ``rate_limit_per_s`` and ``rate_burst``."""
+        schema = self._client.schema
+        return self._client._call(
+            lambda conn: limits.set_scheduler(conn, schema=schema, **settings),
+            repeatable=True,
+        )
+
+    def scheduler_settings(self) -> SchedulerSettings:
+        schema = self._client.schema
+        return self._client._call(
+            lambda conn: limits.scheduler_settings(conn, schema=schema), repeatable=True
+        )
+
+    def table(self) -> builtins.list[dict[str, Any]]:
+        """Every queue with its caps, size limits and its running, queued and delayed counts."""
+        schema = self._client.schema
+        return self._client._call(
+            lambda conn: limits.limits_table(conn, schema=schema), repeatable=True
+        )
+
+
+class Schedules:
+    """Cron schedules, per environment, keyed by ``external_id`` (fairlane.schedules)."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def create(
+        self,
+        task: str | Task[Any, Any],
+        cron: str,
+        timezone: str = "UTC",
+        *,
+        external_id: str,
+        payload: Any = None,
+        environment: str = "default",
+        **options: Any,
+    ) -> Schedule:
+        """Create or update the schedule ``external_id`` of ``environment``, as
+        ``fairlane.schedules.create``."""
+        schema = self._client.schema
+        return self._client._call(
+            lambda conn: schedules.create(
+                conn,
+                task,
+                cron,
+                timezone,
+                external_id=external_id,
+                payload=payload,
+                environment=environment,
+                schema=schema,
+                **options,
+            ),
+            repeatable=True,
+        )
+
+    def get(self, external_id: str, *, environment: str = "default") -> Schedule:
+        """Raises ``ScheduleNotFoundError`` for an unknown schedule."""
+        schema = self._client.schema
+        return self._client._call(
+            lambda conn: schedules.get(conn, external_id, environment=environment, schema=schema),
+            repeatable=True,
+        )
+
+    def list(self, *, environment: str | None = None) -> builtins.list[Schedule]:
+        """The schedules of ``environment``, or of every environment."""
+        schema = self._client.schema
+        return self._client._call(
+            lambda conn: schedules.list_schedules(conn, environment=environment, schema=schema),
+            repeatable=True,
+        )
+
+    def pause(self, external_id: str, *, environment: str = "default") -> Schedule:
+        """No tick fires until ``resume``; the ticks in between are skipped."""
+        schema = self._client.schema
+        return self._client._call(
+            lambda conn: schedules.pause(conn, external_id, environment=environment, schema=schema),
+            repeatable=True,
+        )
+
+    def resume(self, external_id: str, *, environment: str = "default") -> Schedule:
+        schema = self._client.schema
+        return self._client._call(
+            lambda conn: schedules.resume(
+                conn, external_id, environment=environment, schema=schema
+            ),
+            repeatable=True,
+        )
+
+    def delete(self, external_id: str, *, environment: str = "default") -> None:
+        schema = self._client.schema
+        self._client._call(
+            lambda conn: schedules.delete(conn, external_id, environment=environment, schema=schema)
+        )
+
+    def trigger(self, external_id: str, *, environment: str = "default") -> int:
+        """Trigger the schedule's run now (its next tick is unchanged); returns the run id."""
+        schema = self._client.schema
+        return self._client._call(
+            lambda conn: schedules.trigger(
+                conn, external_id, environment=environment, schema=schema
+            )
+        )
+
+
+class Tokens:
+    """Waitpoints that code completes by hand (fairlane.waitpoints.tokens): a handler waits
+    on one with ``ctx.wait_for_token``."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def create(
+        self,
+        *,
+        idempotency_key: str | None = None,
+        idempotency_ttl: Duration | None = None,
+        timeout: Duration | None = None,
+    ) -> int:
+        """A token's id; the same live idempotency key returns the same token."""
+        schema = self._client.schema
+        return self._client._call(
+            lambda conn: tokens.create_token(
+                conn,
+                idempotency_key=idempotency_key,
+                idempotency_ttl=idempotency_ttl,
+                timeout=timeout,
+                schema=schema,
+            ),
+            repeatable=idempotency_key is not None,
+        )
+
+    def complete(self, token_id: int, output: Any = None) -> bool:
+        """Complete a token and wake whoever waits on it; False if it was already complete."""
+        schema = self._client.schema
+        return self._client._call(
+            lambda conn: tokens.complete_token(conn, token_id, output, schema=schema)
+        )
+
+    def get(self, token_id: int) -> Token:
+        """Raises ``WaitpointNotFoundError`` for an unknown token."""
+        schema = self._client.schema
+        return self._client._call(
+            lambda conn: tokens.get_token(conn, token_id, schema=schema), repeatable=True
+        )
