@@ -19,7 +19,8 @@ from fairlane import AsyncClient, RunContext, RunStatus, TaskRegistry
 from fairlane.worker.connections import LoopConnection
 from fairlane.worker.heartbeat import Heartbeater
 from fairlane.worker.lease_store import Lease, LeaseStore
-from fairlane.worker.runs import ActiveRun, RunState, RunTable
+from fairlane.worker.run_state import ActiveRun, RunState
+from fairlane.worker.runs import RunTable
 from tests.helpers import (
     fast_worker,
     run_row,

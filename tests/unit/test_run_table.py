@@ -17,7 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from fairlane.models import ClaimedRun
 from fairlane.worker.context import RunContext
 from fairlane.worker.lease_store import Lease
-from fairlane.worker.runs import (
+from fairlane.worker.run_state import (
     HOLDS_SLOT,
     OUTCOME_PENDING,
     STOP_CANCELED,
@@ -25,8 +25,8 @@ from fairlane.worker.runs import (
     ActiveRun,
     IllegalTransition,
     RunState,
-    RunTable,
 )
+from fairlane.worker.runs import RunTable
 from fairlane.worker.signals import TestSignals
 
 _ids = itertools.count(1)

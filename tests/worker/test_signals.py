@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from fairlane import AsyncClient, RunContext, RunStatus, TaskRegistry
-from fairlane.worker.runs import RunState
+from fairlane.worker.run_state import RunState
 from tests.helpers import fast_worker, run_row, running
 
 pytestmark = pytest.mark.anyio

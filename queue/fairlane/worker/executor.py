@@ -22,14 +22,14 @@ from fairlane.worker.events import run_event
 from fairlane.worker.lease_store import Completion, Failure, Lease
 from fairlane.worker.outcomes import Attempt
 from fairlane.worker.registry import TaskDefinition, TaskRegistry
-from fairlane.worker.runs import (
+from fairlane.worker.run_state import (
+    RUNNING,
     STOP_CANCELED,
     STOP_LEASE_LOST,
     STOP_SHUTDOWN,
     ActiveRun,
-    RunState,
-    RunTable,
 )
+from fairlane.worker.runs import RunTable
 
 log = logging.getLogger("fairlane.worker")
 
@@ -135,7 +135,7 @@ def interrupted(active: ActiveRun, runs: RunTable, shared: anyio.CancelScope) ->
     """The outcome of a run whose ``execute`` raised: when a stop cut its handler short in the
     runner's shared scope, what the stop decides (the cancellation goes on to the runner's
     scope); else nothing to write."""
-    if active.scope is shared and shared.cancel_called and active.state is RunState.RUNNING:
+    if active.scope is shared and shared.cancel_called and active.state is RUNNING:
         attempt = runs.returned(active, active.started_at, time.monotonic())
         return _stopped(active, attempt, cut_short=True)[1]
     return None

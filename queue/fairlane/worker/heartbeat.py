@@ -22,7 +22,8 @@ import psycopg
 from fairlane.connection import Outage
 from fairlane.worker.connections import LoopConnection
 from fairlane.worker.lease_store import LeaseStore
-from fairlane.worker.runs import ActiveRun, RunTable
+from fairlane.worker.run_state import ActiveRun
+from fairlane.worker.runs import RunTable
 
 log = logging.getLogger("fairlane.worker")
 

@@ -17,7 +17,8 @@ from fairlane.worker.executor import Outcome, execute, interrupted
 from fairlane.worker.outcomes import OutcomeWriter
 from fairlane.worker.primitives import GENERIC, Primitives
 from fairlane.worker.registry import TaskRegistry
-from fairlane.worker.runs import STOP_CANCELED, ActiveRun, RunTable
+from fairlane.worker.run_state import STOP_CANCELED, ActiveRun
+from fairlane.worker.runs import RunTable
 
 
 class RunnerPool:

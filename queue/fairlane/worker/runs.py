@@ -29,118 +29,39 @@ RELEASED, and its runner's later events leave it so.
 
 from __future__ import annotations
 
-import enum
 import logging
-import math
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
-from fairlane.models import ClaimedRun
 from fairlane.worker.lease_store import Lease
 from fairlane.worker.outcomes import Attempt
 from fairlane.worker.primitives import GENERIC, Primitives
+from fairlane.worker.run_state import (
+    CLAIMED,
+    HANDLER_DONE,
+    HOLDS_SLOT,
+    OUTCOME_PENDING,
+    PARKED,
+    RELEASED,
+    RETURNED,
+    RUNNING,
+    STOP_CANCELED,
+    STOP_LEASE_LOST,
+    UNWRITTEN,
+    WAITING,
+    ActiveRun,
+    IllegalTransition,
+    RunState,
+)
 from fairlane.worker.stats import WorkerStats
 
 if TYPE_CHECKING:
-    from fairlane.worker.context import RunContext
     from fairlane.worker.signals import TestSignals
 
 log = logging.getLogger("fairlane.worker")
-
-STOP_SHUTDOWN = "shutdown"
-STOP_LEASE_LOST = "lease_lost"
-# The run was cancelled (Client.cancel): it is CANCELED already and its lease token cleared.
-STOP_CANCELED = "canceled"
-
-
-class RunState(enum.Enum):
-    CLAIMED = "claimed"  # handed to the runners, not started
-    RUNNING = "running"  # its handler runs
-    WAITING = "waiting"  # its handler waits on children, a time or a token: no local slot
-    RETURNED = "returned"  # its handler returned: the outcome is being decided (hooks)
-    UNWRITTEN = "unwritten"  # its outcome waits for the writer, without a slot
-    PARKED = "parked"  # its outcome waits for the writer, and it keeps its slot
-    RELEASED = "released"  # it holds nothing any more
-
-
-# The states in which a run holds one of the worker's slots.
-HOLDS_SLOT = frozenset({RunState.CLAIMED, RunState.RUNNING, RunState.RETURNED, RunState.PARKED})
-# The states after its handler returned.
-HANDLER_DONE = frozenset(
-    {RunState.RETURNED, RunState.UNWRITTEN, RunState.PARKED, RunState.RELEASED}
-)
-# The states whose outcome is with the writer.
-OUTCOME_PENDING = frozenset({RunState.UNWRITTEN, RunState.PARKED})
-
-
-class IllegalTransition(RuntimeError):
-    """A run was reported an event its state does not allow: a bug in the worker."""
-
-    def __init__(self, run_id: int, state: RunState, event: str) -> None:
-        super().__init__(f"run {run_id}: {event} is not allowed in state {state.name}")
-        self.run_id, self.state, self.event = run_id, state, event
-
-
-@dataclass(slots=True)
-class ActiveRun:
-    """A run this worker holds: from claim until its outcome is written or refused. Its
-    ``state`` is changed by the ``RunTable`` alone."""
-
-    run: ClaimedRun
-    lease: Lease
-    ctx: RunContext
-    # Monotonic time until which the lease is known to hold (last confirmed heartbeat).
-    confirmed_until: float
-    state: RunState = RunState.CLAIMED
-    # The scope its handler runs in: the runner's shared one, or its own (execute says which);
-    # None until a runner takes it.
-    scope: anyio.CancelScope | None = None
-    # Monotonic times its handler started and returned.
-    started_at: float = 0.0
-    done_at: float = 0.0
-    # Its task and how long its handler ran, once it has returned.
-    attempt: Attempt | None = None
-    # What was left of max_duration when the handler started to wait (waiting does not count).
-    paused_budget: float | None = None
-    # The tracer recording the run's span (``tracing.tracer()`` at its claim), or None.
-    tracer: Any = None
-
-    @property
-    def handler_done(self) -> bool:
-        return self.state in HANDLER_DONE
-
-    @property
-    def slot_held(self) -> bool:
-        return self.state in HOLDS_SLOT
-
-    def stop(self, reason: str) -> None:
-        """Ask the handler to stop: cancel it if async, signal it if sync."""
-        if self.ctx.stop_reason is None:
-            self.ctx.stop_reason = reason
-        self.ctx.request_stop()
-        # Once its handler returned, the scope may be its runner's, serving the next run.
-        if self.scope is not None and self.state not in HANDLER_DONE:
-            self.scope.cancel()
-
-    def pause_deadline(self) -> None:
-        """The handler waits: stop counting its max_duration until ``resume_deadline``."""
-        scope = self.scope
-        if scope is None:
-            return
-        left = scope.deadline - anyio.current_time()
-        # A deadline already past is left to fire: the run timed out before it waited.
-        if self.paused_budget is None and math.isfinite(left) and left > 0:
-            self.paused_budget = left
-            scope.deadline = math.inf
-
-    def resume_deadline(self) -> None:
-        if self.paused_budget is not None and self.scope is not None:
-            self.scope.deadline = anyio.current_time() + self.paused_budget
-            self.paused_budget = None
 
 
 class RunTable:
@@ -182,13 +103,13 @@ class RunTable:
     def claimed(self, active: ActiveRun) -> None:
         """A claim handed the run to this worker: it takes a slot."""
         previous = self.held.get(active.run.id)
-        if active.state is not RunState.CLAIMED or previous is active:
+        if active.state is not CLAIMED or previous is active:
             raise IllegalTransition(active.run.id, active.state, "claimed")
         if previous is not None:
             # The database took the lease back before we noticed and we claimed the run again:
             # the earlier attempt is stale. Stop it; it must not touch the new attempt's entry.
             self.lease_lost(previous)
-            if previous.state in OUTCOME_PENDING or previous.state is RunState.RETURNED:
+            if previous.state in OUTCOME_PENDING or previous.state is RETURNED:
                 # Its outcome, still unwritten, will not free its slot: the entry is replaced.
                 self._release(previous)
         self.held[active.run.id] = active
@@ -199,13 +120,15 @@ class RunTable:
 
     def started(self, active: ActiveRun) -> None:
         """A runner took the run and calls its handler."""
-        self._move(active, RunState.CLAIMED, RunState.RUNNING, "started")
+        if active.state is not CLAIMED:
+            raise IllegalTransition(active.run.id, active.state, "started")
+        active.state = RUNNING
         if self.signals is not None:
             self.signals.started.emit(active.run.id)
 
     def waiting(self, active: ActiveRun) -> None:
         """The handler waits without a slot (EXECUTING -> WAITING in the database)."""
-        self._move(active, RunState.RUNNING, RunState.WAITING, "waiting")
+        self._move(active, RUNNING, WAITING, "waiting")
         self.running -= 1
         if self._on_runner_needed is not None:
             self._on_runner_needed()
@@ -217,11 +140,11 @@ class RunTable:
         """The waiting handler goes on (or stops): it takes a slot again, waiting for one,
         ahead of no one but never beyond ``concurrency``. The runner that took its place stays
         until it has finished a run."""
-        if active.state is not RunState.WAITING:
+        if active.state is not WAITING:
             raise IllegalTransition(active.run.id, active.state, "resumed")
         while self.running >= self.concurrency:
             await self._slot_free.wait()
-        active.state = RunState.RUNNING
+        active.state = RUNNING
         self.running += 1
         self.surplus_runners += 1
         if self.signals is not None:
@@ -230,9 +153,9 @@ class RunTable:
     def returned(self, active: ActiveRun, started: float, now: float) -> Attempt:
         """The handler returned (or was cut short): what is left is deciding its outcome. A
         stop no longer cancels anything of it. A run let go of meanwhile stays RELEASED."""
-        if active.state is RunState.RUNNING:
-            active.state = RunState.RETURNED
-        elif active.state is not RunState.RELEASED:
+        if active.state is RUNNING:
+            active.state = RETURNED
+        elif active.state is not RELEASED:
             raise IllegalTransition(active.run.id, active.state, "returned")
         active.done_at = now
         attempt = active.attempt = Attempt(active.run.task, now - started)
@@ -242,23 +165,25 @@ class RunTable:
         """Its runner is done with the run, whose outcome it handed the writer, or not (a lease
         lost, a cancel, a handler that never returned): the slot frees now, or once the
         outcome is written if there is no room among the unwritten."""
-        if active.state is RunState.RUNNING:
-            # Something no handler raises (a BaseException) ended it: nothing to write.
-            active.state = RunState.RETURNED
-            outcome_queued = False
         self.executing -= 1
         if self.executing == 0:
             self._handlers_idle.set()
-        if active.state is RunState.RELEASED:
+        state = active.state
+        if state is RUNNING:
+            # Something no handler raises (a BaseException) ended it: nothing to write.
+            active.state = RETURNED
+            outcome_queued = False
+        elif state is RELEASED:
             return
-        if active.state is not RunState.RETURNED:
-            raise IllegalTransition(active.run.id, active.state, "settled")
+        elif state is not RETURNED:
+            self.executing += 1
+            raise IllegalTransition(active.run.id, state, "settled")
         if not outcome_queued:
             self._release(active)
         elif self.unwritten < self.concurrency:
             self._to_unwritten(active)
         else:
-            active.state = RunState.PARKED
+            active.state = PARKED
             self._parked.append(active)
         if self.signals is not None:
             self.signals.settled.emit(active.run.id)
@@ -279,7 +204,7 @@ class RunTable:
         again; the writer still tries, and the fence refuses it if someone else has the run."""
         if active.state not in HANDLER_DONE:
             raise IllegalTransition(active.run.id, active.state, "abandoned")
-        if active.state is RunState.RELEASED:
+        if active.state is RELEASED:
             return
         log.warning(
             "run %s: outcome not written before the lease lapsed; the run will be run again",
@@ -366,22 +291,22 @@ class RunTable:
         active.state = after
 
     def _to_unwritten(self, active: ActiveRun) -> None:
-        active.state = RunState.UNWRITTEN
+        active.state = UNWRITTEN
         self.unwritten += 1
         self._free_slot()
 
     def _release(self, active: ActiveRun) -> None:
         """The run holds nothing any more; a parked run takes its room among the unwritten."""
         state = active.state
-        active.state = RunState.RELEASED
+        active.state = RELEASED
         if state in HOLDS_SLOT:
             self._free_slot()
-        elif state is RunState.UNWRITTEN:
+        elif state is UNWRITTEN:
             self.unwritten -= 1
             parked = self._parked
             while parked and self.unwritten < self.concurrency:
                 waiting = parked.popleft()
-                if waiting.state is RunState.PARKED:
+                if waiting.state is PARKED:
                     self._to_unwritten(waiting)
         self._forget(active)
         if self.signals is not None:
@@ -392,7 +317,11 @@ class RunTable:
         self._slot_freed()
 
     def _slot_freed(self) -> None:
-        self.wake_slot_waiters()
+        # As wake_slot_waiters, written out: this runs for every run.
+        freed = self._slot_free
+        if freed.statistics().tasks_waiting:
+            self._slot_free = self.primitives.new_event()
+            freed.set()
         if self.running == 0:
             self._idle.set()
         if self.signals is not None:
@@ -411,11 +340,11 @@ class RunTable:
     def check(self) -> None:
         """Raise AssertionError unless the counters agree with the states of the held runs."""
         states = [active.state for active in self.held.values()]
-        unwritten = sum(state is RunState.UNWRITTEN for state in states)
+        unwritten = sum(state is UNWRITTEN for state in states)
         assert unwritten == self.unwritten, (unwritten, self.unwritten)
         assert 0 <= self.unwritten <= self.concurrency, self.unwritten
-        assert RunState.RELEASED not in states
-        parked = [a for a in self._parked if a.state is RunState.PARKED]
-        assert len(parked) == sum(state is RunState.PARKED for state in states)
+        assert RELEASED not in states
+        parked = [a for a in self._parked if a.state is PARKED]
+        assert len(parked) == sum(state is PARKED for state in states)
         if parked:
             assert self.unwritten == self.concurrency, "a parked run with room among the unwritten"

@@ -39,7 +39,8 @@ from fairlane.waitpoints import WaitResult
 from fairlane.worker.connections import LoopConnection
 
 if TYPE_CHECKING:
-    from fairlane.worker.runs import ActiveRun, RunTable
+    from fairlane.worker.run_state import ActiveRun
+    from fairlane.worker.runs import RunTable
 
 log = logging.getLogger("fairlane.worker")
 

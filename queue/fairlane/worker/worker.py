@@ -50,8 +50,9 @@ from fairlane.worker.lease_store import Lease, LeaseStore
 from fairlane.worker.outcomes import OutcomeWriter
 from fairlane.worker.primitives import GENERIC, Primitives, of_running_backend
 from fairlane.worker.registry import TaskRegistry
+from fairlane.worker.run_state import STOP_SHUTDOWN, ActiveRun
 from fairlane.worker.runners import RunnerPool
-from fairlane.worker.runs import STOP_SHUTDOWN, ActiveRun, RunTable
+from fairlane.worker.runs import RunTable
 from fairlane.worker.signals import TestSignals
 from fairlane.worker.stats import WorkerStats
 from fairlane.worker.waiting import WaitService
