@@ -95,7 +95,7 @@ class RunTable:
         # Written outcomes free database slots: the claimer tries again (the worker's wake-up).
         self._on_written = on_written
         # A handler gave its slot up and keeps its runner: another runner takes its place.
-        self._on_runner_needed = on_runner_needed
+        self.on_runner_needed = on_runner_needed
         self.signals: TestSignals | None = None
 
     # -- the events ------------------------------------------------------------------------
@@ -130,8 +130,8 @@ class RunTable:
         """The handler waits without a slot (EXECUTING -> WAITING in the database)."""
         self._move(active, RUNNING, WAITING, "waiting")
         self.running -= 1
-        if self._on_runner_needed is not None:
-            self._on_runner_needed()
+        if self.on_runner_needed is not None:
+            self.on_runner_needed()
         self._slot_freed()
         if self.signals is not None:
             self.signals.waiting.emit(active.run.id)

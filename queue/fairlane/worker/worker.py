@@ -2,7 +2,10 @@
 
 Loops, each on its own connection: the claimer (this file), the outcome writer, the
 heartbeater, the notification listener and the periodic-job runner. Claimed runs go to a
-fixed pool of ``concurrency`` runner tasks, so a run costs no task of its own. Shutdown stops
+fixed pool of ``concurrency`` runner tasks (worker/runners.py), so a run costs no task of its
+own. Every held run's state and the slots they take are the run table's (worker/runs.py): the
+runners, the heartbeater, the writer, the wait service and the listener report events to it,
+and this file only wires them together and claims into the slots it has free. Shutdown stops
 the claimer first, gives running handlers ``shutdown_grace`` seconds, cancels what is left and
 hands those runs back to QUEUED without counting the attempt.
 """
@@ -164,7 +167,7 @@ class Worker:
             runs=self.runs,
         )  # fmt: skip
         self.pool = RunnerPool(self.runs, registry, self.writer, self.metrics, concurrency)
-        self.runs._on_runner_needed = self.pool.add_runner
+        self.runs.on_runner_needed = self.pool.add_runner
         self._wake = anyio.Event()
         # New work was announced since the last full scan (or may have been: at start).
         self._work_announced = True
@@ -546,7 +549,7 @@ class Worker:
             *fields.values(), extra=fields,
         )  # fmt: skip
 
-    # -- callbacks ----------------------------------------------------------------------
+    # -- what the listener, handlers and writer tell the claimer ------------------------
 
     def _notified(self, environment: str) -> None:
         if (
