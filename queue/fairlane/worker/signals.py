@@ -10,7 +10,8 @@ turns them on before the worker runs::
 
 Every signal keeps what it was emitted (a run id; ``slot_freed``: the slots then free) in
 order; ``next()`` takes the oldest not taken yet, waiting for one, and ``wait_for`` takes
-values until one matches. Use them on the worker's event loop.
+values until one matches. ``TestSignals.order`` keeps every emission of every signal in the
+order they came. Use them on the worker's event loop.
 """
 
 from __future__ import annotations
@@ -25,16 +26,19 @@ T = TypeVar("T")
 
 
 class Signal(Generic[T]):
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, order: list[tuple[str, object]] | None = None) -> None:
         self.name = name
         self._values: deque[T] = deque()
         self._arrived = anyio.Event()
         # Every value ever emitted, taken or not (for assertions after the fact).
         self.history: list[T] = []
+        # Shared by the signals of one worker: every emission of any of them, in order.
+        self._order = order if order is not None else []
 
     def emit(self, value: T) -> None:
         self._values.append(value)
         self.history.append(value)
+        self._order.append((self.name, value))
         self._arrived.set()
 
     async def next(self, within: float = 10.0) -> T:
@@ -69,14 +73,22 @@ class TestSignals:
     __test__ = False  # not a pytest test class
 
     def __init__(self) -> None:
-        self.claimed: Signal[int] = Signal("claimed")
-        self.started: Signal[int] = Signal("started")
-        self.waiting: Signal[int] = Signal("waiting")
-        self.resumed: Signal[int] = Signal("resumed")
+        # Every emission of every signal below, in order: (signal name, value).
+        self.order: list[tuple[str, object]] = []
+        order = self.order
+        self.claimed: Signal[int] = Signal("claimed", order)
+        self.started: Signal[int] = Signal("started", order)
+        self.waiting: Signal[int] = Signal("waiting", order)
+        self.resumed: Signal[int] = Signal("resumed", order)
         # The runner is done with the run and its outcome went to the writer (or there is none).
-        self.settled: Signal[int] = Signal("settled")
+        self.settled: Signal[int] = Signal("settled", order)
         # The run holds nothing any more: its outcome written or refused, or none to write.
-        self.released: Signal[int] = Signal("released")
-        self.lease_lost: Signal[int] = Signal("lease_lost")
-        self.canceled: Signal[int] = Signal("canceled")
-        self.slot_freed: Signal[int] = Signal("slot_freed")
+        self.released: Signal[int] = Signal("released", order)
+        self.lease_lost: Signal[int] = Signal("lease_lost", order)
+        self.canceled: Signal[int] = Signal("canceled", order)
+        self.slot_freed: Signal[int] = Signal("slot_freed", order)
+
+    def index(self, name: str, value: object) -> int:
+        """Where (signal ``name``, ``value``) was first emitted among all of them (ValueError
+        if it was not)."""
+        return self.order.index((name, value))
