@@ -17,10 +17,10 @@ import pytest
 
 from fairlane import AsyncClient, RunContext, RunStatus, TaskRegistry
 from fairlane.worker.connections import LoopConnection
-from fairlane.worker.executor import ActiveRun
 from fairlane.worker.heartbeat import Heartbeater
 from fairlane.worker.lease_store import Lease, LeaseStore
-from fairlane.worker.stats import WorkerStats
+from fairlane.worker.run_state import ActiveRun, RunState
+from fairlane.worker.runs import RunTable
 from tests.helpers import (
     fast_worker,
     run_row,
@@ -270,6 +270,7 @@ async def test_unwritten_outcomes_are_bounded_and_a_hung_writer_is_replaced(
 
     timeout = 2.0
     worker = fast_worker(tasks, dsn, concurrency=1, lease_seconds=10, statement_timeout=timeout)
+    signals = worker.enable_test_signals()
     async with running(worker):
         first = await trigger(dsn, "quick", 0)
         await wait_until(
@@ -283,16 +284,12 @@ async def test_unwritten_outcomes_are_bounded_and_a_hung_writer_is_replaced(
             overlapped = await trigger(dsn, "quick", 2)
             queued = await trigger(dsn, "quick", 3)
 
-            def handler_returned(run_id: int) -> bool:
-                return run_id in worker.held and worker.held[run_id].handler_done
-
-            await wait_until(
-                lambda: handler_returned(hung) and handler_returned(overlapped),
-                within=5,
-                what="two handlers to return",
-            )
-            await anyio.sleep(timeout / 2)
+            await signals.settled.wait_for(hung, within=5)
+            await signals.settled.wait_for(overlapped, within=5)
             # Neither outcome is written; the second keeps its slot and nothing more is claimed.
+            assert worker.held[hung].state is RunState.UNWRITTEN
+            assert worker.held[overlapped].state is RunState.PARKED
+            assert worker.runs.free == 0
             assert run_status(db, hung) is RunStatus.EXECUTING
             assert run_status(db, overlapped) is RunStatus.EXECUTING
             assert run_status(db, queued) is RunStatus.QUEUED
@@ -318,25 +315,25 @@ async def test_heartbeats_stop_extending_a_finished_run_whose_outcome_is_not_wri
     passes the worker lets go of it."""
     store = LeaseStore("fairlane", lease_seconds=30, worker_id="w")
     run_id = await trigger(dsn, "t")
-    abandoned: list[int] = []
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         (claimed,) = await store.claim(conn, 1)
     active = ActiveRun(
         run=claimed, lease=Lease(claimed.id, claimed.lease_token),
         ctx=RunContext(run=claimed, worker_id="w"), confirmed_until=time.monotonic() + 30,
     )  # fmt: skip
-    held = {run_id: active}
-    beater = Heartbeater(
-        store, held, WorkerStats(), lambda run: None, interval=1.0,
-        on_abandoned=lambda run: abandoned.append(run.run.id), outcome_timeout=2.0,
-    )  # fmt: skip
+    runs = RunTable(1)
+    runs.claimed(active)
+    runs.started(active)
+    beater = Heartbeater(store, runs, interval=1.0, outcome_timeout=2.0)
     connection = LoopConnection(dsn)
 
     def lease_until() -> Any:
         return run_row(db, run_id)["lease_until"]
 
     try:
-        active.handler_done, active.done_at = True, time.monotonic()
+        runs.returned(active, time.monotonic(), time.monotonic())
+        runs.settled(active, outcome_queued=True)
+        assert (active.state.name, active.slot_held) == ("UNWRITTEN", False)
         before = lease_until()
         await beater.beat(connection)
         assert lease_until() > before, "within the outcome timeout, the lease is extended"
@@ -345,9 +342,11 @@ async def test_heartbeats_stop_extending_a_finished_run_whose_outcome_is_not_wri
         await beater.beat(connection)
         assert lease_until() == extended, "past it, the beat leaves the run out"
         assert beater.expire_unconfirmed() == active.confirmed_until
-        assert abandoned == []
+        assert run_id in runs.held
         active.confirmed_until = time.monotonic() - 0.1
         assert beater.expire_unconfirmed() is None
-        assert abandoned == [run_id]
+        assert active.state is RunState.RELEASED, "let go of"
+        assert run_id not in runs.held
+        assert (runs.running, runs.unwritten, runs.stats.lost_leases) == (0, 0, 1)
     finally:
         await connection.close()

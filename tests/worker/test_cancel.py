@@ -120,6 +120,7 @@ async def test_executing_handler_is_cancelled_through_its_worker(
         return payload
 
     worker = fast_worker(tasks, dsn, lease_seconds=30.0)
+    signals = worker.enable_test_signals()
     async with AsyncClient(dsn) as client, running(worker):
         run_id = await client.trigger("long", max_attempts=3)
         with anyio.fail_after(10):
@@ -135,7 +136,9 @@ async def test_executing_handler_is_cancelled_through_its_worker(
         # The worker goes on with other work.
         await client.trigger("short", 7)
         await wait_until(lambda: finished == [7], what="the next run")
-        await wait_until(lambda: run_id not in worker.held, what="the run to be forgotten")
+        await signals.released.wait_for(run_id)
+        assert run_id not in worker.held, "forgotten"
+    assert signals.canceled.history == [run_id]
     assert worker.stats.canceled == 1
     assert worker.stats.stale_writes == 0
     assert worker.stats.lost_leases == 0

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from fairlane import AsyncClient, RunContext, TaskRegistry, TriggerRequest, Worker
-from fairlane.worker.executor import ActiveRun
+from fairlane.worker.run_state import ActiveRun
 from tests.helpers import running, statuses, wait_until
 
 pytestmark = pytest.mark.anyio

@@ -117,18 +117,19 @@ async def test_a_parent_waiting_on_a_child_in_its_capped_queue_does_not_deadlock
 ) -> None:
     limits.set_queue(db, "default", "serial", concurrency_limit=1)
     parent = trigger(db, "parent", {"mode": "one", "queue": "serial"}, queue="serial")
-    observed: list[tuple[str, str]] = []
-    async with running(Worker(registry(), dsn, concurrency=1, lease_seconds=1.5)):
-        await wait_until(lambda: run_status(db, parent) == "WAITING", what="waiting")
-        while run_status(db, parent) != "COMPLETED":
-            rows = db.execute(
-                "SELECT task, status FROM fairlane.runs WHERE status IN ('EXECUTING', 'WAITING')"
-            ).fetchall()
-            observed += [(task, status) for task, status in rows]
-            await anyio.sleep(0.005)
+    worker = Worker(registry(), dsn, concurrency=1, lease_seconds=1.5)
+    signals = worker.enable_test_signals()
+    async with running(worker):
+        await signals.waiting.wait_for(parent)
+        child = await signals.started.wait_for(lambda run_id: run_id != parent)
+        await signals.released.wait_for(parent)
     assert result_of(db, parent)["output"] == 42
-    assert ("parent", "WAITING") in observed
-    assert ("double", "EXECUTING") in observed  # the child ran while its parent waited
+    # The child ran in the one slot while its parent waited, and the parent resumed after.
+    waited, ran = signals.index("waiting", parent), signals.index("started", child)
+    assert waited < ran < signals.index("resumed", parent)
+    assert db.execute("SELECT task FROM fairlane.runs WHERE id = %s", (child,)).fetchone() == (
+        "double",
+    )
 
 
 async def test_a_waiting_run_keeps_its_lease_by_heartbeats(

@@ -16,7 +16,7 @@ from fairlane.waitpoints import WaitResult
 from fairlane.worker.metadata import RunMetadata
 
 if TYPE_CHECKING:
-    from fairlane.worker.executor import ActiveRun
+    from fairlane.worker.run_state import ActiveRun
     from fairlane.worker.waiting import WaitService
 
 _EVENT_LOCK = threading.Lock()

@@ -1,15 +1,13 @@
-"""Executing one claimed run and turning how it ended into an outcome for the writer."""
+"""Executing one claimed run and turning how it ended into an outcome value for the writer."""
 
 from __future__ import annotations
 
 import inspect
 import logging
-import math
 import time
 import traceback
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -22,73 +20,26 @@ from fairlane.payload import encode_json
 from fairlane.worker.context import RunContext
 from fairlane.worker.events import run_event
 from fairlane.worker.lease_store import Completion, Failure, Lease
-from fairlane.worker.outcomes import Attempt, OutcomeWriter
+from fairlane.worker.outcomes import Attempt
 from fairlane.worker.registry import TaskDefinition, TaskRegistry
+from fairlane.worker.run_state import (
+    RUNNING,
+    STOP_CANCELED,
+    STOP_LEASE_LOST,
+    STOP_SHUTDOWN,
+    ActiveRun,
+)
+from fairlane.worker.runs import RunTable
 
 log = logging.getLogger("fairlane.worker")
 
-STOP_SHUTDOWN = "shutdown"
-STOP_LEASE_LOST = "lease_lost"
-# The run was cancelled (Client.cancel): it is CANCELED already and its lease token cleared.
-STOP_CANCELED = "canceled"
 # The span of a run nobody traces: reusable, as it holds nothing.
 _NO_SPAN = nullcontext()
 _NO_SHIELD = nullcontext()
 
-
-@dataclass(slots=True)
-class ActiveRun:
-    """A run this worker holds: from claim until its outcome is written or refused."""
-
-    run: ClaimedRun
-    lease: Lease
-    ctx: RunContext
-    # Monotonic time until which the lease is known to hold (last confirmed heartbeat).
-    confirmed_until: float
-    # The scope its handler runs in: the runner's shared one, or its own (execute says which);
-    # None until a runner takes it.
-    scope: anyio.CancelScope | None = None
-    handler_done: bool = False
-    # Monotonic time the handler returned; whether an outcome went to the writer for it.
-    done_at: float = 0.0
-    outcome_queued: bool = False
-    # Whether the run holds one of the worker's slots (freed when its handler returns and its
-    # outcome finds room among the unwritten ones, or else when its outcome is written).
-    slot_held: bool = False
-    # Whether it is one of the finished runs whose outcome waits for the writer without a slot.
-    unwritten: bool = False
-    # Its task and how long its handler ran, once it has returned.
-    attempt: Attempt | None = None
-
-    # What was left of max_duration when the handler started to wait (waiting does not count).
-    paused_budget: float | None = None
-    # The tracer recording the run's span (``tracing.tracer()`` at its claim), or None.
-    tracer: Any = None
-
-    def stop(self, reason: str) -> None:
-        """Ask the handler to stop: cancel it if async, signal it if sync."""
-        if self.ctx.stop_reason is None:
-            self.ctx.stop_reason = reason
-        self.ctx.request_stop()
-        # Once its handler returned, the scope may be its runner's, serving the next run.
-        if self.scope is not None and not self.handler_done:
-            self.scope.cancel()
-
-    def pause_deadline(self) -> None:
-        """The handler waits: stop counting its max_duration until ``resume_deadline``."""
-        scope = self.scope
-        if scope is None:
-            return
-        left = scope.deadline - anyio.current_time()
-        # A deadline already past is left to fire: the run timed out before it waited.
-        if self.paused_budget is None and math.isfinite(left) and left > 0:
-            self.paused_budget = left
-            scope.deadline = math.inf
-
-    def resume_deadline(self) -> None:
-        if self.paused_budget is not None and self.scope is not None:
-            self.scope.deadline = anyio.current_time() + self.paused_budget
-            self.paused_budget = None
+# What a run's attempt leaves for the writer: a completion, a failure, or the lease of a run
+# handed back (a shutdown cut its handler short).
+Outcome = Completion | Failure | Lease
 
 
 def error_document(error: BaseException, attempt: int, code: str | None = None) -> dict[str, Any]:
@@ -137,106 +88,100 @@ async def run_hook(
 async def execute(
     active: ActiveRun,
     registry: TaskRegistry,
-    writer: OutcomeWriter,
+    runs: RunTable,
     limiter: anyio.CapacityLimiter,
     shared: anyio.CancelScope,
-) -> None:
-    """Run the handler and hand its outcome to the writer.
+) -> Outcome | None:
+    """Run the handler and return its outcome for the writer (None: nothing to write).
 
     A cancel scope serves both ways a handler is cut short: ``ActiveRun.stop`` cancels it
     (lease lost, shutdown, cancel) and ``max_duration`` is its deadline. Most runs have no
     deadline and no span: they run in ``shared``, the scope their runner keeps open across
     runs until a stop cancels it (entering and leaving a scope per run was about a tenth of a
-    no-op run's Python time), and a stop's cancellation leaves through here to the runner.
-    The others get a scope of their own. A run stopped before it started is not executed at
-    all. A typed payload is decoded (and validated) first: one that does not fit fails the run
-    with code INVALID_PAYLOAD and no retry.
+    no-op run's Python time), and a stop's cancellation leaves through here to the runner,
+    which then asks ``interrupted`` for the outcome. The others get a scope of their own. A
+    run stopped before it started is not executed at all. A typed payload is decoded (and
+    validated) first: one that does not fit fails the run with code INVALID_PAYLOAD and no
+    retry.
     """
     run, ctx = active.run, active.ctx
     definition = registry.find(run.task)
-    started = time.monotonic()
+    runs.started(active)
+    started = active.started_at = time.monotonic()
     if ctx.stop_reason is None:
         run_event("started", run, level=logging.DEBUG)
-    try:
-        span_scope = _NO_SPAN if active.tracer is None else tracing.run_span(active.tracer, run)
-        with span_scope as span:
-            error, result, cut_short, invalid_payload = await _run_handler(
-                active, definition, limiter, shared
-            )
-            ended = "FAILED" if error is not None else "COMPLETED"
-            tracing.end_run_span(
-                span, ctx.stop_reason or ("TIMED_OUT" if cut_short else ended), error
-            )
-    except BaseException:
-        if active.scope is shared and shared.cancel_called and not active.handler_done:
-            # A stop cut the handler short: what the stop decides is settled now, and the
-            # cancellation goes on to the runner's scope.
-            _stopped(active, writer, _handler_returned(active, started), cut_short=True)
-        raise
-    attempt = _handler_returned(active, started)
-    if _stopped(active, writer, attempt, cut_short):
-        return
+    span_scope = _NO_SPAN if active.tracer is None else tracing.run_span(active.tracer, run)
+    with span_scope as span:
+        error, result, cut_short, invalid_payload = await _run_handler(
+            active, definition, limiter, shared
+        )
+        ended = "FAILED" if error is not None else "COMPLETED"
+        tracing.end_run_span(span, ctx.stop_reason or ("TIMED_OUT" if cut_short else ended), error)
+    attempt = runs.returned(active, started, time.monotonic())
+    settled, outcome = _stopped(active, attempt, cut_short)
+    if settled:
+        return outcome
     # A stop came and the handler returned anyway (it caught the cancellation): what is left
     # must not be cancelled by the stop that ended the handler.
     caught_stop = active.scope is shared and shared.cancel_called
     with type(shared)(shield=True) if caught_stop else _NO_SHIELD:
-        await _conclude(active, definition, writer, limiter, attempt, error, result,
-                        cut_short=cut_short, invalid_payload=invalid_payload)  # fmt: skip
+        return await _conclude(
+            active, definition, limiter, attempt, error, result,
+            cut_short=cut_short, invalid_payload=invalid_payload,
+        )  # fmt: skip
 
 
-def _handler_returned(active: ActiveRun, started: float) -> Attempt:
-    active.handler_done = True
-    active.done_at = time.monotonic()
-    attempt = active.attempt = Attempt(active.run.task, active.done_at - started)
-    # Every outcome but these two goes to the writer.
-    active.outcome_queued = active.ctx.stop_reason not in (STOP_LEASE_LOST, STOP_CANCELED)
-    return attempt
+def interrupted(active: ActiveRun, runs: RunTable, shared: anyio.CancelScope) -> Outcome | None:
+    """The outcome of a run whose ``execute`` raised: when a stop cut its handler short in the
+    runner's shared scope, what the stop decides (the cancellation goes on to the runner's
+    scope); else nothing to write."""
+    if active.scope is shared and shared.cancel_called and active.state is RUNNING:
+        attempt = runs.returned(active, active.started_at, time.monotonic())
+        return _stopped(active, attempt, cut_short=True)[1]
+    return None
 
 
-def _stopped(active: ActiveRun, writer: OutcomeWriter, attempt: Attempt, cut_short: bool) -> bool:
-    """What a stop decides, if one did: whether the run is settled by it."""
+def _stopped(active: ActiveRun, attempt: Attempt, cut_short: bool) -> tuple[bool, Outcome | None]:
+    """What a stop decides, if one did: (whether the run is settled by it, its outcome)."""
     reason, run, took = active.ctx.stop_reason, active.run, attempt.seconds * 1000
     if reason == STOP_SHUTDOWN and cut_short:
         run_event("released", run, duration_ms=took)
-        writer.release(active.lease, attempt)
-    elif reason == STOP_LEASE_LOST:
+        return True, active.lease
+    if reason == STOP_LEASE_LOST:
         # Its result is discarded: the run was reclaimed or re-claimed meanwhile.
         run_event("lease_lost", run, duration_ms=took, level=logging.WARNING)
-    elif reason == STOP_CANCELED:
+        return True, None
+    if reason == STOP_CANCELED:
         # Nothing to write: the cancel ended the run, and the fence would refuse it anyway.
         run_event("canceled", run, duration_ms=took)
-    else:
-        return False
-    return True
+        return True, None
+    return False, None
 
 
 async def _conclude(
-    active: ActiveRun, definition: TaskDefinition | None, writer: OutcomeWriter,
-    limiter: anyio.CapacityLimiter, attempt: Attempt, error: BaseException | None, result: Any,
+    active: ActiveRun, definition: TaskDefinition | None, limiter: anyio.CapacityLimiter,
+    attempt: Attempt, error: BaseException | None, result: Any,
     *, cut_short: bool, invalid_payload: bool,
-) -> None:  # fmt: skip
-    """Hand the writer the outcome of a handler no stop settled: a timeout, an error or its
-    result."""
+) -> Outcome:  # fmt: skip
+    """The outcome of a handler no stop settled: a timeout, an error or its result."""
     if cut_short:
         # Nobody asked for a stop, so the deadline did.
         active.ctx.request_stop()
         timeout = MaxDurationExceededError(
             f"run exceeded max_duration of {active.run.max_duration_s}s"
         )
-        await _failed(active, definition, timeout, writer, limiter, attempt, RunStatus.TIMED_OUT)
-    elif error is not None:
+        return await _failed(active, definition, timeout, limiter, attempt, RunStatus.TIMED_OUT)
+    if error is not None:
         code = "INVALID_PAYLOAD" if invalid_payload else None
-        await _failed(active, definition, error, writer, limiter, attempt, code=code)
-    else:
-        try:
-            stored = encode_result(definition, result)
-        except PayloadError as bad_result:
-            await _failed(active, definition, bad_result, writer, limiter, attempt)
-            return
-        if definition is not None:
-            await run_hook(definition.on_success, active.ctx, result, limiter)
-        run_event("completed", active.run, duration_ms=attempt.seconds * 1000)
-        writer.complete(Completion(active.lease, stored), attempt)
+        return await _failed(active, definition, error, limiter, attempt, code=code)
+    try:
+        stored = encode_result(definition, result)
+    except PayloadError as bad_result:
+        return await _failed(active, definition, bad_result, limiter, attempt)
+    if definition is not None:
+        await run_hook(definition.on_success, active.ctx, result, limiter)
+    run_event("completed", active.run, duration_ms=attempt.seconds * 1000)
+    return Completion(active.lease, stored)
 
 
 async def _run_handler(
@@ -298,14 +243,13 @@ async def _failed(
     active: ActiveRun,
     definition: TaskDefinition | None,
     error: BaseException,
-    writer: OutcomeWriter,
     limiter: anyio.CapacityLimiter,
     attempt: Attempt,
     final: RunStatus | None = None,
     *,
     code: str | None = None,
-) -> None:
-    """Hand a failure to the writer: a retry (DELAYED) while the task's policy allows one and
+) -> Failure:
+    """The failure for the writer: a retry (DELAYED) while the task's policy allows one and
     attempts are left, else a final status, after the ``on_failure`` hook."""
     if final is not None:
         failure = _final_failure(active, error, final, "MAX_DURATION_EXCEEDED")
@@ -318,7 +262,7 @@ async def _failed(
     event = {"DELAYED": "retried", "TIMED_OUT": "timed_out"}.get(failure.next_status, "failed")
     level = logging.INFO if event == "retried" else logging.WARNING
     run_event(event, active.run, duration_ms=attempt.seconds * 1000, error=error, level=level)
-    writer.fail(failure, attempt)
+    return failure
 
 
 def _final_failure(

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 
 import anyio
 import psycopg
 
 from fairlane.connection import Outage
 from fairlane.worker.connections import LoopConnection
-from fairlane.worker.executor import ActiveRun
 from fairlane.worker.lease_store import LeaseStore
-from fairlane.worker.stats import WorkerStats
+from fairlane.worker.run_state import ActiveRun
+from fairlane.worker.runs import RunTable
 
 log = logging.getLogger("fairlane.worker")
 
@@ -33,23 +32,20 @@ class Heartbeater:
     def __init__(
         self,
         store: LeaseStore,
-        held: dict[int, ActiveRun],
-        stats: WorkerStats,
-        on_lost: Callable[[ActiveRun], None],
+        runs: RunTable,
         *,
         interval: float,
-        on_abandoned: Callable[[ActiveRun], None] | None = None,
         outcome_timeout: float | None = None,
     ) -> None:
         self._store = store
-        self._held = held
-        self._stats = stats
-        self._on_lost = on_lost
+        # What it finds is reported to the run table: a lease lost, an outcome abandoned.
+        self._runs = runs
+        self._held = runs.held
+        self._stats = runs.stats
         self.interval = interval
         # A run whose handler returned is kept alive this long for its outcome to be written;
-        # then its lease may lapse, and ``on_abandoned`` is told when it has.
+        # then its lease may lapse, and the run table is told when it has.
         self.outcome_timeout = outcome_timeout
-        self._on_abandoned = on_abandoned
         self.paused = False
         self._outage = Outage("heartbeat", log)
 
@@ -81,7 +77,7 @@ class Heartbeater:
             if self._held.get(run.run.id) is not run:
                 continue  # finished (or superseded) while the beat was in flight
             if run.run.id in lost:
-                self._on_lost(run)
+                self._runs.lease_lost(run)
             else:
                 run.confirmed_until = max(run.confirmed_until, sent_at + self._store.lease_seconds)
         return lost
@@ -110,8 +106,8 @@ class Heartbeater:
         earliest: float | None = None
         for run in list(self._held.values()):
             if run.handler_done:
-                if run.confirmed_until < now and self._on_abandoned is not None:
-                    self._on_abandoned(run)
+                if run.confirmed_until < now:
+                    self._runs.abandoned(run)
                 elif earliest is None or run.confirmed_until < earliest:
                     earliest = run.confirmed_until
                 continue
@@ -121,7 +117,7 @@ class Heartbeater:
                         "run %s: lease deadline passed without a confirmed heartbeat",
                         run.run.id,
                     )
-                    self._on_lost(run)
+                    self._runs.lease_lost(run)
             elif earliest is None or run.confirmed_until < earliest:
                 earliest = run.confirmed_until
         return earliest

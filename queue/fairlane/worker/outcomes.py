@@ -83,6 +83,18 @@ class OutcomeWriter:
         if first:
             self._pending.set()
 
+    def put(self, outcome: Completion | Failure | Lease, attempt: Attempt | None = None) -> None:
+        """Queue an outcome value of the executor: a completion, a failure or a release (the
+        run's lease)."""
+        if isinstance(outcome, Completion):
+            self._completions.append(outcome)
+            self._hand_over(outcome.lease, attempt)
+        elif isinstance(outcome, Failure):
+            self._failures.append(outcome)
+            self._hand_over(outcome.lease, attempt)
+        else:
+            self.release(outcome, attempt)
+
     def complete(self, item: Completion, attempt: Attempt | None = None) -> None:
         self._completions.append(item)
         self._hand_over(item.lease, attempt)

@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
-from uuid import UUID
 
 import anyio
 import psycopg
@@ -40,7 +39,8 @@ from fairlane.waitpoints import WaitResult
 from fairlane.worker.connections import LoopConnection
 
 if TYPE_CHECKING:
-    from fairlane.worker.executor import ActiveRun
+    from fairlane.worker.run_state import ActiveRun
+    from fairlane.worker.runs import RunTable
 
 log = logging.getLogger("fairlane.worker")
 
@@ -54,8 +54,7 @@ class WaitService:
         schema: str,
         *,
         poll_interval: float,
-        release_slot: Callable[[], None],
-        reacquire_slot: Callable[[], Awaitable[None]],
+        runs: RunTable,
         options: ConnectionOptions | None = None,
     ) -> None:
         self._schema = schema
@@ -63,8 +62,8 @@ class WaitService:
         self._connection = LoopConnection(dsn, options)
         self._lock = anyio.Lock()
         self._poll_interval = poll_interval
-        self._release_slot = release_slot
-        self._reacquire_slot = reacquire_slot
+        # Told when a handler gives its slot up and when it takes one again.
+        self._runs = runs
         self._ready: dict[int, anyio.Event] = {}
 
     # -- the waits ---------------------------------------------------------------------
@@ -215,7 +214,7 @@ class WaitService:
                 # edges roll back with it (the run was cancelled or re-claimed meanwhile).
                 raise LeaseLostError(run_id)
         if state == "WAITING":
-            await self._suspend(run_id, token)
+            await self._suspend(active)
         return await self._results(run_id, attempt, position)
 
     async def _lock_waitpoints(
@@ -236,9 +235,10 @@ class WaitService:
             raise RunNotFoundError(missing[0])
         return waitpoints
 
-    async def _suspend(self, run_id: int, token: UUID) -> None:
+    async def _suspend(self, active: ActiveRun) -> None:
         """Sleep without a slot until the run is ready, then take a slot again."""
-        self._release_slot()
+        run_id, token = active.run.id, active.lease.token
+        self._runs.waiting(active)
         backoff = 0.02
         try:
             while True:
@@ -259,7 +259,7 @@ class WaitService:
         finally:
             self._ready.pop(run_id, None)
             with anyio.CancelScope(shield=True):
-                await self._reacquire_slot()
+                await self._runs.resumed(active)
 
     async def _results(
         self, run_id: int, attempt: int, position: int

@@ -2,7 +2,10 @@
 
 Loops, each on its own connection: the claimer (this file), the outcome writer, the
 heartbeater, the notification listener and the periodic-job runner. Claimed runs go to a
-fixed pool of ``concurrency`` runner tasks, so a run costs no task of its own. Shutdown stops
+fixed pool of ``concurrency`` runner tasks (worker/runners.py), so a run costs no task of its
+own. Every held run's state and the slots they take are the run table's (worker/runs.py): the
+runners, the heartbeater, the writer, the wait service and the listener report events to it,
+and this file only wires them together and claims into the slots it has free. Shutdown stops
 the claimer first, gives running handlers ``shutdown_grace`` seconds, cancels what is left and
 hands those runs back to QUEUED without counting the attempt.
 """
@@ -16,7 +19,6 @@ import socket
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +26,7 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 import psycopg
-from anyio.abc import TaskGroup, TaskStatus
+from anyio.abc import TaskStatus
 from psycopg.conninfo import conninfo_to_dict
 
 from fairlane import schedules, tracing
@@ -47,17 +49,14 @@ from fairlane.worker import heartbeat, notifier, periodic
 from fairlane.worker.claim_floors import ClaimFloors
 from fairlane.worker.connections import LoopConnection
 from fairlane.worker.context import RunContext
-from fairlane.worker.executor import (
-    STOP_CANCELED,
-    STOP_LEASE_LOST,
-    STOP_SHUTDOWN,
-    ActiveRun,
-    execute,
-)
 from fairlane.worker.lease_store import Lease, LeaseStore
 from fairlane.worker.outcomes import OutcomeWriter
 from fairlane.worker.primitives import GENERIC, Primitives, of_running_backend
 from fairlane.worker.registry import TaskRegistry
+from fairlane.worker.run_state import STOP_SHUTDOWN, ActiveRun
+from fairlane.worker.runners import RunnerPool
+from fairlane.worker.runs import RunTable
+from fairlane.worker.signals import TestSignals
 from fairlane.worker.stats import WorkerStats
 from fairlane.worker.waiting import WaitService
 
@@ -152,46 +151,30 @@ class Worker:
         self.run_periodic_jobs = run_periodic_jobs
         self.periodic_interval = periodic_interval
         self.store = LeaseStore(self.schema, lease_seconds=lease_seconds, worker_id=self.worker_id)
-        self.held: dict[int, ActiveRun] = {}
+        # Every held run's state and the slot accounting (worker/runs.py): the components
+        # below report their events to it.
+        self.runs = RunTable(concurrency, self.stats, on_written=self._outcomes_written)
         self.heartbeater = heartbeat.Heartbeater(
-            self.store, self.held, self.stats, self._lease_lost,
-            interval=heartbeat_interval, on_abandoned=self._outcome_abandoned,
+            self.store, self.runs, interval=heartbeat_interval,
             # One whole write attempt, the abandoning of a hung connection included.
             outcome_timeout=self.connection_options.answer_within or lease_seconds,
         )  # fmt: skip
         self.writer = OutcomeWriter(
-            self.store, self.stats, self._outcomes_written,
+            self.store, self.stats, self.runs.written,
             metadata_interval=metadata_interval, metrics=self.metrics,
         )  # fmt: skip
         self.waits = WaitService(
             self.dsn, self.schema, poll_interval=poll_interval, options=self._options("waits"),
-            release_slot=self._release_local_slot, reacquire_slot=self._reacquire_local_slot,
+            runs=self.runs,
         )  # fmt: skip
-        self._limiter = anyio.CapacityLimiter(concurrency)
-        self._ready = _ReadyQueue()
-        self._runners: TaskGroup | None = None
-        # Runners beyond ``concurrency``, left by handlers that waited and resumed.
-        self._surplus_runners = 0
-        # Slots taken: runs claimed and not finished (handed to a runner, executing, or done
-        # with their outcome not yet written and no room among the unwritten ones).
-        self._running = 0
-        # Finished runs whose outcome waits for the writer without holding a slot: at most
-        # ``concurrency`` of them, so the claim that refills a slot overlaps the write rather
-        # than waiting for it, and a writer that cannot write stops the claims all the same.
-        self._unwritten = 0
-        # Finished runs that found no room among the unwritten ones: they keep their slot.
-        self._parked: deque[ActiveRun] = deque()
-        # Handlers not yet returned (what the shutdown waits for once the grace is over).
-        self._executing = 0
-        self._handlers_idle = anyio.Event()
+        self.pool = RunnerPool(self.runs, registry, self.writer, self.metrics, concurrency)
+        self.runs.on_runner_needed = self.pool.add_runner
         self._wake = anyio.Event()
         # New work was announced since the last full scan (or may have been: at start).
         self._work_announced = True
         self._last_full_scan = -math.inf
         # Where the next claim starts walking each queue (while claims come back full).
         self._floors = ClaimFloors()
-        self._slot_free = anyio.Event()
-        self._idle = anyio.Event()
         self._stopping = False
         self._stop_event = anyio.Event()
         # stop(skip_grace=True): the grace period is over, or ends now if it has begun.
@@ -242,7 +225,23 @@ class Worker:
         self._stopping = True
         self._stop_event.set()
         self._wake.set()
-        self._announce_free_slot()
+        self.runs.wake_slot_waiters()
+
+    @property
+    def held(self) -> dict[int, ActiveRun]:
+        """The runs this worker holds, by id (the run table's)."""
+        return self.runs.held
+
+    @property
+    def signals(self) -> TestSignals | None:
+        return self.runs.signals
+
+    def enable_test_signals(self) -> TestSignals:
+        """Turn on the test signals (fairlane.worker.signals) and return them: events of the
+        runs' state machine a test awaits instead of sleeping. Call before ``run``."""
+        if self.runs.signals is None:
+            self.runs.signals = TestSignals()
+        return self.runs.signals
 
     def wait_started(self, timeout: float | None = None) -> bool:
         """For threads that started ``run`` elsewhere: block until the worker claims."""
@@ -256,7 +255,7 @@ class Worker:
         cancellation through. (The shutdown runs shielded, so a cancellation cannot cut short
         the writes that hand runs back.)"""
         self._token = anyio.lowlevel.current_token()
-        self._primitives = self._ready.primitives = of_running_backend()
+        self._primitives = self.runs.primitives = of_running_backend()
         self._thread = threading.get_ident()
         # The schema is checked when the claim connection opens: here, before anything starts,
         # and again whenever it reconnects.
@@ -351,7 +350,7 @@ class Worker:
         listen_conn = self._loop_connection("listener")
         tick_conn = self._loop_connection("periodic")
         listeners = notifier.Listeners(
-            new_runs=self._notified, cancel=self._cancel_requested,
+            new_runs=self._notified, cancel=self.runs.cancel_requested,
             resume=self.waits.resume, reconnected=self.waits.wake_all,
         )  # fmt: skip
         try:
@@ -363,9 +362,7 @@ class Worker:
                 if self.run_periodic_jobs:
                     background.start_soon(self._periodic_loop, tick_conn)
                 async with anyio.create_task_group() as runners:
-                    self._runners = runners
-                    for _ in range(self.concurrency):
-                        runners.start_soon(self._runner)
+                    self.pool.start(runners, self._primitives)
                     self._started.set()
                     task_status.started()
                     self._log_start()
@@ -385,9 +382,9 @@ class Worker:
     async def _claim_loop(self, connection: LoopConnection) -> None:
         outage = Outage("claim", log)
         while not self._stopping:
-            free = self.concurrency - self._running
+            free = self.runs.free
             if free <= 0:
-                await self._slot_free.wait()
+                await self.runs.slot_freed()
                 continue
             asked = min(free, self.claim_batch)
             self._wake = anyio.Event()
@@ -465,90 +462,35 @@ class Worker:
         return due
 
     def _start(self, run: ClaimedRun, sent_at: float, recording: Any) -> None:
-        previous = self.held.get(run.id)
-        if previous is not None:
-            # The database took the lease back before we noticed and we claimed the run again:
-            # the earlier attempt is stale. Stop it; it must not touch the new attempt's entry.
-            self._lease_lost(previous)
-            if previous.handler_done:
-                # Its outcome, still unwritten, will not free its slot: the entry is replaced.
-                self._let_go(previous)
-        lease = Lease(run.id, run.lease_token)
         ctx = RunContext(
             run=run, worker_id=self.worker_id, _waits=self.waits,
             _metadata_sink=self._metadata_changed,
         )  # fmt: skip
-        confirmed_until = sent_at + self.store.lease_seconds
         active = ActiveRun(
-            run=run, lease=lease, ctx=ctx, confirmed_until=confirmed_until,
-            tracer=recording,
+            run=run, lease=Lease(run.id, run.lease_token), ctx=ctx,
+            confirmed_until=sent_at + self.store.lease_seconds, tracer=recording,
         )  # fmt: skip
         ctx._active = active
-        self.held[run.id] = active
-        self._running += 1
-        active.slot_held = True
-        self._executing += 1
-        self._ready.put(active)
-
-    async def _runner(self) -> None:
-        """One of the long-lived tasks that execute handed-over runs one at a time, in one
-        cancel scope until a stop cancels it (execute), then in a new one."""
-        while True:
-            with self._primitives.new_scope() as scope:
-                if await self._run_in(scope):
-                    return
-
-    async def _run_in(self, scope: anyio.CancelScope) -> bool:
-        """Execute runs until ``scope`` is cancelled; True when this runner should end."""
-        while not scope.cancel_called:
-            active = await self._ready.get()
-            try:
-                await execute(active, self.registry, self.writer, self._limiter, scope)
-            finally:
-                if active.ctx.stop_reason == STOP_CANCELED and active.attempt is not None:
-                    # No outcome to write (the cancel ended the run), but the attempt ended.
-                    self.metrics.run_finished(
-                        active.attempt.task, "CANCELED", active.attempt.seconds
-                    )
-                self._executing -= 1
-                if self._executing == 0:
-                    self._handlers_idle.set()
-                if not active.outcome_queued:
-                    # Nothing to write (lease lost, canceled): the slot frees now.
-                    self._free_slot(active)
-                    self._forget(active)
-                else:
-                    self._await_write(active)
-            # An idle runner holds no finished run (nor its payload and result).
-            del active
-            if self._surplus_runners > 0:
-                # A handler that waited has resumed on its own runner: the pool shrinks back.
-                self._surplus_runners -= 1
-                return True
-        return False
+        self.runs.claimed(active)
+        self.pool.put(active)
 
     async def _drain(self) -> None:
         """Let running handlers finish within the grace period, then cancel the rest."""
-        if self._running and not self._grace_skipped:
+        if self.runs.running and not self._grace_skipped:
             log.info(
                 "worker %s: %d runs still held get up to %g s (shutdown_grace) to finish",
                 self.worker_id,
-                self._running,
+                self.runs.running,
                 self.shutdown_grace,
             )
-            self._idle = anyio.Event()
             # A scope stop(skip_grace=True) can cancel: the timer is running by then.
             with anyio.move_on_after(self.shutdown_grace) as self._grace:
-                await self._idle.wait()
+                await self.runs.until_idle()
             self._grace = None
-        for active in list(self.held.values()):
-            if not active.handler_done:
-                active.stop(STOP_SHUTDOWN)
+        self.runs.stop_all(STOP_SHUTDOWN)
         # Cancelled async handlers return at once; abandoned sync ones do not hold us up. The
         # outcomes still unwritten are flushed next, within a bound.
-        while self._executing:
-            self._handlers_idle = anyio.Event()
-            await self._handlers_idle.wait()
+        await self.runs.until_handlers_settled()
 
     async def _flush_outcomes(self, connection: LoopConnection) -> None:
         """Write what is left at shutdown; give up after one connect and statement timeout
@@ -589,46 +531,6 @@ class Worker:
                 await connection.discard()
                 await anyio.sleep(0.5)
 
-    def _await_write(self, active: ActiveRun) -> None:
-        """The handler returned and its outcome went to the writer: the slot frees now if
-        there is room among the unwritten outcomes, else when the outcome is written."""
-        if self._unwritten < self.concurrency:
-            self._unwritten += 1
-            active.unwritten = True
-            self._free_slot(active)
-        else:
-            self._parked.append(active)
-
-    def _let_go(self, active: ActiveRun) -> None:
-        """The run's outcome is written, refused or given up on: it holds nothing any more,
-        and a parked run takes its room among the unwritten."""
-        self._free_slot(active)
-        if active.unwritten:
-            active.unwritten = False
-            self._unwritten -= 1
-            while self._parked and self._unwritten < self.concurrency:
-                parked = self._parked.popleft()
-                if parked.slot_held:
-                    self._await_write(parked)
-
-    def _free_slot(self, active: ActiveRun) -> None:
-        if active.slot_held:
-            active.slot_held = False
-            self._running -= 1
-            self._announce_free_slot()
-            if self._running == 0:
-                self._idle.set()
-
-    def _announce_free_slot(self) -> None:
-        # Wakes every task waiting for a slot (the claimer, resuming handlers); each re-checks.
-        # Nobody waiting: nothing to wake, and the event stays for the next one to wait.
-        freed = self._slot_free
-        if freed.statistics().tasks_waiting:
-            self._slot_free = self._primitives.new_event()
-            freed.set()
-
-    # -- waiting handlers hold no local slot ---------------------------------------------
-
     def _log_start(self) -> None:
         server = conninfo_to_dict(self.dsn)
         fields = {
@@ -648,22 +550,7 @@ class Worker:
             *fields.values(), extra=fields,
         )  # fmt: skip
 
-    def _release_local_slot(self) -> None:
-        # The waiting handler keeps its runner, so another runner takes its place meanwhile.
-        self._running -= 1
-        if self._runners is not None:
-            self._runners.start_soon(self._runner)
-        self._announce_free_slot()
-        if self._running == 0:
-            self._idle.set()
-
-    async def _reacquire_local_slot(self) -> None:
-        while self._running >= self.concurrency:
-            await self._slot_free.wait()
-        self._running += 1
-        self._surplus_runners += 1
-
-    # -- callbacks ----------------------------------------------------------------------
+    # -- what the listener, handlers and writer tell the claimer ------------------------
 
     def _notified(self, environment: str) -> None:
         if (
@@ -674,16 +561,6 @@ class Worker:
             self.stats.wakeups += 1
             self._work_announced = True
             self._wake.set()
-
-    def _lease_lost(self, active: ActiveRun) -> None:
-        if active.handler_done:
-            # Its outcome is queued or in flight, and may well have just ended the lease. If
-            # the lease was really lost, the fence refuses the write and the writer counts it.
-            return
-        if active.ctx.stop_reason is None:
-            self.stats.lost_leases += 1
-            log.warning("run %s: lease lost; stopping its handler", active.run.id)
-        active.stop(STOP_LEASE_LOST)
 
     def _metadata_changed(self, ctx: RunContext) -> None:
         """A handler set metadata: hand the run to the writer, on the event loop (a sync
@@ -702,96 +579,10 @@ class Worker:
             # The worker's loop has ended (an abandoned sync handler): nothing is written.
             log.debug("run %s: metadata set after the worker stopped", ctx.run_id)
 
-    def _cancel_requested(self, run_id: int) -> None:
-        """The run was cancelled while executing (the cancel channel): stop its handler."""
-        active = self.held.get(run_id)
-        if active is None or active.handler_done or active.ctx.stop_reason is not None:
-            # Not ours, or finishing already: the fence refuses whatever outcome it writes.
-            return
-        self.stats.canceled += 1
-        log.info("run %s: canceled; stopping its handler", run_id)
-        active.stop(STOP_CANCELED)
-
-    def _outcome_abandoned(self, active: ActiveRun) -> None:
-        """The run's outcome was not written before its lease lapsed (the writer cannot reach
-        the database): this worker no longer vouches for it. The run will be reclaimed and run
-        again; the writer still tries, and the fence refuses it if someone else has the run."""
-        log.warning(
-            "run %s: outcome not written before the lease lapsed; the run will be run again",
-            active.run.id,
-        )
-        self.stats.lost_leases += 1
-        self._let_go(active)
-        self._forget(active)
-
-    def _outcomes_written(self, leases: Sequence[Lease]) -> None:
-        held = self.held
-        for lease in leases:
-            active = held.get(lease.run_id)
-            if active is not None and active.lease == lease:
-                self._let_go(active)
-                self._forget(active)
+    def _outcomes_written(self) -> None:
         # Written outcomes free database slots: a claim that came back short because of a cap
         # tries again now instead of sleeping out its poll interval.
         self._wake.set()
-
-    def _forget(self, active: ActiveRun) -> None:
-        """Stop tracking ``active``; a later attempt of the same run held here stays."""
-        if self.held.get(active.run.id) is active:
-            del self.held[active.run.id]
-        # The run and its context point at each other: without this the pair and all it
-        # holds wait for a full collection, whose cost grows with every run since the last.
-        active.ctx._active = None
-
-
-class _ReadyQueue:
-    """Claimed runs waiting for a runner.
-
-    Unbounded: the claimer never asks for more runs than there are idle runners, so whatever
-    is here is picked up within a few loop turns. Idle runners are woken ``_WAKE_AHEAD`` at a
-    time, and every runner that takes a run tops the wake-ups up while runs remain. Handlers
-    that return without suspending are then run back to back by the runners already awake,
-    rather than every idle runner being woken once per run; handlers that do suspend still
-    get a runner each, ``_WAKE_AHEAD`` more per loop turn.
-    """
-
-    def __init__(self) -> None:
-        self._items: deque[ActiveRun] = deque()
-        self._waiters: deque[anyio.Event] = deque()
-        self._waking = 0  # runners woken that have not resumed yet
-        self.primitives = GENERIC
-
-    def put(self, item: ActiveRun) -> None:
-        self._items.append(item)
-        self._wake_more()
-
-    def _wake_more(self) -> None:
-        wanted = min(len(self._items), _WAKE_AHEAD)
-        while self._waking < wanted and self._waiters:
-            self._waking += 1
-            self._waiters.popleft().set()
-
-    async def get(self) -> ActiveRun:
-        while not self._items:
-            waiter = self.primitives.new_event()
-            self._waiters.append(waiter)
-            try:
-                await waiter.wait()
-            except BaseException:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-                else:
-                    # Woken, then cancelled: let another runner have the wake-up.
-                    self._waking -= 1
-                    self._wake_more()
-                raise
-            self._waking -= 1
-        item = self._items.popleft()
-        self._wake_more()
-        return item
-
-
-_WAKE_AHEAD = 16
 
 
 def run_forever(worker: Worker, **kwargs: Any) -> None:
