@@ -240,12 +240,16 @@ class WaitService:
         run_id, token = active.run.id, active.lease.token
         self._runs.waiting(active)
         backoff = 0.02
+        wait = self._poll_interval
         try:
             while True:
                 event = self._ready.setdefault(run_id, anyio.Event())
-                with anyio.move_on_after(self._poll_interval):
+                with anyio.move_on_after(wait):
                     await event.wait()
-                self._ready.pop(run_id, None)
+                # A fresh event before the statement: a wake-up announced while it runs (the
+                # run became ready just after the statement looked) sets it, and the next turn
+                # asks again at once instead of sleeping a whole poll interval.
+                self._ready[run_id] = anyio.Event()
                 async with self._lock, self._connection.use() as conn:
                     state = await one_async(conn, self._waits.resume(run_id, token))
                 if state == "RESUMED":
@@ -253,9 +257,11 @@ class WaitService:
                 if state == "LOST":
                     raise LeaseLostError(run_id)
                 if state == "NO_ROOM":
-                    # Ready but every slot is taken: the room is reserved, try again soon.
-                    await anyio.sleep(backoff)
-                    backoff = min(backoff * 2, self._poll_interval)
+                    # Ready but every slot is taken: the room is reserved, ask again after the
+                    # backoff (no wake-up will come for it), sooner if one does.
+                    wait, backoff = backoff, min(backoff * 2, self._poll_interval)
+                else:
+                    wait, backoff = self._poll_interval, 0.02
         finally:
             self._ready.pop(run_id, None)
             with anyio.CancelScope(shield=True):
