@@ -256,7 +256,10 @@ async def test_three_workers_fire_a_declared_every_second_schedule_once_per_tick
     assert len(ticks) == len(set(ticks)), "no tick fired twice"
     gaps = {later - earlier for earlier, later in itertools.pairwise(ticks)}
     assert gaps == {timedelta(seconds=1)}, "no tick skipped while the workers ran"
-    assert sum(worker.stats.scheduled_runs for worker in workers) == len(runs)
+    # A worker stopped while its fire's COMMIT is on the wire may not have counted that fire's
+    # one run (the commit took; the count never ran): each can be one short, none over.
+    counted = sum(worker.stats.scheduled_runs for worker in workers)
+    assert len(runs) - len(workers) <= counted <= len(runs)
 
 
 def test_cli_schedules(
