@@ -46,10 +46,10 @@ def use_tracer_provider(provider: Any) -> None:
 
 def tracer() -> Any:
     """fairlane's tracer, or None while no provider is configured: without one every span is
-    a no-op, and skipping it saves a context switch per run (measured: about a tenth of a
-    no-op run's Python time). Asking costs a lookup in the process environment (OpenTelemetry
-    reads ``OTEL_PYTHON_TRACER_PROVIDER`` until a provider is set), so a worker asks once per
-    claim, not once per run."""
+    a no-op, and skipping it saves a context switch per run, a share of a no-op run's Python
+    time worth saving (bench/sittings/01-where-a-run-s-time-goes.md). Asking costs a lookup in
+    the process environment (OpenTelemetry reads ``OTEL_PYTHON_TRACER_PROVIDER`` until a
+    provider is set), so a worker asks once per claim, not once per run."""
     if trace is None:
         return None
     provider = _provider or trace.get_tracer_provider()

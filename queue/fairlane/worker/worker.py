@@ -68,7 +68,8 @@ log = logging.getLogger("fairlane.worker")
 # first), could otherwise scan the whole runs table for every lease once it has grown. And they
 # keep that one plan: left to choose, PostgreSQL planned every call anew for good (a custom plan
 # counts the elements of the call's arrays, so it always looks cheaper than the generic plan's
-# guess), about 0.3 ms of the server's time for every completion, failure and heartbeat.
+# guess), at a cost in server time for every completion, failure and heartbeat
+# (bench/sittings/14-fenced-writes-on-one-plan-a-pickup-on-a-cold-box.md).
 FENCED_WRITE_SETTINGS = {"enable_seqscan": "off", "plan_cache_mode": "force_generic_plan"}
 
 # Start-up retries of an unreachable database: the first after this, doubling up to the cap.
