@@ -46,9 +46,13 @@ def _default_user() -> str:
 
 def _server_answers(params: dict[str, Any]) -> bool:
     conninfo = make_conninfo(
-        host=params["host"], port=params["port"], user=params["user"],
-        password=params["password"], dbname="postgres", connect_timeout=3,
-    )  # fmt: skip
+        host=params["host"],
+        port=params["port"],
+        user=params["user"],
+        password=params["password"],
+        dbname="postgres",
+        connect_timeout=3,
+    )
     try:
         psycopg.connect(conninfo).close()
     except psycopg.OperationalError:
@@ -59,9 +63,12 @@ def _server_answers(params: dict[str, Any]) -> bool:
 def migrate_template(**kwargs: Any) -> None:
     """pytest-postgresql calls this on the template database: apply every migration."""
     url = make_conninfo(
-        host=kwargs["host"], port=kwargs["port"], user=kwargs["user"],
-        password=kwargs.get("password"), dbname=kwargs["dbname"],
-    )  # fmt: skip
+        host=kwargs["host"],
+        port=kwargs["port"],
+        user=kwargs["user"],
+        password=kwargs.get("password"),
+        dbname=kwargs["dbname"],
+    )
     migrate.upgrade(url)
 
 
@@ -76,9 +83,13 @@ def _pg_ctl() -> str | None:
 SERVER = _server_params()
 if _server_answers(SERVER):
     postgresql_server = factories.postgresql_noproc(
-        host=SERVER["host"], port=SERVER["port"], user=SERVER["user"],
-        password=SERVER["password"], dbname=SESSION_DB, load=[migrate_template],
-    )  # fmt: skip
+        host=SERVER["host"],
+        port=SERVER["port"],
+        user=SERVER["user"],
+        password=SERVER["password"],
+        dbname=SESSION_DB,
+        load=[migrate_template],
+    )
 else:
     postgresql_server = factories.postgresql_proc(  # type: ignore[assignment]
         executable=_pg_ctl(), port=None, dbname=SESSION_DB, load=[migrate_template]
@@ -98,9 +109,12 @@ def dsn(postgresql: psycopg.Connection[Any]) -> str:
     """A DSN for the test's own fresh, migrated database."""
     info = postgresql.info
     return make_conninfo(
-        host=info.host, port=info.port, user=info.user, password=info.password or None,
+        host=info.host,
+        port=info.port,
+        user=info.user,
+        password=info.password or None,
         dbname=info.dbname,
-    )  # fmt: skip
+    )
 
 
 _empty_databases = itertools.count()
@@ -114,15 +128,20 @@ def empty_database(postgresql_server: Any) -> Iterator[Callable[[], str]]:
 
         def make() -> str:
             janitor = DatabaseJanitor(
-                user=postgresql_server.user, host=postgresql_server.host,
-                port=postgresql_server.port, password=postgresql_server.password,
+                user=postgresql_server.user,
+                host=postgresql_server.host,
+                port=postgresql_server.port,
+                password=postgresql_server.password,
                 dbname=f"{SESSION_DB}_empty_{next(_empty_databases)}",
-            )  # fmt: skip
+            )
             stack.enter_context(janitor)
             return make_conninfo(
-                host=janitor.host, port=janitor.port, user=janitor.user,
-                password=janitor.password or None, dbname=janitor.dbname,
-            )  # fmt: skip
+                host=janitor.host,
+                port=janitor.port,
+                user=janitor.user,
+                password=janitor.password or None,
+                dbname=janitor.dbname,
+            )
 
         yield make
 

@@ -132,10 +132,14 @@ class AsyncClient:
         check_idle_after: float = DEFAULT_CHECK_IDLE_AFTER,
     ) -> None:
         self.dsn, self.options = client_options(
-            dsn, pool, max_connections, connect_timeout=connect_timeout,
-            statement_timeout=statement_timeout, lock_timeout=lock_timeout,
+            dsn,
+            pool,
+            max_connections,
+            connect_timeout=connect_timeout,
+            statement_timeout=statement_timeout,
+            lock_timeout=lock_timeout,
             prepare_threshold=prepare_threshold,
-        )  # fmt: skip
+        )
         self.schema = schema_name(schema)
         self.listen = listen
         self._engine = engine(self.schema)
@@ -144,12 +148,17 @@ class AsyncClient:
         if pool is None:
             assert self.dsn is not None
             self._pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-                self.dsn, connection_class=recording_async_connection(self._connect_failures),
-                kwargs=self.options.kwargs(self.dsn), min_size=0, max_size=max_connections,
-                open=False, timeout=self.options.connect_timeout,
+                self.dsn,
+                connection_class=recording_async_connection(self._connect_failures),
+                kwargs=self.options.kwargs(self.dsn),
+                min_size=0,
+                max_size=max_connections,
+                open=False,
+                timeout=self.options.connect_timeout,
                 reconnect_timeout=RECONNECT_TIMEOUT_S,
-                name="fairlane-async-client", num_workers=1,
-            )  # fmt: skip
+                name="fairlane-async-client",
+                num_workers=1,
+            )
         else:
             self._pool = pool
         self._owns_pool = pool is None
@@ -465,7 +474,9 @@ class AsyncClient:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         await self.close()

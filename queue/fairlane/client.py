@@ -134,10 +134,14 @@ class Client:
         check_idle_after: float = DEFAULT_CHECK_IDLE_AFTER,
     ) -> None:
         self.dsn, self.options = client_options(
-            dsn, pool, max_connections, connect_timeout=connect_timeout,
-            statement_timeout=statement_timeout, lock_timeout=lock_timeout,
+            dsn,
+            pool,
+            max_connections,
+            connect_timeout=connect_timeout,
+            statement_timeout=statement_timeout,
+            lock_timeout=lock_timeout,
             prepare_threshold=prepare_threshold,
-        )  # fmt: skip
+        )
         self.schema = schema_name(schema)
         self.listen = listen
         self._engine = engine(self.schema)
@@ -146,12 +150,17 @@ class Client:
         if pool is None:
             assert self.dsn is not None
             self._pool: ConnectionPool[Any] = ConnectionPool(
-                self.dsn, connection_class=recording_connection(self._connect_failures),
-                kwargs=self.options.kwargs(self.dsn), min_size=0, max_size=max_connections,
-                open=False, timeout=self.options.connect_timeout,
+                self.dsn,
+                connection_class=recording_connection(self._connect_failures),
+                kwargs=self.options.kwargs(self.dsn),
+                min_size=0,
+                max_size=max_connections,
+                open=False,
+                timeout=self.options.connect_timeout,
                 reconnect_timeout=RECONNECT_TIMEOUT_S,
-                name="fairlane-client", num_workers=1,
-            )  # fmt: skip
+                name="fairlane-client",
+                num_workers=1,
+            )
         else:
             self._pool = pool
         self._owns_pool = pool is None
@@ -457,7 +466,9 @@ class Client:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.close()

@@ -104,9 +104,13 @@ def retry(engine: Engine, run_id: int) -> Operation[Run]:
     if not row.retried:
         if row.size_limit is not None:
             raise QueueSizeLimitExceeded(
-                row.environment or "", row.queue or "", row.size_limit, scope=row.scope or "queue",
-                size=row.size or 0, index=0,
-            )  # fmt: skip
+                row.environment or "",
+                row.queue or "",
+                row.size_limit,
+                scope=row.scope or "queue",
+                size=row.size or 0,
+                index=0,
+            )
         raise RunNotRetryableError(run_id, row.previous_status)
     return (yield from get_run(engine, run_id))
 
@@ -188,9 +192,14 @@ class RunFilter:
     def is_empty(self) -> bool:
         """No filter at all: a bulk action would take every run."""
         return not (
-            self.environment or self.queue or self.task or self.status or self.tags
-            or self.before_id or self.since is not None
-        )  # fmt: skip
+            self.environment
+            or self.queue
+            or self.task
+            or self.status
+            or self.tags
+            or self.before_id
+            or self.since is not None
+        )
 
     def query(self) -> RunQuery:
         statuses: list[str] | None = None
@@ -231,8 +240,12 @@ def failed_run_params(
     max_attempts: int = 1,
 ) -> FailedRun:
     """The run ``insert_failed_run`` records, checked like a trigger before anything is sent."""
-    for option, value in (("task", task), ("code", code), ("environment", environment),
-                          ("queue", queue)):  # fmt: skip
+    for option, value in (
+        ("task", task),
+        ("code", code),
+        ("environment", environment),
+        ("queue", queue),
+    ):
         if not value or not isinstance(value, str) or "\x00" in value:
             raise TriggerOptionError(option, value, "must be a non-empty string without NUL")
     check_names(task, queue)

@@ -252,9 +252,10 @@ class RunNotRetryableError(RunStateError):
 
     def __init__(self, run_id: int, status: str) -> None:
         super().__init__(
-            run_id, status, "only a FAILED, CRASHED, TIMED_OUT, EXPIRED or SYSTEM_FAILURE run "
-            "can be retried",
-        )  # fmt: skip
+            run_id,
+            status,
+            "only a FAILED, CRASHED, TIMED_OUT, EXPIRED or SYSTEM_FAILURE run can be retried",
+        )
 
 
 class UnknownTaskError(InputError):
@@ -517,9 +518,14 @@ class SchemaMismatchError(SchemaError):
     """
 
     def __init__(
-        self, found: str | None, needed: str, *, differing: tuple[str, ...] = (),
-        newer: bool = False, missing_database: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        found: str | None,
+        needed: str,
+        *,
+        differing: tuple[str, ...] = (),
+        newer: bool = False,
+        missing_database: str | None = None,
+    ) -> None:
         self.found = found
         self.needed = needed
         self.differing = differing

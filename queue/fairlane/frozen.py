@@ -1,10 +1,11 @@
 """A faster ``__init__`` for the frozen, slotted dataclasses a caller builds by the thousand.
 
 A frozen dataclass's generated ``__init__`` sets every field through ``object.__setattr__``,
-looked up anew for each field: a ``TriggerRequest`` of 19 fields took 2.3-3.9 µs to build
-here, about a fifth of a bulk trigger's client time per run. The ``__init__`` made here takes
-the same parameters with the same defaults and sets each field through its slot's descriptor,
-bound once: 1.0-1.7 µs. Nothing else changes: the instance is still frozen (assignment raises
+looked up anew for each field, and building a ``TriggerRequest`` of 19 fields was a good part
+of a bulk trigger's client time per run. The ``__init__`` made here takes the same parameters
+with the same defaults and sets each field through its slot's descriptor, bound once, which
+halves that (bench/sittings/07-one-cancel-scope-per-runner-named-tuples-a-faster-request.md
+has the figures). Nothing else changes: the instance is still frozen (assignment raises
 ``FrozenInstanceError``), compares, hashes, prints and ``dataclasses.replace``s as before.
 """
 

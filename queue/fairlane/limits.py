@@ -81,9 +81,14 @@ def _limit(setting: str, value: Any) -> tuple[bool, int | None]:
 
 
 def _environment(
-    name: str, schema: str | None, *, concurrency_limit: Any = UNCHANGED,
-    burst_factor: float | None = None, paused: bool | None = None, size_limit: Any = UNCHANGED,
-) -> Operation[EnvironmentSettings]:  # fmt: skip
+    name: str,
+    schema: str | None,
+    *,
+    concurrency_limit: Any = UNCHANGED,
+    burst_factor: float | None = None,
+    paused: bool | None = None,
+    size_limit: Any = UNCHANGED,
+) -> Operation[EnvironmentSettings]:
     set_limit, limit = _limit("concurrency_limit", concurrency_limit)
     set_size_limit, size = _limit("size_limit", size_limit)
     if burst_factor is not None:
@@ -101,9 +106,14 @@ def _environment(
 
 
 def _queue(
-    environment: str, name: str, schema: str | None, *, concurrency_limit: Any = UNCHANGED,
-    paused: bool | None = None, size_limit: Any = UNCHANGED,
-) -> Operation[QueueSettings]:  # fmt: skip
+    environment: str,
+    name: str,
+    schema: str | None,
+    *,
+    concurrency_limit: Any = UNCHANGED,
+    paused: bool | None = None,
+    size_limit: Any = UNCHANGED,
+) -> Operation[QueueSettings]:
     set_limit, limit = _limit("concurrency_limit", concurrency_limit)
     set_size_limit, size = _limit("size_limit", size_limit)
     limits = engine(schema_name(schema)).limits
@@ -121,10 +131,14 @@ def _queue(
 
 
 def _scheduler(
-    schema: str | None, *, quantum: int | None = None, max_deficit: int | None = None,
-    global_concurrency_limit: Any = UNCHANGED, rate_limit_per_s: Any = UNCHANGED,
+    schema: str | None,
+    *,
+    quantum: int | None = None,
+    max_deficit: int | None = None,
+    global_concurrency_limit: Any = UNCHANGED,
+    rate_limit_per_s: Any = UNCHANGED,
     rate_burst: float | None = None,
-) -> Operation[SchedulerSettings]:  # fmt: skip
+) -> Operation[SchedulerSettings]:
     set_global, global_limit = _limit("global_concurrency_limit", global_concurrency_limit)
     set_rate = rate_limit_per_s is not UNCHANGED
     if set_rate and rate_limit_per_s is not None:

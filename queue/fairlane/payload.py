@@ -43,8 +43,8 @@ def encode_json(value: Any, *, what: str = "payload", index: int | None = None) 
     return text
 
 
-# A tuple, not ``dict | list | tuple`` written in the call: that builds the union every time
-# (0.15 µs of every trigger request's checks).
+# A tuple, not ``dict | list | tuple`` written in the call: that builds the union every time,
+# and every trigger request's checks pass here.
 _CONTAINERS = (dict, list, tuple)
 
 

@@ -46,10 +46,10 @@ def use_tracer_provider(provider: Any) -> None:
 
 def tracer() -> Any:
     """fairlane's tracer, or None while no provider is configured: without one every span is
-    a no-op, and skipping it saves a context switch per run (measured: about a tenth of a
-    no-op run's Python time). Asking costs a lookup in the process environment (OpenTelemetry
-    reads ``OTEL_PYTHON_TRACER_PROVIDER`` until a provider is set), so a worker asks once per
-    claim, not once per run."""
+    a no-op, and skipping it saves a context switch per run, a share of a no-op run's Python
+    time worth saving (bench/sittings/01-where-a-run-s-time-goes.md). Asking costs a lookup in
+    the process environment (OpenTelemetry reads ``OTEL_PYTHON_TRACER_PROVIDER`` until a
+    provider is set), so a worker asks once per claim, not once per run."""
     if trace is None:
         return None
     provider = _provider or trace.get_tracer_provider()
@@ -67,9 +67,11 @@ def trigger_span(requests: Sequence[TriggerRequest]) -> Iterator[Sequence[Trigge
         return
     first = requests[0]
     attributes: dict[str, Any] = {
-        "fairlane.task": first.task, "fairlane.environment": first.environment or "default",
-        "fairlane.queue": first.queue, "fairlane.run_count": len(requests),
-    }  # fmt: skip
+        "fairlane.task": first.task,
+        "fairlane.environment": first.environment or "default",
+        "fairlane.queue": first.queue,
+        "fairlane.run_count": len(requests),
+    }
     with recording.start_as_current_span(
         "fairlane.trigger", kind=SpanKind.PRODUCER, attributes=attributes
     ) as span:
@@ -104,14 +106,20 @@ def run_span(recording: Any, run: ClaimedRun) -> Iterator[Any]:
     parent = (run.metadata or {}).get(TRACE_KEY)
     context = propagate.extract({"traceparent": parent}) if isinstance(parent, str) else None
     attributes: dict[str, Any] = {
-        "fairlane.run_id": run.id, "fairlane.task": run.task,
-        "fairlane.environment": run.environment, "fairlane.queue": run.queue,
+        "fairlane.run_id": run.id,
+        "fairlane.task": run.task,
+        "fairlane.environment": run.environment,
+        "fairlane.queue": run.queue,
         "fairlane.attempt": run.attempt,
-    }  # fmt: skip
+    }
     with recording.start_as_current_span(
-        "fairlane.run", context=context, kind=SpanKind.CONSUMER, attributes=attributes,
-        record_exception=True, set_status_on_exception=True,
-    ) as span:  # fmt: skip
+        "fairlane.run",
+        context=context,
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+        record_exception=True,
+        set_status_on_exception=True,
+    ) as span:
         yield span
 
 

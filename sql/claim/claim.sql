@@ -31,8 +31,8 @@
 -- The runs holding (or owed) a slot in an environment: EXECUTING ones, and WAITING ones whose
 -- waitpoints completed, so that they resume ahead of fresh work. Plain index scans: they mark
 -- the entries of runs that ended dead as they pass them, so the next count skips them, where a
--- bitmap scan marks none and fetched every run the environment ended since the last vacuum
--- (50 capped environments drained 200,000 runs 15 % slower that way).
+-- bitmap scan marks none and fetched every run the environment ended since the last vacuum,
+-- at every count (bench/sittings/11-one-index-of-held-runs.md).
 CREATE OR REPLACE FUNCTION {schema}.slot_holders(env_name text)
 RETURNS TABLE (queue text)
 LANGUAGE plpgsql
@@ -173,8 +173,9 @@ $$;
 -- Its statements, and those of the functions it calls, run on generic plans from the first
 -- claim. Every other one had settled on its generic plan; left to choose, PostgreSQL kept
 -- planning the UPDATE that starts the picked runs anew for each claim (a custom plan knows the
--- picked ids), which cost a claim of one run a quarter to a third of its time and the pickup
--- 0.3 to 0.8 ms. Its generic plan hashes the picked ids and finds the runs by primary key
+-- picked ids): planning paid by every claim, and felt most by a claim of one run, the pickup
+-- (bench/sittings/12-requests-without-their-defaults-statements-planned-once.md). Its generic
+-- plan hashes the picked ids and finds the runs by primary key
 -- (tests/sql/test_plans_after_growth.py holds that after growth).
 CREATE OR REPLACE FUNCTION {schema}.claim_runs(
     claim_limit integer, lease_s double precision, claimer text,

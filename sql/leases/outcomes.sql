@@ -15,8 +15,7 @@
 -- a call costs what its leases cost, and locks in lease order, whatever the table held when its
 -- plan was made: the join these statements made before (the runs of a status, then their
 -- leases), in the plan a worker kept from its first calls on an empty table, looped over every
--- executing run for each lease (seconds per call at a few thousand;
--- tests/sql/test_plans_after_growth.py).
+-- executing run for each lease once the table had grown (tests/sql/test_plans_after_growth.py).
 
 -- name: heartbeat_runs
 -- params: ids bigint[], tokens uuid[], lease_s double precision

@@ -21,7 +21,7 @@ $$;
 -- function: reclaim_batch
 -- A plain index scan, not a bitmap one: it marks the entries of runs that ended since the last
 -- vacuum dead as it passes them, so later ticks skip their heap fetch; a bitmap scan marks none
--- (mid-way through a 600,000-run drain: 4-6 ms a tick, 7-11 ms with a bitmap scan). Nor a
+-- and fetches them at every tick (bench/sittings/11-one-index-of-held-runs.md). Nor a
 -- sequential scan, which a plan made while the table held a few runs would keep.
 CREATE OR REPLACE FUNCTION {schema}.reclaim_batch(batch_size integer)
 RETURNS jsonb

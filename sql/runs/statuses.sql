@@ -1,9 +1,9 @@
 -- The sets of run statuses the SQL decides on, written once. IMMUTABLE, so the planner folds
 -- them into constants where they are used. plpgsql rather than sql: folding calls the function,
--- and a LANGUAGE sql one is parsed and planned on every such call (about 20 µs, paid by every
--- UPDATE of runs for the WHEN of runs_complete_waitpoints; plpgsql keeps its compiled body,
--- 2.5 µs). models.py has the final ones (FINAL_STATUSES); tests/sql/test_statuses.py ties
--- both sets to it.
+-- and a LANGUAGE sql one is parsed and planned on every such call, paid by every UPDATE of runs
+-- for the WHEN of runs_complete_waitpoints, where plpgsql keeps its compiled body
+-- (bench/sittings/02-the-claim-overlaps-the-write-claims-start-at-a-floor.md). models.py has
+-- the final ones (FINAL_STATUSES); tests/sql/test_statuses.py ties both sets to it.
 
 -- function: final_statuses
 -- A run in one of these has ended and never changes again (but for an explicit retry).

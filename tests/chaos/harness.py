@@ -74,9 +74,10 @@ def all_runs(dsn: str) -> list[int]:
 def drained(dsn: str, run_ids: list[int]) -> bool:
     final = ("COMPLETED", "FAILED", "CANCELED", "CRASHED", "TIMED_OUT", "EXPIRED")
     done = count(
-        dsn, "SELECT count(*) FROM fairlane.runs WHERE id = ANY(%s) AND status = ANY(%s)",
+        dsn,
+        "SELECT count(*) FROM fairlane.runs WHERE id = ANY(%s) AND status = ANY(%s)",
         (run_ids, list(final)),
-    )  # fmt: skip
+    )
     return done == len(run_ids)
 
 
@@ -109,16 +110,32 @@ class Fleet:
 
     def start(self, count_: int = 1) -> list[WorkerProcess]:
         env = {
-            **os.environ, LEDGER_DSN_VARIABLE: self.dsn,
+            **os.environ,
+            LEDGER_DSN_VARIABLE: self.dsn,
             "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "queue")]),
-        }  # fmt: skip
+        }
         command = [
-            sys.executable, "-m", "fairlane.cli", "worker", TASKS, "--dsn", self.dsn,
-            "--concurrency", str(self.concurrency), "--lease-seconds", str(self.lease_seconds),
-            "--poll-interval", "0.2", "--statement-timeout", str(self.statement_timeout),
-            "--connect-timeout", "2", "--shutdown-grace", "5",
+            sys.executable,
+            "-m",
+            "fairlane.cli",
+            "worker",
+            TASKS,
+            "--dsn",
+            self.dsn,
+            "--concurrency",
+            str(self.concurrency),
+            "--lease-seconds",
+            str(self.lease_seconds),
+            "--poll-interval",
+            "0.2",
+            "--statement-timeout",
+            str(self.statement_timeout),
+            "--connect-timeout",
+            "2",
+            "--shutdown-grace",
+            "5",
             *(["--fast-claims"] if self.fast_claims else []),
-        ]  # fmt: skip
+        ]
         started = []
         for _ in range(count_):
             log = self.directory / f"worker-{len(self.workers)}.log"

@@ -80,13 +80,19 @@ class Ledger:
             if self._pool is None:
                 dsn = os.environ[LEDGER_DSN_VARIABLE]
                 options = ConnectionOptions(
-                    connect_timeout=2, statement_timeout=WRITE_WITHIN_S,
+                    connect_timeout=2,
+                    statement_timeout=WRITE_WITHIN_S,
                     application_name="chaos ledger",
-                )  # fmt: skip
+                )
                 pool = AsyncConnectionPool(
-                    dsn, kwargs=options.kwargs(dsn), min_size=0, max_size=3, open=False,
-                    timeout=WRITE_WITHIN_S + 2, check=AsyncConnectionPool.check_connection,
-                )  # fmt: skip
+                    dsn,
+                    kwargs=options.kwargs(dsn),
+                    min_size=0,
+                    max_size=3,
+                    open=False,
+                    timeout=WRITE_WITHIN_S + 2,
+                    check=AsyncConnectionPool.check_connection,
+                )
                 await pool.open()
                 self._pool = pool
             return self._pool

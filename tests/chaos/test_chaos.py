@@ -92,9 +92,13 @@ def test_server_restarts_fast_and_immediate(
         downtime.append(cluster.restart(mode))
         recovered.append(until_progress(chaos_dsn, fault))
     finish(
-        chaos_dsn, run_ids, fleet, "restarts fast/immediate", restart=downtime,
+        chaos_dsn,
+        run_ids,
+        fleet,
+        "restarts fast/immediate",
+        restart=downtime,
         completing_again=recovered,
-    )  # fmt: skip
+    )
 
 
 LOOPS = ("claim", "heartbeat", "writer", "listener", "periodic")
@@ -112,8 +116,11 @@ def test_terminate_each_connection_kind(chaos_dsn: str, make_fleet: Callable[...
         at_fraction(chaos_dsn, len(run_ids), 0.1 + 0.12 * n)
         name = f"fairlane {loop}"
         before = backends_named(chaos_dsn, name)
-        read(chaos_dsn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-             " WHERE application_name = %s", (name,))  # fmt: skip
+        read(
+            chaos_dsn,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (name,),
+        )
 
         def all_back(name: str = name, before: set[int] = before) -> bool:
             return len(backends_named(chaos_dsn, name) - before) >= workers
@@ -124,8 +131,9 @@ def test_terminate_each_connection_kind(chaos_dsn: str, make_fleet: Callable[...
 
 
 def backends_named(dsn: str, application_name: str) -> set[int]:
-    rows = read(dsn, "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-                (application_name,))  # fmt: skip
+    rows = read(
+        dsn, "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,)
+    )
     return {pid for (pid,) in rows}
 
 
@@ -205,14 +213,20 @@ def test_client_calls_fail_within_their_timeouts_while_the_server_is_frozen(
         poll(lambda: triggers(pooled, payload), within=30, what="a trigger after the thaw")
         trigger_again = time.monotonic() - thawed
     completing_again = until_progress(chaos_dsn, thawed)
-    print("\nchaos frozen server: trigger failed after "
-          + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in took.items())
-          + f" (bound {bound:g} s + {CALL_SLACK_S:g} s)")  # fmt: skip
+    print(
+        "\nchaos frozen server: trigger failed after "
+        + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in took.items())
+        + f" (bound {bound:g} s + {CALL_SLACK_S:g} s)"
+    )
     assert all(seconds <= bound + CALL_SLACK_S for seconds in took.values()), took
     finish(
-        chaos_dsn, run_ids, fleet, "frozen server", trigger_again=trigger_again,
+        chaos_dsn,
+        run_ids,
+        fleet,
+        "frozen server",
+        trigger_again=trigger_again,
         completing_again=completing_again,
-    )  # fmt: skip
+    )
 
 
 def client(dsn: str) -> Client:

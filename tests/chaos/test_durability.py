@@ -70,18 +70,26 @@ async def crash_after_claim(
     with psycopg.connect(chaos_dsn, autocommit=True) as conn:
         run_id = trigger(conn, "hold")
     worker = Worker(
-        tasks, chaos_dsn, lease_seconds=30, poll_interval=0.1, run_periodic_jobs=False,
-        connect_timeout=2, statement_timeout=5, shutdown_grace=1, durable_claims=durable_claims,
-    )  # fmt: skip
+        tasks,
+        chaos_dsn,
+        lease_seconds=30,
+        poll_interval=0.1,
+        run_periodic_jobs=False,
+        connect_timeout=2,
+        statement_timeout=5,
+        shutdown_grace=1,
+        durable_claims=durable_claims,
+    )
     async with running(worker):
         await first_started.wait()
         await anyio.to_thread.run_sync(cluster.restart, "immediate")
         after_crash = await anyio.to_thread.run_sync(run_row, chaos_dsn, run_id)
         release.set()
         await wait_until(
-            lambda: run_row(chaos_dsn, run_id)[0] == "COMPLETED", within=30,
+            lambda: run_row(chaos_dsn, run_id)[0] == "COMPLETED",
+            within=30,
             what="the run to complete",
-        )  # fmt: skip
+        )
     return after_crash, started
 
 
@@ -137,10 +145,17 @@ async def test_a_batch_items_run_survives_a_crash_before_its_carrier_completes(
         batch = await batches.create("env", 1)
         await batches.ingest(batch.id, chunked(ndjson([{"task": "echo", "payload": 7}]), 64))
     worker = Worker(
-        echo_tasks(), chaos_dsn, lease_seconds=30, poll_interval=0.1, run_periodic_jobs=False,
-        connect_timeout=2, statement_timeout=5, shutdown_grace=1, queues=["unserved"],
+        echo_tasks(),
+        chaos_dsn,
+        lease_seconds=30,
+        poll_interval=0.1,
+        run_periodic_jobs=False,
+        connect_timeout=2,
+        statement_timeout=5,
+        shutdown_grace=1,
+        queues=["unserved"],
         listen=False,
-    )  # fmt: skip
+    )
     decided = anyio.Event()
     release = anyio.Event()
     process = worker.batch_items.process
@@ -160,8 +175,9 @@ async def test_a_batch_items_run_survives_a_crash_before_its_carrier_completes(
         assert after_crash == {"carrier": "EXECUTING", "item": "QUEUED"}, after_crash
         release.set()
         await wait_until(
-            lambda: carrier_and_item(chaos_dsn, batch.id)["carrier"] == "COMPLETED", within=30,
+            lambda: carrier_and_item(chaos_dsn, batch.id)["carrier"] == "COMPLETED",
+            within=30,
             what="the carrier to complete",
-        )  # fmt: skip
+        )
     with psycopg.connect(chaos_dsn) as db:
         assert batch_row(db, batch.id)["run_count"] == 1

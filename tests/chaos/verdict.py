@@ -89,10 +89,14 @@ def verdict(dsn: str, run_ids: list[int], fleet: Fleet) -> Verdict:
             cut += execution.end_reason == "lease_lost"
         problems += _overlaps(runs, fleet)
     return Verdict(
-        runs=len(run_ids), executions=sum(len(runs) for runs in by_run.values()),
-        duplicates=duplicates, excused_duplicates=excused, cut_by_lease=cut,
-        worst_past_deadline=worst, problems=problems,
-    )  # fmt: skip
+        runs=len(run_ids),
+        executions=sum(len(runs) for runs in by_run.values()),
+        duplicates=duplicates,
+        excused_duplicates=excused,
+        cut_by_lease=cut,
+        worst_past_deadline=worst,
+        problems=problems,
+    )
 
 
 def _lease_problems(execution: Execution, fleet: Fleet) -> list[str]:

@@ -109,9 +109,14 @@ async def test_worker_connections_carry_timeouts_and_keepalives(
         await anyio.sleep(1.5)
 
     worker = fast_worker(
-        tasks, dsn, lease_seconds=3, heartbeat_interval=0.2, statement_timeout=12,
-        heartbeat_timeout=2, durable_claims=durable_claims,
-    )  # fmt: skip
+        tasks,
+        dsn,
+        lease_seconds=3,
+        heartbeat_interval=0.2,
+        statement_timeout=12,
+        heartbeat_timeout=2,
+        durable_claims=durable_claims,
+    )
     await trigger(dsn, "hold")
     async with running(worker):
         await held.wait()
@@ -174,9 +179,13 @@ async def test_hung_heartbeat_cannot_keep_a_handler_past_its_lease(
             execution.append(time.monotonic())
 
     hung = fast_worker(
-        tasks, dsn, lease_seconds=lease, heartbeat_interval=0.3, heartbeat_timeout=30,
+        tasks,
+        dsn,
+        lease_seconds=lease,
+        heartbeat_interval=0.3,
+        heartbeat_timeout=30,
         worker_id="hung",
-    )  # fmt: skip
+    )
     fresh = fast_worker(tasks, dsn, lease_seconds=30, worker_id="fresh")
     # The hung worker may re-claim the run itself (its claims go out on another connection)
     # and lose it again: enough attempts for the other worker to end it.
@@ -318,9 +327,11 @@ async def test_heartbeats_stop_extending_a_finished_run_whose_outcome_is_not_wri
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         (claimed,) = await store.claim(conn, 1)
     active = ActiveRun(
-        run=claimed, lease=Lease(claimed.id, claimed.lease_token),
-        ctx=RunContext(run=claimed, worker_id="w"), confirmed_until=time.monotonic() + 30,
-    )  # fmt: skip
+        run=claimed,
+        lease=Lease(claimed.id, claimed.lease_token),
+        ctx=RunContext(run=claimed, worker_id="w"),
+        confirmed_until=time.monotonic() + 30,
+    )
     runs = RunTable(1)
     runs.claimed(active)
     runs.started(active)

@@ -194,10 +194,17 @@ def claim_params(**given: Any) -> dict[str, Any]:
     """The parameters of the ``claim_runs`` statement, as a worker's full scan sends them
     (no floors), with ``given`` in place of the defaults."""
     params: dict[str, Any] = {
-        "limit": 10, "lease_s": 30.0, "worker_id": "test", "environments": None, "queues": None,
-        "full_scan": True, "floor_environments": None, "floor_queues": None,
-        "floor_orders": None, "floor_ids": None,
-    }  # fmt: skip
+        "limit": 10,
+        "lease_s": 30.0,
+        "worker_id": "test",
+        "environments": None,
+        "queues": None,
+        "full_scan": True,
+        "floor_environments": None,
+        "floor_queues": None,
+        "floor_orders": None,
+        "floor_ids": None,
+    }
     params.update(given)
     return params
 
@@ -234,9 +241,12 @@ def wait_on_runs(db: Conn, parent: int, token: UUID, children: list[int]) -> str
 def insert_edges(db: Conn | Session, parent: int, waitpoints: list[int]) -> None:
     """Edges of the parent's first attempt (its wait_attempt until a failure is retried)."""
     params = {
-        "run_id": parent, "attempt": 1, "position": 0, "items": list(range(len(waitpoints))),
+        "run_id": parent,
+        "attempt": 1,
+        "position": 0,
+        "items": list(range(len(waitpoints))),
         "waitpoint_ids": waitpoints,
-    }  # fmt: skip
+    }
     statement = query("insert_wait_edges", "fairlane")
     if isinstance(db, Session):
         db.run(statement, params)

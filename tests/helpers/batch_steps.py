@@ -26,9 +26,11 @@ def create_sql(
     environment: str, run_count: int, *, key: str | None = None, parent: int | None = None
 ) -> Statement:
     params = {
-        "environment": environment, "run_count": run_count, "parent_run_id": parent,
+        "environment": environment,
+        "run_count": run_count,
+        "parent_run_id": parent,
         "idempotency_key": key,
-    }  # fmt: skip
+    }
     return query("create_batch", SCHEMA), params
 
 
@@ -47,11 +49,15 @@ def ingest_params(
     """The parameters of ``ingest_batch_items`` for echo items at ``indexes`` (those in
     ``oversized`` marked so, as the parser sends them)."""
     return {
-        "batch_id": batch_id, "indexes": list(indexes), "tasks": ["echo"] * len(indexes),
+        "batch_id": batch_id,
+        "indexes": list(indexes),
+        "tasks": ["echo"] * len(indexes),
         "payloads": [None if i in oversized else json.dumps(i) for i in indexes],
-        "options": ["{}"] * len(indexes), "oversized": [i in oversized for i in indexes],
-        "made": None, "refusals": None,
-    }  # fmt: skip
+        "options": ["{}"] * len(indexes),
+        "oversized": [i in oversized for i in indexes],
+        "made": None,
+        "refusals": None,
+    }
 
 
 def ingest_sql(

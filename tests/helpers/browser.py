@@ -113,9 +113,16 @@ def chromium() -> Iterator[Chrome]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                 "--hide-scrollbars", "--force-color-profile=srgb", "--lang=en-US",
-                 f"--window-size={WINDOW[0]},{WINDOW[1]}"):  # fmt: skip
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--force-color-profile=srgb",
+        "--lang=en-US",
+        f"--window-size={WINDOW[0]},{WINDOW[1]}",
+    ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
@@ -131,10 +138,20 @@ def screenshot(driver: Chrome, name: str) -> Path:
     size = driver.execute_script(
         "return [document.documentElement.scrollWidth, document.documentElement.scrollHeight]"
     )
-    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {
-        "format": "png", "captureBeyondViewport": True,
-        "clip": {"x": 0, "y": 0, "width": max(size[0], WINDOW[0]), "height": size[1], "scale": 1},
-    })  # fmt: skip
+    shot = driver.execute_cdp_cmd(
+        "Page.captureScreenshot",
+        {
+            "format": "png",
+            "captureBeyondViewport": True,
+            "clip": {
+                "x": 0,
+                "y": 0,
+                "width": max(size[0], WINDOW[0]),
+                "height": size[1],
+                "scale": 1,
+            },
+        },
+    )
     path = screenshot_dir() / f"{name}.png"
     path.write_bytes(base64.b64decode(shot["data"]))
     return path

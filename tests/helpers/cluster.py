@@ -72,9 +72,18 @@ class Cluster:
             for path in (self.data, self.log_path):
                 os.chown(path, owner.pw_uid, owner.pw_gid)
         self._run(
-            "initdb", "-D", str(self.data), "-U", self.user, "-A", "trust", "-E", "UTF8",
-            "--locale=C", "--no-sync",
-        )  # fmt: skip
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            self.user,
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        )
         with (self.data / "postgresql.conf").open("a") as conf:
             conf.write(SETTINGS.format(port=self.port))
 
@@ -88,9 +97,18 @@ class Cluster:
         recovered at start) and start it again. Returns the seconds it took."""
         started = time.monotonic()
         self._run(
-            "pg_ctl", "-D", str(self.data), "-l", str(self.log_path), "-m", mode, "-w", "-t",
-            "60", "restart",
-        )  # fmt: skip
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log_path),
+            "-m",
+            mode,
+            "-w",
+            "-t",
+            "60",
+            "restart",
+        )
         return time.monotonic() - started
 
     def stop(self, mode: str = "fast") -> None:

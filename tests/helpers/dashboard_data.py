@@ -65,53 +65,86 @@ def _registry() -> TaskRegistry:
 def _history() -> list[TriggerRequest]:
     """Runs a worker takes through to the end."""
     requests = [
-        TriggerRequest("emails.send_welcome", {"user_id": 1000 + n, "locale": "en"},
-                       environment="acme", queue="mail", tags=["signup"])
+        TriggerRequest(
+            "emails.send_welcome",
+            {"user_id": 1000 + n, "locale": "en"},
+            environment="acme",
+            queue="mail",
+            tags=["signup"],
+        )
         for n in range(14)
-    ]  # fmt: skip
+    ]
     requests += [
-        TriggerRequest("billing.charge_card", {"amount_cents": amount, "card": f"{4000 + n}"},
-                       environment="globex", queue="billing", tags=["billing", "eu"])
+        TriggerRequest(
+            "billing.charge_card",
+            {"amount_cents": amount, "card": f"{4000 + n}"},
+            environment="globex",
+            queue="billing",
+            tags=["billing", "eu"],
+        )
         for n, amount in enumerate([1999, 4999, 72000, 1250, 990, 88000, 3100])
-    ]  # fmt: skip
+    ]
     requests += [
-        TriggerRequest("reports.generate", {"name": f"weekly-{n}", "format": "csv"},
-                       environment="acme", queue="reports", tags=["weekly"])
+        TriggerRequest(
+            "reports.generate",
+            {"name": f"weekly-{n}", "format": "csv"},
+            environment="acme",
+            queue="reports",
+            tags=["weekly"],
+        )
         for n in range(4)
-    ]  # fmt: skip
+    ]
     requests += [
-        TriggerRequest("images.resize", {"key": f"uploads/{n}.jpg", "width": 640},
-                       environment="initech")
+        TriggerRequest(
+            "images.resize", {"key": f"uploads/{n}.jpg", "width": 640}, environment="initech"
+        )
         for n in range(9)
-    ]  # fmt: skip
+    ]
     return requests
 
 
 def _waiting_work() -> list[TriggerRequest]:
     """Runs left queued or delayed, for the overview's counts."""
     requests = [
-        TriggerRequest("emails.send_welcome", {"user_id": 2000 + n}, environment="acme",
-                       queue="mail", tags=["signup"])
+        TriggerRequest(
+            "emails.send_welcome",
+            {"user_id": 2000 + n},
+            environment="acme",
+            queue="mail",
+            tags=["signup"],
+        )
         for n in range(23)
-    ]  # fmt: skip
+    ]
     requests += [
-        TriggerRequest("reports.generate", {"name": f"monthly-{n}", "format": "pdf"},
-                       environment="acme", queue="reports", delay="2h")
+        TriggerRequest(
+            "reports.generate",
+            {"name": f"monthly-{n}", "format": "pdf"},
+            environment="acme",
+            queue="reports",
+            delay="2h",
+        )
         for n in range(3)
-    ]  # fmt: skip
+    ]
     requests += [
-        TriggerRequest("billing.charge_card", {"amount_cents": 1500 + n, "card": "4242"},
-                       environment="globex", queue="billing", priority=5)
+        TriggerRequest(
+            "billing.charge_card",
+            {"amount_cents": 1500 + n, "card": "4242"},
+            environment="globex",
+            queue="billing",
+            priority=5,
+        )
         for n in range(8)
-    ]  # fmt: skip
+    ]
     return requests
 
 
 async def _batches(dsn: str) -> tuple[int, int]:
     async with AsyncBatchClient(dsn) as client:
         done = await client.create("initech", 6)
-        items = [{"task": "images.resize", "payload": {"key": f"batch/{n}.jpg", "width": 320}}
-                 for n in range(5)]  # fmt: skip
+        items = [
+            {"task": "images.resize", "payload": {"key": f"batch/{n}.jpg", "width": 320}}
+            for n in range(5)
+        ]
         lines = (
             ndjson(items)
             + json.dumps({"task": "images.resize", "payload": {"blob": "x" * 4096}}).encode()
@@ -123,9 +156,17 @@ async def _batches(dsn: str) -> tuple[int, int]:
 
         await client.ingest(done.id, chunks(lines))
         still_open = await client.create("acme", 40)
-        await client.ingest(still_open.id, chunks(ndjson([
-            {"task": "emails.send_welcome", "payload": {"user_id": 3000 + n}} for n in range(15)
-        ])))  # fmt: skip
+        await client.ingest(
+            still_open.id,
+            chunks(
+                ndjson(
+                    [
+                        {"task": "emails.send_welcome", "payload": {"user_id": 3000 + n}}
+                        for n in range(15)
+                    ]
+                )
+            ),
+        )
     return done.id, still_open.id
 
 
@@ -135,23 +176,42 @@ async def _seed(dsn: str) -> Seeded:
         set_setting(db, "batch_item_max_bytes", 2048)
         ids = trigger_many(db, _history())
         parent = ids[0]
-        trigger_many(db, [
-            TriggerRequest("images.resize", {"key": f"avatar/{n}.png", "width": 128},
-                           environment="acme", queue="mail", parent_run_id=parent)
-            for n in range(3)
-        ])  # fmt: skip
+        trigger_many(
+            db,
+            [
+                TriggerRequest(
+                    "images.resize",
+                    {"key": f"avatar/{n}.png", "width": 128},
+                    environment="acme",
+                    queue="mail",
+                    parent_run_id=parent,
+                )
+                for n in range(3)
+            ],
+        )
     batch_done, batch_open = await _batches(dsn)
     worker = fast_worker(_registry(), dsn, concurrency=8)
     await worker.run_until_idle()
     store = LeaseStore("fairlane", lease_seconds=600, worker_id="dashboard-test")
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         # The runs claimed here are the only ones queued: the claim takes exactly them.
-        held = await trigger_many_async(conn, [
-            TriggerRequest("reports.generate", {"name": "quarterly", "format": "xlsx"},
-                           environment="acme", queue="reports", tags=["finance"]),
-            TriggerRequest("images.resize", {"key": "uploads/big.tiff", "width": 4096},
-                           environment="initech"),
-        ])  # fmt: skip
+        held = await trigger_many_async(
+            conn,
+            [
+                TriggerRequest(
+                    "reports.generate",
+                    {"name": "quarterly", "format": "xlsx"},
+                    environment="acme",
+                    queue="reports",
+                    tags=["finance"],
+                ),
+                TriggerRequest(
+                    "images.resize",
+                    {"key": "uploads/big.tiff", "width": 4096},
+                    environment="initech",
+                ),
+            ],
+        )
         claimed = await store.claim(conn, 10)
         assert sorted(run.id for run in claimed) == sorted(held), claimed
         await trigger_many_async(conn, _waiting_work())
@@ -161,10 +221,13 @@ async def _seed(dsn: str) -> Seeded:
         ).fetchone()
     assert failed is not None
     return Seeded(
-        completed=ids[1], failed=int(failed[0]), parent=parent,
+        completed=ids[1],
+        failed=int(failed[0]),
+        parent=parent,
         executing=next(run for run in claimed if run.task == "reports.generate"),
-        batch_done=batch_done, batch_open=batch_open,
-    )  # fmt: skip
+        batch_done=batch_done,
+        batch_open=batch_open,
+    )
 
 
 def seed(dsn: str) -> Seeded:

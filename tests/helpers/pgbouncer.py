@@ -102,9 +102,13 @@ class PgBouncer:
         auth_file.write_text(f'"{self.user}" ""\n')
         config = self.directory / "pgbouncer.ini"
         text = CONFIG.format(
-            host=self.server[0], port=self.server[1], listen_port=self.port,
-            auth_file=auth_file, user=self.user, pool_size=POOL_SIZE,
-        )  # fmt: skip
+            host=self.server[0],
+            port=self.server[1],
+            listen_port=self.port,
+            auth_file=auth_file,
+            user=self.user,
+            pool_size=POOL_SIZE,
+        )
         config.write_text(text)
         for path in (auth_file, config):
             path.chmod(0o644)

@@ -25,9 +25,12 @@ def registry() -> TaskRegistry:
     @tasks.task("keyed_parent", backoff=FAST)
     async def keyed_parent(ctx: RunContext, payload: None) -> list[int]:
         result = await ctx.trigger_and_wait(
-            "child", ctx.attempt, max_attempts=1, idempotency_key="k",
+            "child",
+            ctx.attempt,
+            max_attempts=1,
+            idempotency_key="k",
             idempotency_scope="attempt",
-        )  # fmt: skip
+        )
         if not result.ok:
             raise RuntimeError("the child failed")
         return [result.output, ctx.attempt]
@@ -41,8 +44,10 @@ def registry() -> TaskRegistry:
 
     @tasks.task("batch_parent", backoff=FAST)
     async def batch_parent(ctx: RunContext, payload: None) -> list[int]:
-        requests = [TriggerRequest("child", ctx.attempt + 10, max_attempts=1),
-                    TriggerRequest("child", ctx.attempt, max_attempts=1)]  # fmt: skip
+        requests = [
+            TriggerRequest("child", ctx.attempt + 10, max_attempts=1),
+            TriggerRequest("child", ctx.attempt, max_attempts=1),
+        ]
         results = await ctx.batch_trigger_and_wait(requests)
         if not all(result.ok for result in results):
             raise RuntimeError("an item failed")

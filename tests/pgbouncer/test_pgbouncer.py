@@ -124,10 +124,22 @@ def test_worker_processes_drain_1000_runs_through_pgbouncer(
         run_ids = client.trigger_many([TriggerRequest("slow_echo", n) for n in range(DRAINED)])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "queue")])}
     command = [
-        sys.executable, "-m", "fairlane.cli", "worker", TASKS, "--dsn", through, "--burst",
-        "--no-listen", "--prepare-threshold", "none", "--concurrency", "20",
-        "--poll-interval", "0.2",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "fairlane.cli",
+        "worker",
+        TASKS,
+        "--dsn",
+        through,
+        "--burst",
+        "--no-listen",
+        "--prepare-threshold",
+        "none",
+        "--concurrency",
+        "20",
+        "--poll-interval",
+        "0.2",
+    ]
     logs = [tmp_path / f"worker-{n}.log" for n in range(2)]
     workers = [
         subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=log.open("wb"))
@@ -165,8 +177,10 @@ def test_worker_processes_drain_1000_runs_through_pgbouncer(
         (run_ids,),
     ).fetchone()
     assert rows == (DRAINED,)
-    print(f"\n{DRAINED} runs drained through PgBouncer: up to {most_clients} client connections"
-          f" on at most {most_sessions} server sessions")  # fmt: skip
+    print(
+        f"\n{DRAINED} runs drained through PgBouncer: up to {most_clients} client connections"
+        f" on at most {most_sessions} server sessions"
+    )
     # The workers' connections took turns on PgBouncer's few server sessions.
     assert 0 < most_sessions <= POOL_SIZE < most_clients, (most_sessions, most_clients)
 
@@ -175,9 +189,13 @@ async def test_trigger_and_wait_and_a_batch_wait_through_pgbouncer(
     through: str, db: psycopg.Connection[Any]
 ) -> None:
     worker = Worker(
-        tasks, through, listen=False, prepare_threshold=None, poll_interval=0.1,
+        tasks,
+        through,
+        listen=False,
+        prepare_threshold=None,
+        poll_interval=0.1,
         periodic_interval=0.1,
-    )  # fmt: skip
+    )
     async with (
         AsyncClient(through, prepare_threshold=None, listen=False) as client,
         running(worker),

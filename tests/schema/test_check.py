@@ -99,7 +99,10 @@ def test_cli_commands_stop_with_one_line_and_exit_4(
     dsn = empty_database()
     done = subprocess.run(
         [sys.executable, "-m", "fairlane.cli", *command, "--dsn", dsn],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert done.returncode == 4, done.stderr
     assert done.stderr.splitlines() == [f"error: {UNMIGRATED}: run `fairlane migrate`"]

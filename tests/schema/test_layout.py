@@ -38,8 +38,13 @@ def _run(*args: str | Path, cwd: Path | None = None, timeout: float = 30.0) -> s
     """Run a command to completion (within ``timeout``); fail the test with its output if not."""
     done = subprocess.run(
         [str(arg) for arg in args],
-        cwd=cwd, env=_clean_env(), capture_output=True, text=True, timeout=timeout, check=False,
-    )  # fmt: skip
+        cwd=cwd,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     assert done.returncode == 0, f"{args} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 

@@ -107,9 +107,19 @@ def test_floors_keep_the_latest_position_of_each_queue() -> None:
 
     def run(run_id: int, queue: str, seconds: float) -> ClaimedRun:
         return ClaimedRun(
-            run_id, uuid.uuid4(), "t", None, 1, 3, "default", queue, {}, None, None,
+            run_id,
+            uuid.uuid4(),
+            "t",
+            None,
+            1,
+            3,
+            "default",
+            queue,
+            {},
+            None,
+            None,
             at + timedelta(seconds=seconds),
-        )  # fmt: skip
+        )
 
     # Out of order, as RETURNING gives them; an equal queue order is decided by id.
     floors.claimed([run(9, "a", 2), run(3, "a", 5), run(4, "a", 5), run(7, "b", 1)], 4, False)

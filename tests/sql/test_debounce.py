@@ -78,13 +78,21 @@ async def test_trailing_replaces_the_runs_data_leading_keeps_it(
     dsn: str, db: psycopg.Connection[Any]
 ) -> None:
     first_options: dict[str, Any] = {
-        "metadata": {"v": 1}, "tags": ["a"], "max_attempts": 2, "max_duration": 10,
-        "machine": "small", "priority": 1,
-    }  # fmt: skip
+        "metadata": {"v": 1},
+        "tags": ["a"],
+        "max_attempts": 2,
+        "max_duration": 10,
+        "machine": "small",
+        "priority": 1,
+    }
     last_options: dict[str, Any] = {
-        "metadata": {"v": 3}, "tags": ["c", "d"], "max_attempts": 7, "max_duration": "1m",
-        "machine": "large-2x", "priority": 9,
-    }  # fmt: skip
+        "metadata": {"v": 3},
+        "tags": ["c", "d"],
+        "max_attempts": 7,
+        "max_duration": "1m",
+        "machine": "large-2x",
+        "priority": 9,
+    }
     columns = ("payload", "metadata", "tags", "max_attempts", "max_duration_s", "machine")
     async with AsyncClient(dsn) as client:
         trailing = Debounce("t", "30s", mode="trailing")
@@ -110,9 +118,15 @@ async def test_trailing_replaces_only_the_options_the_later_trigger_gives(
     list or mapping is given); what a trigger leaves out keeps the run's value."""
     trailing = Debounce("t", "30s", mode="trailing")
     first = TriggerRequest(
-        "sync", "first", debounce=trailing, metadata={"v": 1}, tags=["a"], max_attempts=7,
-        max_duration="2m", machine="large-2x",
-    )  # fmt: skip
+        "sync",
+        "first",
+        debounce=trailing,
+        metadata={"v": 1},
+        tags=["a"],
+        max_attempts=7,
+        max_duration="2m",
+        machine="large-2x",
+    )
     bare = TriggerRequest("sync", "bare", debounce=trailing)
     emptied = TriggerRequest(
         "sync", "emptied", debounce=trailing, metadata={}, tags=[], max_attempts=1

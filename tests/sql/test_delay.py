@@ -33,11 +33,19 @@ def starts_in(db: psycopg.Connection[Any], run_id: int) -> timedelta:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("5s", 5), ("1m", 60), ("2h30m", 9000), ("1h 30m", 5400), ("1.5h", 5400),
-        ("500ms", 0.5), ("1d", 86_400), ("1w", 604_800), ("90", 90), (" 10S ", 10),
+        ("5s", 5),
+        ("1m", 60),
+        ("2h30m", 9000),
+        ("1h 30m", 5400),
+        ("1.5h", 5400),
+        ("500ms", 0.5),
+        ("1d", 86_400),
+        ("1w", 604_800),
+        ("90", 90),
+        (" 10S ", 10),
         ("1h1m1s", 3661),
     ],
-)  # fmt: skip
+)
 def test_duration_strings(text: str, expected: float) -> None:
     assert parse_duration_string("delay", text) == pytest.approx(expected)
 
@@ -66,8 +74,10 @@ def test_every_duration_option_refuses_malformed_strings_before_sending(
             fairlane.trigger_many(conn, requests)
         assert conn.info.transaction_status is psycopg.pq.TransactionStatus.IDLE
     assert (refused.value.option, refused.value.value, refused.value.index) == (
-        option, "2 fortnights", 2,
-    )  # fmt: skip
+        option,
+        "2 fortnights",
+        2,
+    )
     assert "(item 2)" in str(refused.value)
     assert db.execute("SELECT count(*) FROM fairlane.runs").fetchone() == (0,)
 

@@ -25,8 +25,10 @@ def test_a_job_one_session_runs_is_skipped_by_another_and_not_run_twice(
     """Each job runs in a transaction of its own (run_next_due_job), its row locked: another
     runner skips it and takes the next due job instead of waiting, and once the first commits
     the job is due again only at its next tick."""
-    db.execute("UPDATE fairlane.periodic_jobs SET enabled = (name IN ('promote_delayed_runs',"
-               " 'expire_ttl_runs')), next_due_at = now() - interval '1 s'")  # fmt: skip
+    db.execute(
+        "UPDATE fairlane.periodic_jobs SET enabled = (name IN ('promote_delayed_runs',"
+        " 'expire_ttl_runs')), next_due_at = now() - interval '1 s'"
+    )
     with sessions(dsn, 2) as (a, b):
         a.begin()
         b.begin()

@@ -119,9 +119,12 @@ def test_the_repairs_the_jobs_report_are_counted_by_kind(db: psycopg.Connection[
     found = scrape(metrics.registry)
     repaired = {kind: labelled(found, "fairlane_repairs_total", kind=kind) for kind in REPAIR_KINDS}
     assert repaired == {
-        "expired_lease": 2, "executing_without_lease": 1, "environment_marked_drained": 1,
-        "missed_wakeup": 1, "orphaned_batch_item": 1,
-    }  # fmt: skip
+        "expired_lease": 2,
+        "executing_without_lease": 1,
+        "environment_marked_drained": 1,
+        "missed_wakeup": 1,
+        "orphaned_batch_item": 1,
+    }
     assert statuses(db)["CRASHED"] == 2  # the lapsed last attempt and the carrier
     for job in JOBS:
         count = labelled(found, "fairlane_periodic_job_duration_seconds_count", job=job.name)

@@ -111,8 +111,12 @@ async def test_environment_limit_spans_its_queues(dsn: str, db: psycopg.Connecti
         await client.trigger("t", environment="elsewhere", queue="e")
     error = refused.value
     assert (error.environment, error.queue, error.limit, error.scope, error.size) == (
-        "tenant", "e", 4, "environment", 4,
-    )  # fmt: skip
+        "tenant",
+        "e",
+        4,
+        "environment",
+        4,
+    )
     assert "environment 'tenant'" in str(error)
 
 

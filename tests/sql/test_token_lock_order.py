@@ -39,9 +39,12 @@ def waiting_on_a_token(db: Conn, task: str) -> tuple[int, UUID, int]:
 def heartbeat(session: Session, runs: list[tuple[int, UUID, int]]) -> Any:
     return session.start(
         query("heartbeat_runs", "fairlane"),
-        {"ids": [run for run, _, _ in runs], "tokens": [lease for _, lease, _ in runs],
-         "lease_s": 300},
-    )  # fmt: skip
+        {
+            "ids": [run for run, _, _ in runs],
+            "tokens": [lease for _, lease, _ in runs],
+            "lease_s": 300,
+        },
+    )
 
 
 def complete(session: Session, token: int) -> list[int]:

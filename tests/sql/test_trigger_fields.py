@@ -18,11 +18,23 @@ from fairlane.triggering.request import insert_params
 from tests.helpers import log_nested_plans
 
 EVERY_OPTION = TriggerRequest(
-    "send", {"to": "a"}, environment="acme", queue="mail", priority=3, max_attempts=4,
-    delay=datetime(2030, 1, 1, tzinfo=UTC), tags=["t"], metadata={"m": 1}, machine="large",
-    max_duration="90s", ttl="1h", parent_run_id=7, idempotency_key="k", idempotency_ttl="2h",
+    "send",
+    {"to": "a"},
+    environment="acme",
+    queue="mail",
+    priority=3,
+    max_attempts=4,
+    delay=datetime(2030, 1, 1, tzinfo=UTC),
+    tags=["t"],
+    metadata={"m": 1},
+    machine="large",
+    max_duration="90s",
+    ttl="1h",
+    parent_run_id=7,
+    idempotency_key="k",
+    idempotency_ttl="2h",
     debounce=Debounce("d", "5s", mode="trailing", max_delay="1m"),
-)  # fmt: skip
+)
 
 
 def test_every_field_a_request_sends_is_a_column_of_trigger_requests(

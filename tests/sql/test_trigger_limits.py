@@ -115,10 +115,13 @@ async def test_values_at_the_limits_fit_every_index(dsn: str, db: psycopg.Connec
     JSON: accepted, stored as given, and a second trigger finds the debounced run."""
     name = WIDE * MAX_NAME_LENGTH
     options: dict[str, Any] = {
-        "environment": name, "queue": name, "machine": name,
-        "tags": [WIDE * MAX_TAG_LENGTH] * MAX_TAGS, "metadata": {"m": nested(MAX_JSON_DEPTH - 1)},
+        "environment": name,
+        "queue": name,
+        "machine": name,
+        "tags": [WIDE * MAX_TAG_LENGTH] * MAX_TAGS,
+        "metadata": {"m": nested(MAX_JSON_DEPTH - 1)},
         "debounce": Debounce(WIDE * MAX_DEBOUNCE_KEY_LENGTH, "1m"),
-    }  # fmt: skip
+    }
     payload = nested(MAX_JSON_DEPTH)
     async with AsyncClient(dsn) as client:
         run_id = await client.trigger(name, payload, **options)
@@ -127,8 +130,10 @@ async def test_values_at_the_limits_fit_every_index(dsn: str, db: psycopg.Connec
     row = run_row(db, run_id)
     assert (row["environment"], row["queue"], row["task"], row["machine"]) == (name,) * 4
     assert (row["payload"], row["metadata"], row["tags"]) == (
-        payload, options["metadata"], options["tags"],
-    )  # fmt: skip
+        payload,
+        options["metadata"],
+        options["tags"],
+    )
     assert run_row(db, plain)["payload"] == payload
 
 
@@ -137,7 +142,7 @@ def test_tags_may_be_any_collection_of_strings(dsn: str, db: psycopg.Connection[
         ids = [
             fairlane.trigger(conn, "send", tags=tags)
             for tags in (["a", "b"], ("a", "b"), {"b"}, frozenset({"b"}))
-        ]  # fmt: skip
+        ]
         for refused in ("ab", b"ab", {"a": 1}, 7):
             with pytest.raises(TriggerOptionError, match="must be a collection of strings"):
                 fairlane.trigger(conn, "send", tags=refused)
@@ -168,9 +173,12 @@ async def test_a_long_idempotency_key_is_stored_hashed(dsn: str) -> None:
     ],
 )
 def test_cli_trigger_reports_bad_input_in_one_line(
-    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str], argv: list[str],
+    dsn: str,
+    db: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
     message: str,
-) -> None:  # fmt: skip
+) -> None:
     assert main(["trigger", "send", *argv, "--dsn", dsn]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -186,5 +194,8 @@ def test_cli_trigger_takes_options_not_given_as_defaults(
     run_id = int(capsys.readouterr().out)
     row = run_row(db, run_id)
     assert (row["payload"], row["max_attempts"], row["tags"], row["metadata"]) == (
-        {"a": 1}, 3, [], {},
-    )  # fmt: skip
+        {"a": 1},
+        3,
+        [],
+        {},
+    )

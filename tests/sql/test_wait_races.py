@@ -33,9 +33,12 @@ def complete(session: Session, leases: list[tuple[int, UUID]]) -> Any:
     """Start a worker's batched completion of ``leases``, in that order."""
     return session.start(
         query("complete_runs", "fairlane"),
-        {"ids": [run for run, _ in leases], "tokens": [token for _, token in leases],
-         "results": ["1"] * len(leases)},
-    )  # fmt: skip
+        {
+            "ids": [run for run, _ in leases],
+            "tokens": [token for _, token in leases],
+            "results": ["1"] * len(leases),
+        },
+    )
 
 
 def resume_ready(db: Conn, run_id: int) -> tuple[str, bool]:
@@ -284,9 +287,12 @@ def test_a_resume_and_a_claim_share_a_cap_of_one(dsn: str, db: Conn) -> None:
 def heartbeat(session: Session, leases: list[tuple[int, UUID]]) -> Any:
     return session.start(
         query("heartbeat_runs", "fairlane"),
-        {"ids": [run for run, _ in leases], "tokens": [token for _, token in leases],
-         "lease_s": 300},
-    )  # fmt: skip
+        {
+            "ids": [run for run, _ in leases],
+            "tokens": [token for _, token in leases],
+            "lease_s": 300,
+        },
+    )
 
 
 def test_one_workers_heartbeat_and_outcome_writer_take_its_runs_in_one_order(

@@ -88,14 +88,31 @@ class Workers:
 
     def start(self) -> subprocess.Popen[bytes]:
         n = len(self.started)
-        with open(self.folder / f"worker{n}.out", "wb") as out, \
-                open(self.folder / f"worker{n}.log", "wb") as log:  # fmt: skip
+        with (
+            open(self.folder / f"worker{n}.out", "wb") as out,
+            open(self.folder / f"worker{n}.log", "wb") as log,
+        ):
             process = subprocess.Popen(
-                [sys.executable, "-m", "fairlane.cli", "worker", "cron_tasks:tasks",
-                 "--dsn", self.dsn, "--poll-interval", "0.2", "--lease-seconds", "5",
-                 "--shutdown-grace", "5"],
-                env=self.env, cwd=self.folder, stdout=out, stderr=log,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "fairlane.cli",
+                    "worker",
+                    "cron_tasks:tasks",
+                    "--dsn",
+                    self.dsn,
+                    "--poll-interval",
+                    "0.2",
+                    "--lease-seconds",
+                    "5",
+                    "--shutdown-grace",
+                    "5",
+                ],
+                env=self.env,
+                cwd=self.folder,
+                stdout=out,
+                stderr=log,
+            )
         self.started.append(process)
         return process
 
@@ -178,6 +195,8 @@ def test_three_worker_processes_fire_an_every_second_schedule_once_per_tick(
     survivors = workers.stats(1)["scheduled_runs"] + workers.stats(2)["scheduled_runs"]
     assert workers.stats(2)["scheduled_runs"] > 0
     assert len(ticks) - survivors >= 2
-    print(f"\n{len(ticks)} ticks over {(ticks[-1] - ticks[0]).total_seconds():.0f} s, "
-          f"3 workers (one killed): each fired once, none skipped; the survivors fired "
-          f"{survivors}")  # fmt: skip
+    print(
+        f"\n{len(ticks)} ticks over {(ticks[-1] - ticks[0]).total_seconds():.0f} s, "
+        f"3 workers (one killed): each fired once, none skipped; the survivors fired "
+        f"{survivors}"
+    )

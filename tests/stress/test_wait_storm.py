@@ -130,5 +130,7 @@ def test_every_parent_of_a_released_storm_of_children_completes(
     assert all(process.poll() is None for process in workers)
     row = db.execute("SELECT fairlane.repair_waiting_runs()").fetchone()
     assert row == (0,)
-    print(f"\n{PARENTS} parents x {CHILDREN} children, {WORKERS} workers: all parents "
-          f"completed {took:.2f} s after the release; 0 repairs")  # fmt: skip
+    print(
+        f"\n{PARENTS} parents x {CHILDREN} children, {WORKERS} workers: all parents "
+        f"completed {took:.2f} s after the release; 0 repairs"
+    )

@@ -29,9 +29,12 @@ def _names(conn: psycopg.Connection[Any], prefix: str) -> list[str]:
 def test_copies_of_a_migrated_template_are_dropped_with_it(postgresql_server: Any) -> None:
     # A server URL whose database does not exist: the databases are made from `postgres`.
     server = make_conninfo(
-        host=postgresql_server.host, port=postgresql_server.port, user=postgresql_server.user,
-        password=postgresql_server.password or None, dbname="no_such_database",
-    )  # fmt: skip
+        host=postgresql_server.host,
+        port=postgresql_server.port,
+        user=postgresql_server.user,
+        password=postgresql_server.password or None,
+        dbname="no_such_database",
+    )
     databases = TemplateDatabases(server, prefix="fairlane_plugin_check")
     admin = make_conninfo(server, dbname="postgres")
     try:

@@ -70,8 +70,13 @@ class Shop:
             ctx.metadata.update(step="sent", to=payload.email)
             return Receipt(to=payload.email, order=payload.id)
 
-        @tasks.task(max_attempts=4, backoff=FOREVER, retry_on=ConnectionError,
-                    on_success=sent, on_failure=failed)  # fmt: skip
+        @tasks.task(
+            max_attempts=4,
+            backoff=FOREVER,
+            retry_on=ConnectionError,
+            on_success=sent,
+            on_failure=failed,
+        )
         def flaky(ctx: RunContext, payload: dict[str, Any]) -> int:
             self.calls.append(("flaky", ctx.attempt))
             self.threads.add(threading.current_thread().name)
@@ -115,8 +120,12 @@ def test_a_trigger_runs_the_handler_at_once_without_a_database(
         assert client.wait_for_run(run_id) == run
     assert run_id < 0, "eager ids never collide with stored ones"
     assert (run.status, run.task, run.queue, run.priority, run.attempts) == (
-        RunStatus.COMPLETED, "send_receipt", "mail", 3, 1,
-    )  # fmt: skip
+        RunStatus.COMPLETED,
+        "send_receipt",
+        "mail",
+        3,
+        1,
+    )
     assert run.payload == {"id": 7, "email": "a@example.com"}, "stored as JSON, as a trigger does"
     assert run.result == {"to": "a@example.com", "order": 7}
     assert run.metadata == {"step": "sent", "to": "a@example.com"}
@@ -155,9 +164,12 @@ def test_retries_abort_and_policies_are_the_workers(shop: Shop, runs: EagerRuns)
     assert bad.error is not None
     assert bad.error["code"] == "INVALID_PAYLOAD"
     assert shop.hooks == [
-        ("success", "3"), ("failure", "ConnectionError"), ("failure", "PermissionError"),
-        ("failure", "AbortRun"), ("failure", "PayloadError"),
-    ], "hooks after the attempt that ends the run only"  # fmt: skip
+        ("success", "3"),
+        ("failure", "ConnectionError"),
+        ("failure", "PermissionError"),
+        ("failure", "AbortRun"),
+        ("failure", "PayloadError"),
+    ], "hooks after the attempt that ends the run only"
     assert all(name != threading.main_thread().name for name in shop.threads), (
         "sync handlers run in a worker thread, as a worker runs them"
     )
@@ -192,10 +204,12 @@ def test_propagate_raises_the_error_that_ended_the_run(shop: Shop) -> None:
         # A child's error does not reach the parent that triggered it: it never does.
         parent = shop.notify.trigger(client, 9)
     assert [(run.task, run.status) for run in runs] == [
-        ("send_receipt", RunStatus.FAILED), ("flaky", RunStatus.FAILED),
-        ("flaky", RunStatus.COMPLETED), ("notify", RunStatus.COMPLETED),
         ("send_receipt", RunStatus.FAILED),
-    ]  # fmt: skip
+        ("flaky", RunStatus.FAILED),
+        ("flaky", RunStatus.COMPLETED),
+        ("notify", RunStatus.COMPLETED),
+        ("send_receipt", RunStatus.FAILED),
+    ]
     assert runs.get(parent).result == "notified"
 
 
@@ -205,8 +219,10 @@ def test_what_eager_mode_refuses(shop: Shop, runs: EagerRuns) -> None:
             client.trigger("no_such_task")
         with pytest.raises(EagerModeError, match="debounce"):
             client.trigger("flaky", {"fail": 0}, debounce=Debounce("k", "5s"))
-        requests = [fairlane.TriggerRequest("flaky", {"fail": 0}),
-                    fairlane.TriggerRequest("flaky", {"fail": 0}, priority="high")]  # type: ignore[arg-type]  # fmt: skip
+        requests = [
+            fairlane.TriggerRequest("flaky", {"fail": 0}),
+            fairlane.TriggerRequest("flaky", {"fail": 0}, priority="high"),  # type: ignore[arg-type]
+        ]
         with pytest.raises(TriggerOptionError) as refused:
             client.trigger_many(requests)
     assert refused.value.index == 1
@@ -222,8 +238,10 @@ def test_idempotency_keys_within_the_block(shop: Shop, runs: EagerRuns) -> None:
         again = client.trigger("flaky", {"fail": 0}, idempotency_key="k2")
     assert again != failed, "a failed run frees its key"
     assert [status for status in (runs.get(r).status for r in (first, failed, again))] == [
-        RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.COMPLETED,
-    ]  # fmt: skip
+        RunStatus.COMPLETED,
+        RunStatus.FAILED,
+        RunStatus.COMPLETED,
+    ]
     assert len(runs) == 3
 
 
@@ -239,8 +257,9 @@ def test_eager_mode_is_process_wide_and_ends_with_its_block(
         thread.join()
         assert runs.get(made[0]).status is RunStatus.COMPLETED
         # The schedules' "trigger now" and the worker's own triggers always use the database.
-        fairlane.schedules.create(db, "flaky", "0 0 * * *", external_id="nightly",
-                                  payload={"fail": 0})  # fmt: skip
+        fairlane.schedules.create(
+            db, "flaky", "0 0 * * *", external_id="nightly", payload={"fail": 0}
+        )
         scheduled = fairlane.schedules.trigger(db, "nightly")
         assert scheduled > 0
     with Client(dsn) as client:

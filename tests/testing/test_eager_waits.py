@@ -59,8 +59,11 @@ def registry(log: list[str]) -> TaskRegistry:
 
     @tasks.task()
     async def batch_with_a_bad_item(ctx: RunContext, payload: None) -> list[dict[str, Any]]:
-        requests = [TriggerRequest("square", 2), TriggerRequest("square", 3, priority="x"),  # type: ignore[arg-type]
-                    TriggerRequest("square", -1)]  # fmt: skip
+        requests = [
+            TriggerRequest("square", 2),
+            TriggerRequest("square", 3, priority="x"),  # type: ignore[arg-type]
+            TriggerRequest("square", -1),
+        ]
         results = await ctx.batch_trigger_and_wait(requests)
         return [_shown(result) for result in results]
 
@@ -104,9 +107,11 @@ async def test_children_run_at_once_and_the_wait_returns_their_results() -> None
     assert log == ["fan_out", "square 2", "square 2", "square 3", "square -1", "square 4"]
     children = [child for child in runs if child.parent_run_id == run.id]
     assert [(child.payload, child.status) for child in children] == [
-        (2, RunStatus.COMPLETED), (2, RunStatus.COMPLETED), (3, RunStatus.COMPLETED),
+        (2, RunStatus.COMPLETED),
+        (2, RunStatus.COMPLETED),
+        (3, RunStatus.COMPLETED),
         (-1, RunStatus.FAILED),
-    ]  # fmt: skip
+    ]
     assert fired.result == [True, 16]
 
 
@@ -122,8 +127,10 @@ async def test_a_batch_item_that_cannot_trigger_is_pre_failed() -> None:
         {"status": "FAILED", "code": "ABORTED"},
     ]
     assert [child.status for child in runs if child.parent_run_id == run.id] == [
-        RunStatus.COMPLETED, RunStatus.SYSTEM_FAILURE, RunStatus.FAILED,
-    ]  # fmt: skip
+        RunStatus.COMPLETED,
+        RunStatus.SYSTEM_FAILURE,
+        RunStatus.FAILED,
+    ]
     assert mixed.status is RunStatus.FAILED
     assert mixed.error is not None
     # A child in another environment than its parent's is refused, as by a worker.
@@ -132,10 +139,12 @@ async def test_a_batch_item_that_cannot_trigger_is_pre_failed() -> None:
 
 @pytest.mark.parametrize(
     ("task", "says"),
-    [("waits_for_token", "tokens live in the database"),
-     ("waits_for_batch", "batches live in the database"),
-     ("waits_for_a_stored_run", "not a run of this eager block")],
-)  # fmt: skip
+    [
+        ("waits_for_token", "tokens live in the database"),
+        ("waits_for_batch", "batches live in the database"),
+        ("waits_for_a_stored_run", "not a run of this eager block"),
+    ],
+)
 async def test_waits_eager_mode_cannot_simulate_fail_the_run(task: str, says: str) -> None:
     with eager(registry([])):
         async with AsyncClient(NOWHERE) as client:
@@ -156,8 +165,9 @@ async def test_a_retried_parent_triggers_a_new_child_as_the_worker_does(task: st
     assert (run.status, run.attempts, run.result) == (RunStatus.COMPLETED, 2, [200, 2])
     children = [child for child in runs if child.parent_run_id == run.id]
     assert [(child.payload, child.status) for child in children] == [
-        (1, RunStatus.FAILED), (2, RunStatus.COMPLETED),
-    ]  # fmt: skip
+        (1, RunStatus.FAILED),
+        (2, RunStatus.COMPLETED),
+    ]
     if task == "keyed_parent":
         keys = [stored_key("k", "attempt", parent_run_id=run.id, parent_attempt=n) for n in (1, 2)]
         assert [child.idempotency_key for child in children] == keys

@@ -129,9 +129,12 @@ def _outcome(output: str) -> dict[str, int]:
 
 def test_a_sample_project_uses_the_plugin(tmp_path: Path, postgresql_server: Any) -> None:
     server_url = make_conninfo(
-        host=postgresql_server.host, port=postgresql_server.port, user=postgresql_server.user,
-        password=postgresql_server.password or None, dbname="postgres",
-    )  # fmt: skip
+        host=postgresql_server.host,
+        port=postgresql_server.port,
+        user=postgresql_server.user,
+        password=postgresql_server.password or None,
+        dbname="postgres",
+    )
     project = tmp_path / "sample"
     project.mkdir()
     _write_project(project, server_url)
@@ -139,10 +142,23 @@ def test_a_sample_project_uses_the_plugin(tmp_path: Path, postgresql_server: Any
     env = {key: value for key, value in os.environ.items() if key not in ignored}
     env["PYTHONPATH"] = str(ROOT / "queue")
     process = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly",
-         "-q", "-rf"],
-        cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "-q",
+            "-rf",
+        ],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         output, _ = process.communicate(timeout=100)
     finally:

@@ -36,25 +36,44 @@ NODE_DIR="${PEERS_NODE:-/opt/harness-node}"
 def test_one_repetition_runs_each_row_side_by_side_in_harness_labels() -> None:
     steps = plan(Settings((20000, 100000, 1000000)), [FAIRLANE, *PEERS])
     assert [step.label for step in steps] == [
-        "fairlane/drain/best", "graphile/throughput/tuned", "pgqueuer/throughput/batch100",
-        "fairlane/drain/c10", "graphile/throughput/c10", "pgqueuer/throughput/c10",
-        "fairlane/drain/tenants1", "fairlane/drain/tenants50",
+        "fairlane/drain/best",
+        "graphile/throughput/tuned",
+        "pgqueuer/throughput/batch100",
+        "fairlane/drain/c10",
+        "graphile/throughput/c10",
+        "pgqueuer/throughput/c10",
+        "fairlane/drain/tenants1",
+        "fairlane/drain/tenants50",
         "fairlane/enqueue",
-        "fairlane/latency", "graphile/latency", "pgqueuer/latency",
-        "fairlane/drain/best@100k", "graphile/throughput/tuned@100k",
+        "fairlane/latency",
+        "graphile/latency",
+        "pgqueuer/latency",
+        "fairlane/drain/best@100k",
+        "graphile/throughput/tuned@100k",
         "pgqueuer/throughput/batch100@100k",
         # PgQueuer stops at 100k, as the harness does (minutes at 1M)
-        "fairlane/drain/best@1M", "graphile/throughput/tuned@1M",
-    ]  # fmt: skip
+        "fairlane/drain/best@1M",
+        "graphile/throughput/tuned@1M",
+    ]
     by_label = {step.label: step.argv for step in steps}
     assert by_label["fairlane/drain/best"] == (
-        "drain", "--runs", "20000", "--concurrency", "4000", "--claim-batch", "2000",
-    )  # fmt: skip
+        "drain",
+        "--runs",
+        "20000",
+        "--concurrency",
+        "4000",
+        "--claim-batch",
+        "2000",
+    )
     assert by_label["fairlane/drain/tenants50"][-2:] == ("--tenants", "50")
     assert by_label["fairlane/drain/c10"] == ("drain", "--runs", "20000", "--concurrency", "10")
     assert by_label["graphile/throughput/tuned@1M"] == (
-        "throughput", "--config", "tuned", "-n", "1000000",
-    )  # fmt: skip
+        "throughput",
+        "--config",
+        "tuned",
+        "-n",
+        "1000000",
+    )
     assert by_label["pgqueuer/throughput/c10"] == ("throughput", "--config", "c10", "-n", "20000")
     assert by_label["graphile/latency"] == ("latency", "--latency-jobs", "300")
     assert by_label["fairlane/enqueue"] == ("enqueue", "--runs", "20000")
@@ -148,9 +167,11 @@ def test_the_harness_interpreters_default_to_those_of_its_run_all(tmp_path: Path
     (tmp_path / "run_all.sh").write_text(RUN_ALL)
     harness = find_harness(None, {"PEERS_DIR": str(tmp_path)})
     assert harness == Harness(
-        tmp_path, Path("/opt/harness-venv/bin/python"),
-        Path("/opt/harness-node/node_modules/.bin/node"), Path("/opt/harness-node/node_modules"),
-    )  # fmt: skip
+        tmp_path,
+        Path("/opt/harness-venv/bin/python"),
+        Path("/opt/harness-node/node_modules/.bin/node"),
+        Path("/opt/harness-node/node_modules"),
+    )
     chosen = find_harness(str(tmp_path), {"PEERS_VENV": "/v", "PEERS_NODE": "/n"})
     assert isinstance(chosen, Harness)
     assert (chosen.python, chosen.node) == (

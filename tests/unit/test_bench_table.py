@@ -17,9 +17,14 @@ def fairlane(case: str, size: int, **fields: Any) -> dict[str, Any]:
 
 
 def drain(case: str, size: int, rate: int, **fields: Any) -> dict[str, Any]:
-    setting = {"concurrency": 10, "claim_batch": 10} if case == "drain/c10" else {
-        "concurrency": 400, "claim_batch": 200,
-    }  # fmt: skip
+    setting = (
+        {"concurrency": 10, "claim_batch": 10}
+        if case == "drain/c10"
+        else {
+            "concurrency": 400,
+            "claim_batch": 200,
+        }
+    )
     return fairlane(
         case, size, process_runs_per_s=rate, runs_per_s=rate - 1000, **setting, **fields
     )
@@ -27,15 +32,27 @@ def drain(case: str, size: int, rate: int, **fields: Any) -> dict[str, Any]:
 
 def peer(name: str, config: str, size: int, rate: int, enqueue: int = 70000) -> dict[str, Any]:
     return {
-        "label": f"{name}/throughput/{config}", "side": name, "case": f"throughput/{config}",
-        "size": size, "config": config, "jobs": size, "process_jobs_per_s": rate,
-        "enqueue_jobs_per_s": enqueue, "ok": True,
-    }  # fmt: skip
+        "label": f"{name}/throughput/{config}",
+        "side": name,
+        "case": f"throughput/{config}",
+        "size": size,
+        "config": config,
+        "jobs": size,
+        "process_jobs_per_s": rate,
+        "enqueue_jobs_per_s": enqueue,
+        "ok": True,
+    }
 
 
 def latency(side: str, p50: float, p99: float) -> dict[str, Any]:
-    return {"label": f"{side}/latency", "side": side, "case": "latency", "size": 300,
-            "p50_ms": p50, "p99_ms": p99}  # fmt: skip
+    return {
+        "label": f"{side}/latency",
+        "side": side,
+        "case": "latency",
+        "size": 300,
+        "p50_ms": p50,
+        "p99_ms": p99,
+    }
 
 
 SITTING = [
@@ -94,11 +111,15 @@ def rows(table: str) -> dict[str, list[str]]:
 def test_workload_rows_hold_medians_with_each_run_in_brackets() -> None:
     table = rows(summarize(SITTING))
     assert table["drain 20k, best setting (runs/s)"] == [
-        "400/200: 24,000 [23,000 25,000]", "tuned: 48,000", "batch100: 20,000",
-    ]  # fmt: skip
+        "400/200: 24,000 [23,000 25,000]",
+        "tuned: 48,000",
+        "batch100: 20,000",
+    ]
     assert table["drain 100k, best setting (runs/s)"] == [
-        "400/200: 20,000", "tuned: 21,000", "batch100: 8,000",
-    ]  # fmt: skip
+        "400/200: 20,000",
+        "tuned: 21,000",
+        "batch100: 8,000",
+    ]
     # PgQueuer has no 1M step: its cell says the step was not run.
     assert table["drain 1M, best setting (runs/s)"] == [
         "400/200: 18,000",
@@ -111,15 +132,21 @@ def test_workload_rows_hold_medians_with_each_run_in_brackets() -> None:
         "c10: 3,000",
     ]
     assert table["bulk enqueue 20k, 1,000 per call (runs/s)"] == [
-        "60,000", "from tuned: 75,000", "from batch100: 69,873",
-    ]  # fmt: skip
+        "60,000",
+        "from tuned: 75,000",
+        "from batch100: 69,873",
+    ]
     # Above the enqueue step's size, every side's bulk enqueue is the one that filled its drain.
     assert table["bulk enqueue 100k before the best drain, 1,000 per call (runs/s)"] == [
-        "from 400/200: 91,000", "from tuned: 70,000", "from batch100: 70,000",
-    ]  # fmt: skip
+        "from 400/200: 91,000",
+        "from tuned: 70,000",
+        "from batch100: 70,000",
+    ]
     assert table["bulk enqueue 1M before the best drain, 1,000 per call (runs/s)"] == [
-        "from 400/200: 105,000", "from tuned: 84,000", "\u2013",
-    ]  # fmt: skip
+        "from 400/200: 105,000",
+        "from tuned: 84,000",
+        "\u2013",
+    ]
     assert "bulk enqueue 20k before the best drain, 1,000 per call (runs/s)" not in table
     assert table["pickup p50 / p99 (ms)"] == ["3.00 / 5.00", "4.40 / 10.80", "failed (exit 1)"]
 
@@ -136,15 +163,21 @@ def test_ratio_rows_are_those_the_targets_are_stated_in() -> None:
     assert table["drain 100k ÷ drain 20k, best setting"] == ["0.83x", "0.44x", "0.40x"]
     assert table["drain 1M ÷ drain 100k, best setting"] == ["0.90x", "2.81x", ""]
     assert table["--tenants 50 ÷ --tenants 1, drain 20k best setting"] == [
-        "11,000 ÷ 12,000 = 0.92x", "", "",
-    ]  # fmt: skip
+        "11,000 ÷ 12,000 = 0.92x",
+        "",
+        "",
+    ]
     moments = "queued → drained and vacuumed (history kept) → pruned and vacuumed"
     assert table[f"runs table; indexes: {moments}, 1M"] == [
-        "table 250.0 MB → 40.0 MB → 0.0 MB; index 120.0 MB → 9.5 MB → 180.0 MB", "", "",
-    ]  # fmt: skip
+        "table 250.0 MB → 40.0 MB → 0.0 MB; index 120.0 MB → 9.5 MB → 180.0 MB",
+        "",
+        "",
+    ]
     assert table["runs table; indexes: pruned and vacuumed ÷ queued, 1M"] == [
-        "table 0.00x; index 1.50x", "", "",
-    ]  # fmt: skip
+        "table 0.00x; index 1.50x",
+        "",
+        "",
+    ]
 
 
 def test_peers_not_installed_say_so_and_why() -> None:
@@ -157,8 +190,10 @@ def test_peers_not_installed_say_so_and_why() -> None:
     text = summarize(lines)
     table = rows(text)
     assert table["drain 200, best setting (runs/s)"] == [
-        "400/200: 3,000", "not installed", "not installed",
-    ]  # fmt: skip
+        "400/200: 3,000",
+        "not installed",
+        "not installed",
+    ]
     assert table["pickup p50 / p99 (ms)"] == ["5.00 / 9.00", "not installed", "not installed"]
     assert f"graphile-worker: not installed ({reason})" in text
     assert f"PgQueuer: not installed ({reason})" in text

@@ -72,9 +72,16 @@ def test_batch_ingest_takes_environment_like_every_command() -> None:
 
 def test_a_json_log_line_carries_the_structured_fields() -> None:
     record = logging.makeLogRecord(
-        {"name": "fairlane.worker", "levelname": "INFO", "msg": "run %s completed",
-         "args": (7,), "run_id": 7, "task": "send", "duration_ms": 12.5}
-    )  # fmt: skip
+        {
+            "name": "fairlane.worker",
+            "levelname": "INFO",
+            "msg": "run %s completed",
+            "args": (7,),
+            "run_id": 7,
+            "task": "send",
+            "duration_ms": 12.5,
+        }
+    )
     line = json.loads(JsonFormatter().format(record))
     assert line["message"] == "run 7 completed"
     assert (line["run_id"], line["task"], line["duration_ms"]) == (7, "send", 12.5)

@@ -16,9 +16,12 @@ from fairlane.errors import ConfigurationError
 
 def test_timeouts_and_settings_become_connection_options() -> None:
     options = ConnectionOptions(
-        connect_timeout=3.5, statement_timeout=2.5, lock_timeout=0.25,
-        application_name="fairlane claim", settings={"synchronous_commit": "off"},
-    )  # fmt: skip
+        connect_timeout=3.5,
+        statement_timeout=2.5,
+        lock_timeout=0.25,
+        application_name="fairlane claim",
+        settings={"synchronous_commit": "off"},
+    )
     kwargs = options.kwargs("postgresql://db/app")
     assert kwargs == {
         "autocommit": True,

@@ -51,8 +51,11 @@ def test_the_instance_stays_frozen_and_replaceable() -> None:
         request.task = "other"  # type: ignore[misc]
     changed = dataclasses.replace(request, priority=3)
     assert (changed.task, changed.queue, changed.priority, changed.delay) == (
-        "send", "mail", 3, timedelta(seconds=5),
-    )  # fmt: skip
+        "send",
+        "mail",
+        3,
+        timedelta(seconds=5),
+    )
     assert request == TriggerRequest("send", {"to": "a"}, queue="mail", delay=timedelta(seconds=5))
     assert request.debounce is None
     assert TriggerRequest("t", debounce=Debounce("k", 1.0)).keyed
@@ -64,9 +67,18 @@ def test_a_claimed_run_is_still_a_frozen_dataclass() -> None:
     run = ClaimedRun(*values)
     assert dataclasses.astuple(run) == (*values, None, None)
     assert run == ClaimedRun(
-        id=7, lease_token=token, task="send", payload={"to": "a"}, attempt=1, max_attempts=3,
-        environment="default", queue="mail", metadata={}, machine=None, max_duration_s=2,
-    )  # fmt: skip
+        id=7,
+        lease_token=token,
+        task="send",
+        payload={"to": "a"},
+        attempt=1,
+        max_attempts=3,
+        environment="default",
+        queue="mail",
+        metadata={},
+        machine=None,
+        max_duration_s=2,
+    )
     assert dataclasses.replace(run, attempt=2).attempt == 2
     with pytest.raises(dataclasses.FrozenInstanceError):
         run.attempt = 2  # type: ignore[misc]

@@ -36,8 +36,11 @@ def _files() -> Iterator[Path]:
 
 
 def _roots() -> set[str]:
-    return {*TOP, *(p.name for p in PACKAGE.iterdir() if p.is_dir()), *(
-        p.name for p in (ROOT / "sql").iterdir() if p.is_dir())}  # fmt: skip
+    return {
+        *TOP,
+        *(p.name for p in PACKAGE.iterdir() if p.is_dir()),
+        *(p.name for p in (ROOT / "sql").iterdir() if p.is_dir()),
+    }
 
 
 def _candidates(word: str) -> list[Path]:

@@ -27,9 +27,12 @@ def _registries() -> tuple[CollectorRegistry, RunOutcomes, CollectorRegistry, Hi
     ours.register(outcomes)
     theirs = CollectorRegistry()
     duration = Histogram(
-        "fairlane_run_duration_seconds", DURATION_HELP, ["task", "status"],
-        buckets=RUN_BUCKETS, registry=theirs,
-    )  # fmt: skip
+        "fairlane_run_duration_seconds",
+        DURATION_HELP,
+        ["task", "status"],
+        buckets=RUN_BUCKETS,
+        registry=theirs,
+    )
     finished = Counter("fairlane_runs_finished", FINISHED_HELP, ["task", "status"], registry=theirs)
     return ours, outcomes, theirs, duration, finished
 

@@ -34,14 +34,24 @@ _ids = itertools.count(1)
 
 def new_run(run_id: int | None = None, *, payload: Any = None, attempt: int = 1) -> ActiveRun:
     run = ClaimedRun(
-        id=next(_ids) if run_id is None else run_id, lease_token=uuid.uuid4(), task="t",
-        payload=payload, attempt=attempt, max_attempts=3, environment="default", queue="default",
-        metadata={}, machine=None, max_duration_s=None,
-    )  # fmt: skip
+        id=next(_ids) if run_id is None else run_id,
+        lease_token=uuid.uuid4(),
+        task="t",
+        payload=payload,
+        attempt=attempt,
+        max_attempts=3,
+        environment="default",
+        queue="default",
+        metadata={},
+        machine=None,
+        max_duration_s=None,
+    )
     active = ActiveRun(
-        run=run, lease=Lease(run.id, run.lease_token), ctx=RunContext(run=run, worker_id="w"),
+        run=run,
+        lease=Lease(run.id, run.lease_token),
+        ctx=RunContext(run=run, worker_id="w"),
         confirmed_until=0.0,
-    )  # fmt: skip
+    )
     active.ctx._active = active
     return active
 

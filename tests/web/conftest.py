@@ -33,9 +33,10 @@ def bearer(key: str) -> dict[str, str]:
 @pytest.fixture
 def keys(db: psycopg.Connection[Any]) -> Keys:
     return Keys(
-        create_key(db, "env-a", name="a")[1], create_key(db, "env-b", name="b")[1],
+        create_key(db, "env-a", name="a")[1],
+        create_key(db, "env-b", name="b")[1],
         create_key(db, None, admin=True, name="admin")[1],
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture
@@ -74,6 +75,7 @@ async def as_admin(app: Starlette, keys: Keys) -> AsyncIterator[httpx.AsyncClien
 
 def _client(app: Starlette, key: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://testserver",
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://testserver",
         headers=bearer(key),
-    )  # fmt: skip
+    )

@@ -23,9 +23,11 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_token_callback_completes_without_a_key(
-    as_a: httpx.AsyncClient, as_b: httpx.AsyncClient, http: httpx.AsyncClient,
+    as_a: httpx.AsyncClient,
+    as_b: httpx.AsyncClient,
+    http: httpx.AsyncClient,
     db: psycopg.Connection[Any],
-) -> None:  # fmt: skip
+) -> None:
     made = await as_a.post("/api/v1/tokens", json={"timeout": "1h", "idempotency_key": "k"})
     assert made.status_code == 201, made.text
     token = made.json()
@@ -42,8 +44,9 @@ async def test_token_callback_completes_without_a_key(
     path = token["callback_url"].removeprefix("http://testserver")
     forged = path[:-4] + "0000"
     assert (await http.post(forged, json={"ok": True})).status_code == 401
-    assert (await http.post(path.replace(f"/{token['id']}/", f"/{other['id']}/"),
-                            json=1)).status_code == 401  # fmt: skip
+    assert (
+        await http.post(path.replace(f"/{token['id']}/", f"/{other['id']}/"), json=1)
+    ).status_code == 401
     done = await http.post(path, json={"approved": True})
     assert done.json() == {"id": token["id"], "completed": True}
     again = await http.post(path, json={"approved": False})
@@ -77,8 +80,9 @@ async def test_batch_in_two_phases_with_a_bad_line_and_a_resend(
     items = f"/api/v1/batches/{batch['id']}/items"
     first = _lines({"task": "t", "payload": 0}, {"task": "t", "payload": 1})
     bad = first + b"{not json\n" + _lines({"task": "t", "payload": 3})
-    answer = await as_a.post(items, content=_stream(bad),
-                             headers={"Content-Type": "application/x-ndjson"})  # fmt: skip
+    answer = await as_a.post(
+        items, content=_stream(bad), headers={"Content-Type": "application/x-ndjson"}
+    )
     assert answer.status_code == 422
     error = answer.json()["error"]
     assert (error["type"], error["line"], error["index"]) == ("BatchLineError", 3, 2)
@@ -127,9 +131,13 @@ async def test_batch_creation_refusals(as_a: httpx.AsyncClient, as_b: httpx.Asyn
 async def test_limits_read_set_pause_resume(as_a: httpx.AsyncClient) -> None:
     fresh = (await as_a.get("/api/v1/environments/env-a/limits")).json()
     assert fresh == {
-        "environment": "env-a", "concurrency_limit": None, "burst_factor": 1.0, "cap": None,
-        "size_limit": None, "paused": False,
-    }  # fmt: skip
+        "environment": "env-a",
+        "concurrency_limit": None,
+        "burst_factor": 1.0,
+        "cap": None,
+        "size_limit": None,
+        "paused": False,
+    }
     changed = await as_a.put(
         "/api/v1/environments/env-a/limits",
         json={"concurrency_limit": 10, "burst_factor": 1.5, "size_limit": 100},
@@ -233,8 +241,9 @@ async def test_items_stream_through_in_flat_memory(
     count = 20_000
     db.execute(
         "UPDATE fairlane.settings SET value = %s WHERE name IN ('batch_max_items', "
-        "'batch_bucket_max', 'batch_refill_amount')", (str(count),),
-    )  # fmt: skip
+        "'batch_bucket_max', 'batch_refill_amount')",
+        (str(count),),
+    )
     batch = (await as_a.post("/api/v1/batches", json={"run_count": count})).json()
     line = json.dumps({"task": "t", "payload": {"blob": "x" * 1000}}).encode() + b"\n"
 
@@ -264,9 +273,10 @@ async def test_an_unreachable_database_answers_503(keys: Keys) -> None:
     app.state.fairlane.pool_timeout = 1.0
     try:
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://testserver",
+            transport=httpx.ASGITransport(app=app),
+            base_url="http://testserver",
             headers=bearer(keys.a),
-        ) as client:  # fmt: skip
+        ) as client:
             answer = await client.get("/api/v1/runs")
         assert answer.status_code == 503
         assert answer.json()["error"]["type"] == "DatabaseUnavailable"

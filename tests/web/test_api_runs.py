@@ -21,13 +21,20 @@ async def test_trigger_answers_the_run_id_with_every_option(
         json={
             "payload": {"to": "x@example.com"},
             "options": {
-                "queue": {"name": "mail"}, "priority": 5, "maxAttempts": 4, "delay": "1h",
-                "ttl": "2h", "max_duration": 30, "tags": ["welcome", "user:1"],
-                "metadata": {"source": "api"}, "machine": "small-1x",
-                "idempotencyKey": "welcome-1", "idempotency_ttl": "1d",
+                "queue": {"name": "mail"},
+                "priority": 5,
+                "maxAttempts": 4,
+                "delay": "1h",
+                "ttl": "2h",
+                "max_duration": 30,
+                "tags": ["welcome", "user:1"],
+                "metadata": {"source": "api"},
+                "machine": "small-1x",
+                "idempotencyKey": "welcome-1",
+                "idempotency_ttl": "1d",
             },
         },
-    )  # fmt: skip
+    )
     assert answer.status_code == 200, answer.text
     run_id = answer.json()["id"]
     row = run_row(db, run_id)
@@ -53,9 +60,11 @@ async def test_trigger_with_no_body_and_a_debounce(as_a: httpx.AsyncClient) -> N
     )
     second = await as_a.post(
         "/api/v1/tasks/reindex/trigger",
-        json={"payload": 2, "options": {"debounce": {"key": "k", "delay": "5s",
-                                                     "mode": "trailing"}}},
-    )  # fmt: skip
+        json={
+            "payload": 2,
+            "options": {"debounce": {"key": "k", "delay": "5s", "mode": "trailing"}},
+        },
+    )
     assert first.json()["id"] == second.json()["id"]
     run = (await as_a.get(f"/api/v1/runs/{first.json()['id']}")).json()
     assert (run["status"], run["payload"]) == ("DELAYED", 2)
@@ -109,8 +118,9 @@ async def test_queue_size_limit_answers_429(
         "/api/v1/environments/env-a/queues/small/limits", json={"size_limit": 1}
     )
     assert limited.status_code == 200, limited.text
-    assert (await as_a.post("/api/v1/tasks/t/trigger", json={"options": {"queue": "small"}})
-            ).status_code == 200  # fmt: skip
+    assert (
+        await as_a.post("/api/v1/tasks/t/trigger", json={"options": {"queue": "small"}})
+    ).status_code == 200
     full = await as_a.post("/api/v1/tasks/t/trigger", json={"options": {"queue": "small"}})
     assert full.status_code == 429
     assert full.json()["error"]["type"] == "QueueSizeLimitExceeded"
@@ -159,9 +169,12 @@ async def test_cancel_retry_reschedule(as_a: httpx.AsyncClient) -> None:
     assert not_retryable.json()["error"]["type"] == "RunNotRetryableError"
     canceled = await as_a.post(f"/api/v1/runs/{run_id}/cancel")
     assert canceled.json() == {
-        "id": run_id, "canceled": True, "status": "CANCELED", "previous_status": "DELAYED",
+        "id": run_id,
+        "canceled": True,
+        "status": "CANCELED",
+        "previous_status": "DELAYED",
         "descendants_canceled": 0,
-    }  # fmt: skip
+    }
     again = await as_a.post(f"/api/v1/runs/{run_id}/cancel")
     assert again.json()["canceled"] is False
     not_delayed = await as_a.post(f"/api/v1/runs/{run_id}/reschedule", json={"delay": 5})
@@ -177,8 +190,9 @@ async def test_retry_requeues_a_failed_run(
     run_id = (await as_a.post("/api/v1/tasks/t/trigger")).json()["id"]
     db.execute(
         "UPDATE fairlane.runs SET status = 'FAILED', attempts = 3, finished_at = now() "
-        "WHERE id = %s", (run_id,),
-    )  # fmt: skip
+        "WHERE id = %s",
+        (run_id,),
+    )
     retried = await as_a.post(f"/api/v1/runs/{run_id}/retry")
     assert retried.status_code == 200
     assert (retried.json()["status"], retried.json()["max_attempts"]) == ("QUEUED", 4)

@@ -73,10 +73,13 @@ def _path(browser: Chrome) -> str:
 def _text(browser: Chrome, selector: str) -> str:
     """An element's text, read in one script call (a live fragment may replace it between two
     Chrome commands); empty when it is not there."""
-    return str(browser.execute_script(
-        "const found = document.querySelector(arguments[0]);"
-        " return found ? found.innerText.trim() : '';", selector,
-    ))  # fmt: skip
+    return str(
+        browser.execute_script(
+            "const found = document.querySelector(arguments[0]);"
+            " return found ? found.innerText.trim() : '';",
+            selector,
+        )
+    )
 
 
 def _open(browser: Chrome, url: str, heading: str) -> None:
@@ -188,20 +191,29 @@ def test_overview_updates_in_place(
 ) -> None:
     def queued_in_billing() -> str:
         # One script call: the fragment may be replaced between two Chrome commands.
-        return str(driver.execute_script(
-            "const cell = document.evaluate(arguments[0], document, null,"
-            " XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue;"
-            " return cell ? cell.textContent.trim() : '';",
-            "//section[.//h2[contains(., 'globex')]]//tr[.//a[.='billing']]/td[3]",
-        ))  # fmt: skip
+        return str(
+            driver.execute_script(
+                "const cell = document.evaluate(arguments[0], document, null,"
+                " XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue;"
+                " return cell ? cell.textContent.trim() : '';",
+                "//section[.//h2[contains(., 'globex')]]//tr[.//a[.='billing']]/td[3]",
+            )
+        )
 
     wait_for(lambda: queued_in_billing() == "8", what="globex/billing's 8 queued runs")
     _mark_page(driver)
-    trigger_many(db, [
-        TriggerRequest("billing.charge_card", {"amount_cents": 100 + n, "card": "4242"},
-                       environment="globex", queue="billing")
-        for n in range(5)
-    ])  # fmt: skip
+    trigger_many(
+        db,
+        [
+            TriggerRequest(
+                "billing.charge_card",
+                {"amount_cents": 100 + n, "card": "4242"},
+                environment="globex",
+                queue="billing",
+            )
+            for n in range(5)
+        ],
+    )
     wait_for(lambda: queued_in_billing() == "13", what="the overview to count 13 queued")
     assert _still_marked(driver), "the page reloaded instead of updating in place"
     screenshot(driver, "overview-live")

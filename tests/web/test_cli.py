@@ -72,10 +72,22 @@ def test_serve_runs_the_app_under_uvicorn(dsn: str, db: psycopg.Connection[Any])
     _record, key = create_key(db, "acme")
     port = _free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "fairlane.cli", "serve", "--dsn", dsn, "--port", str(port),
-         "--session-idle", "2m"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "fairlane.cli",
+            "serve",
+            "--dsn",
+            dsn,
+            "--port",
+            str(port),
+            "--session-idle",
+            "2m",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ},
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 20

@@ -31,8 +31,15 @@ async def _sign_in(http: httpx.AsyncClient, key: str) -> httpx.Response:
 async def test_pages_need_an_admin_session(
     http: httpx.AsyncClient, keys: Keys, db: psycopg.Connection[Any]
 ) -> None:
-    for path in ("/", "/runs", "/runs/1", "/batches", "/queues", "/maintenance",
-                 "/partials/overview"):  # fmt: skip
+    for path in (
+        "/",
+        "/runs",
+        "/runs/1",
+        "/batches",
+        "/queues",
+        "/maintenance",
+        "/partials/overview",
+    ):
         answer = await http.get(path)
         assert answer.status_code == 303, path
         assert answer.headers["location"].startswith("/login?next=")
@@ -63,15 +70,21 @@ async def test_pages_need_an_admin_session(
 async def test_every_page_renders(
     http: httpx.AsyncClient, keys: Keys, as_a: httpx.AsyncClient, db: psycopg.Connection[Any]
 ) -> None:
-    parent = (await as_a.post("/api/v1/tasks/parent/trigger", json={"payload": {"n": 1},
-              "options": {"tags": ["vip"], "queue": "mail"}})).json()["id"]  # fmt: skip
-    child = (await as_a.post("/api/v1/tasks/child/trigger",
-                             json={"options": {"parent_run_id": parent}})).json()["id"]  # fmt: skip
+    parent = (
+        await as_a.post(
+            "/api/v1/tasks/parent/trigger",
+            json={"payload": {"n": 1}, "options": {"tags": ["vip"], "queue": "mail"}},
+        )
+    ).json()["id"]
+    child = (
+        await as_a.post("/api/v1/tasks/child/trigger", json={"options": {"parent_run_id": parent}})
+    ).json()["id"]
     db.execute(
         """UPDATE fairlane.runs SET status = 'FAILED', finished_at = now(), attempts = 3,
            error = '{"type": "ValueError", "message": "boom", "traceback": "Traceback: x"}'
-           WHERE id = %s""", (child,),
-    )  # fmt: skip
+           WHERE id = %s""",
+        (child,),
+    )
     batch = (await as_a.post("/api/v1/batches", json={"run_count": 2})).json()
     await _sign_in(http, keys.admin)
     overview = await http.get("/")
@@ -109,8 +122,9 @@ async def test_every_page_renders(
 async def test_forms_pause_resume_and_set_limits_with_csrf(
     http: httpx.AsyncClient, keys: Keys, as_a: httpx.AsyncClient, db: psycopg.Connection[Any]
 ) -> None:
-    run_id = (await as_a.post("/api/v1/tasks/t/trigger", json={"options": {"queue": "mail"}})
-              ).json()["id"]  # fmt: skip
+    run_id = (
+        await as_a.post("/api/v1/tasks/t/trigger", json={"options": {"queue": "mail"}})
+    ).json()["id"]
     await _sign_in(http, keys.admin)
     page = await http.get("/queues")
     token = _csrf(page.text)
@@ -131,8 +145,9 @@ async def test_forms_pause_resume_and_set_limits_with_csrf(
     await http.post("/queues/resume", data={**target, "csrf": token})
     assert db.execute(paused).fetchone() == (False,)
 
-    await http.post("/queues/limits", data={**target, "csrf": token, "concurrency_limit": "3",
-                                            "size_limit": ""})  # fmt: skip
+    await http.post(
+        "/queues/limits", data={**target, "csrf": token, "concurrency_limit": "3", "size_limit": ""}
+    )
     await http.post("/queues/pause", data={"environment": "env-a", "queue": "", "csrf": token})
     assert db.execute(
         "SELECT concurrency_limit, size_limit FROM fairlane.queues WHERE name = 'mail'"
@@ -140,8 +155,9 @@ async def test_forms_pause_resume_and_set_limits_with_csrf(
     assert db.execute(
         "SELECT paused FROM fairlane.environments WHERE name = 'env-a'"
     ).fetchone() == (True,)
-    refused = await http.post("/queues/limits", data={**target, "csrf": token,
-                                                      "concurrency_limit": "-2"})  # fmt: skip
+    refused = await http.post(
+        "/queues/limits", data={**target, "csrf": token, "concurrency_limit": "-2"}
+    )
     assert "flash=" in refused.headers["location"]
 
     assert (await http.post(f"/runs/{run_id}/cancel", data={})).status_code == 403

@@ -57,9 +57,13 @@ def served(dsn: str, db: psycopg.Connection[Any]) -> Iterator[tuple[str, str]]:
 
 def _no_5xx(operation: Operation, mode: GenerationMode, session: requests.Session) -> None:
     @settings(
-        max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
-        suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate],
-    )  # fmt: skip
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate],
+    )
     @given(case=operation.as_strategy(generation_mode=mode))
     def check(case: Case[Operation]) -> None:
         response = case.call(session=session)

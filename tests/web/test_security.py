@@ -29,11 +29,20 @@ async def test_no_key_a_malformed_header_and_a_bad_key_are_401(
     http: httpx.AsyncClient, keys: Keys
 ) -> None:
     for headers in (
-        {}, {"Authorization": keys.a}, {"Authorization": "Basic abc"}, bearer(""),
-        bearer("fl_" + "x" * 43), bearer("not-a-key"), bearer(keys.a + "x"),
-    ):  # fmt: skip
-        for method, path in (("GET", "/api/v1/runs"), ("POST", "/api/v1/tasks/t/trigger"),
-                             ("GET", "/api/v1/runs/1"), ("GET", "/api/v1/limits")):  # fmt: skip
+        {},
+        {"Authorization": keys.a},
+        {"Authorization": "Basic abc"},
+        bearer(""),
+        bearer("fl_" + "x" * 43),
+        bearer("not-a-key"),
+        bearer(keys.a + "x"),
+    ):
+        for method, path in (
+            ("GET", "/api/v1/runs"),
+            ("POST", "/api/v1/tasks/t/trigger"),
+            ("GET", "/api/v1/runs/1"),
+            ("GET", "/api/v1/limits"),
+        ):
             answer = await http.request(method, path, headers=headers)
             assert answer.status_code == 401, (headers, path)
             assert answer.headers["WWW-Authenticate"].startswith("Bearer")
@@ -54,21 +63,23 @@ async def test_a_key_cannot_see_or_change_another_environments_runs(
             ("POST", f"/api/v1/runs/{run_id}/cancel", None),
             ("POST", f"/api/v1/runs/{run_id}/retry", None),
             ("POST", f"/api/v1/runs/{run_id}/reschedule", {"delay": 1}),
-        ):  # fmt: skip
+        ):
             answer = await as_a.request(method, path, json=body)
             assert answer.status_code == 404, (method, path)
             # The same answer as an id that does not exist, but for the id itself.
             assert answer.json()["error"] == {
-                "type": "RunNotFoundError", "message": f"run {run_id} does not exist",
+                "type": "RunNotFoundError",
+                "message": f"run {run_id} does not exist",
                 "run_id": run_id,
-            }  # fmt: skip
+            }
     assert (await as_a.get("/api/v1/runs")).json()["data"] == []
     refused = await as_a.get("/api/v1/runs", params={"environment": "env-b"})
     assert refused.status_code == 403
     rows = db.execute(
         "SELECT status, available_at > now() + interval '30 seconds' FROM fairlane.runs "
-        "WHERE id = %s", (theirs,),
-    ).fetchone()  # fmt: skip
+        "WHERE id = %s",
+        (theirs,),
+    ).fetchone()
     assert rows == ("DELAYED", True)
     # And B sees its own.
     assert (await as_b.get(f"/api/v1/runs/{theirs}")).status_code == 200
@@ -79,9 +90,9 @@ async def test_a_key_triggers_only_in_its_environment(
 ) -> None:
     refused = await as_a.post("/api/v1/tasks/t/trigger", json={"options": {"environment": "env-b"}})
     assert refused.status_code == 403
-    assert (await as_a.post(
-        "/api/v1/tasks/t/trigger", json={"options": {"environment": "env-a"}}
-    )).status_code == 200  # fmt: skip
+    assert (
+        await as_a.post("/api/v1/tasks/t/trigger", json={"options": {"environment": "env-a"}})
+    ).status_code == 200
     parent = await _run(as_b)
     child = await as_a.post("/api/v1/tasks/t/trigger", json={"options": {"parent_run_id": parent}})
     assert child.status_code == 404
@@ -104,8 +115,9 @@ async def test_limits_of_another_environment_are_forbidden(
         ("POST", "/api/v1/environments/env-b/pause"),
         ("GET", "/api/v1/environments/env-b/queues/q/limits"),
         ("POST", "/api/v1/environments/env-b/queues/q/pause"),
-        ("GET", "/api/v1/scheduler"), ("PUT", "/api/v1/scheduler"),
-    ):  # fmt: skip
+        ("GET", "/api/v1/scheduler"),
+        ("PUT", "/api/v1/scheduler"),
+    ):
         answer = await as_a.request(method, path, json={})
         assert answer.status_code == 403, path
     await as_admin.post("/api/v1/environments/env-b/queues/q/pause")
@@ -183,9 +195,11 @@ async def test_an_oversized_json_body_is_refused(as_a: httpx.AsyncClient, app: S
 
 
 async def test_keys_never_reach_the_logs(
-    as_a: httpx.AsyncClient, http: httpx.AsyncClient, keys: Keys,
+    as_a: httpx.AsyncClient,
+    http: httpx.AsyncClient,
+    keys: Keys,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     caplog.set_level(logging.DEBUG)
     await as_a.post("/api/v1/tasks/t/trigger", json={"payload": 1})
     await as_a.get("/api/v1/runs/999999")

@@ -95,8 +95,9 @@ async def test_a_lapsed_lease_and_a_reconciled_slot_are_failed_attempts(
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         [claimed] = await store.claim(conn, 1)
     assert claimed.id == run_id
-    db.execute("UPDATE fairlane.runs SET lease_until = now() - interval '1 s' WHERE id = %s",
-               (run_id,))  # fmt: skip
+    db.execute(
+        "UPDATE fairlane.runs SET lease_until = now() - interval '1 s' WHERE id = %s", (run_id,)
+    )
     db.execute("SELECT fairlane.reclaim_expired_leases()")
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         [claimed] = await store.claim(conn, 1)
@@ -118,9 +119,12 @@ async def test_the_history_function_keeps_a_bounded_window(db: psycopg.Connectio
     for attempt in range(1, 26):
         row = db.execute(
             "SELECT fairlane.with_attempt_error(%s::jsonb, %s, %s::jsonb)",
-            (json.dumps(history) if history is not None else None, attempt,
-             json.dumps({"message": f"m{attempt}"})),
-        ).fetchone()  # fmt: skip
+            (
+                json.dumps(history) if history is not None else None,
+                attempt,
+                json.dumps({"message": f"m{attempt}"}),
+            ),
+        ).fetchone()
         assert row is not None
         history = row[0]
         kept = history["attempts"]

@@ -32,8 +32,11 @@ async def test_an_index_nested_in_an_oversized_payload_takes_no_other_items_plac
         batch = await batches.create("env", 3)
         result = await batches.ingest(batch.id, chunked(ndjson(items), 64))
         assert (result.accepted, result.received, result.sealed, result.oversized) == (
-            3, 3, True, 1,
-        )  # fmt: skip
+            3,
+            3,
+            True,
+            1,
+        )
         async with running(batch_worker(dsn)):
             await wait_until(lambda: batch_done(db, batch.id), what="batch done")
     state = batch_row(db, batch.id)

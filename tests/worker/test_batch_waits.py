@@ -92,9 +92,14 @@ async def test_an_item_that_cannot_become_a_run_is_pre_failed_and_the_others_go_
         parent = await client.trigger("parent", {"extra": extra})
         await wait_until(lambda: run_status(db, parent) == "COMPLETED", what="the parent")
     assert run_row(db, parent)["result"] == [
-        0, 10, 20, 30,
-        {"error": "BATCH_ITEM_COULD_NOT_TRIGGER"}, {"error": "PAYLOAD_TOO_LARGE"}, 50,
-    ]  # fmt: skip
+        0,
+        10,
+        20,
+        30,
+        {"error": "BATCH_ITEM_COULD_NOT_TRIGGER"},
+        {"error": "PAYLOAD_TOO_LARGE"},
+        50,
+    ]
 
 
 async def test_the_item_cap_and_the_batch_rate_limit_apply(

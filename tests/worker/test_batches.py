@@ -88,8 +88,11 @@ async def test_items_stream_in_chunks_oversized_lines_are_pre_failed(
         batch = await batches.create("env", 6)
         result = await batches.ingest(batch.id, chunked(lines, chunk))
         assert (result.accepted, result.received, result.sealed, result.oversized) == (
-            6, 6, True, 1,
-        )  # fmt: skip
+            6,
+            6,
+            True,
+            1,
+        )
         # Sealed: a resend takes nothing.
         again = await batches.ingest(batch.id, chunked(lines, chunk))
         assert again.accepted == 0
@@ -98,9 +101,12 @@ async def test_items_stream_in_chunks_oversized_lines_are_pre_failed(
             await wait_until(lambda: batch_done(db, batch.id), what="batch done")
         state = batch_row(db, batch.id)
         assert state == {
-            "status": "PARTIAL_FAILED", "sealed": True, "succeeded": 5, "failed": 1,
+            "status": "PARTIAL_FAILED",
+            "sealed": True,
+            "succeeded": 5,
+            "failed": 1,
             "run_count": 6,
-        }  # fmt: skip
+        }
         runs = batch_runs(db, batch.id)
         assert sorted(runs) == list(range(6))
         assert runs[2][0] == "SYSTEM_FAILURE"
@@ -280,10 +286,12 @@ async def test_an_unsealed_batch_is_aborted_and_its_parent_resumes_with_the_erro
         # The three items that came in have become runs before the abort (one still pending
         # then would be skipped by it).
         await wait_until(
-            lambda: len(db.execute("SELECT 1 FROM fairlane.runs WHERE batch_id IS NOT NULL")
-                        .fetchall()) == 3,
+            lambda: (
+                len(db.execute("SELECT 1 FROM fairlane.runs WHERE batch_id IS NOT NULL").fetchall())
+                == 3
+            ),
             what="three item runs",
-        )  # fmt: skip
+        )
         await anyio.to_thread.run_sync(abort_now, dsn)
         await wait_until(
             lambda: status_is(db, parent, "COMPLETED"),

@@ -30,9 +30,13 @@ def test_enqueue(dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFi
     ("concurrency", "claim_batch", "fast_claims"), [(10, None, False), (20, 5, True)]
 )
 def test_drain(
-    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str],
-    concurrency: int, claim_batch: int | None, fast_claims: bool,
-) -> None:  # fmt: skip
+    dsn: str,
+    db: psycopg.Connection[Any],
+    capsys: pytest.CaptureFixture[str],
+    concurrency: int,
+    claim_batch: int | None,
+    fast_claims: bool,
+) -> None:
     argv = ["drain", "--dsn", dsn, "--runs", "200", "--concurrency", str(concurrency)]
     if claim_batch:
         argv += ["--claim-batch", str(claim_batch)]

@@ -28,13 +28,28 @@ def leftovers(db: psycopg.Connection[Any], pids: list[int]) -> list[str]:
 
 
 def test_without_the_harness_fairlane_runs_alone_and_the_table_prints(
-    dsn: str, db: psycopg.Connection[Any], tmp_path: Path,
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    dsn: str,
+    db: psycopg.Connection[Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("PEERS_DIR", raising=False)
     out = tmp_path / "results.jsonl"
-    argv = ["bench", "suite", "--dsn", dsn, "--sizes", "200", "--latency-runs", "10",
-            "--only", "drain/best|enqueue|latency", "--out", str(out)]  # fmt: skip
+    argv = [
+        "bench",
+        "suite",
+        "--dsn",
+        dsn,
+        "--sizes",
+        "200",
+        "--latency-runs",
+        "10",
+        "--only",
+        "drain/best|enqueue|latency",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "| drain 200, best setting (runs/s) | 4000/2000: " in printed
@@ -49,8 +64,10 @@ def test_without_the_harness_fairlane_runs_alone_and_the_table_prints(
         "pgqueuer": "PEERS_DIR is not set",
     }
     assert [line["label"] for line in steps] == [
-        "fairlane/drain/best@200", "fairlane/enqueue@200", "fairlane/latency",
-    ]  # fmt: skip
+        "fairlane/drain/best@200",
+        "fairlane/enqueue@200",
+        "fairlane/latency",
+    ]
     for line in steps:
         assert line["ok"] is True, line
         assert line["ts"] > suite["ts"]
@@ -77,9 +94,12 @@ def test_a_failed_step_is_an_error_line_and_its_database_is_dropped(
     step = Step(FAIRLANE, "drain/best", 10, (), rep=1)
     with (tmp_path / "err.log").open("w") as errors:
         line = run_step(
-            step, Launch([sys.executable, "-c", make_and_fail, dsn]),
-            timeout=60, server=dsn, errors=errors,
-        )  # fmt: skip
+            step,
+            Launch([sys.executable, "-c", make_and_fail, dsn]),
+            timeout=60,
+            server=dsn,
+            errors=errors,
+        )
     assert line["label"] == "fairlane/drain/best@10"
     assert line["error"] == "exit 3"
     assert leftovers(db, [line["pid"]]) == []
@@ -89,9 +109,12 @@ def test_a_step_past_its_time_cap_is_stopped(dsn: str, tmp_path: Path) -> None:
     step = Step(FAIRLANE, "enqueue", 10, (), rep=1)
     with (tmp_path / "err.log").open("w") as errors:
         line = run_step(
-            step, Launch([sys.executable, "-c", "import time; time.sleep(120)"]),
-            timeout=0.2, server=dsn, errors=errors,
-        )  # fmt: skip
+            step,
+            Launch([sys.executable, "-c", "import time; time.sleep(120)"]),
+            timeout=0.2,
+            server=dsn,
+            errors=errors,
+        )
     assert line["error"] == "stopped after 0.2s"
     with pytest.raises(ProcessLookupError):  # stopped and reaped
         os.kill(line["pid"], 0)

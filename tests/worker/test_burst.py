@@ -116,10 +116,25 @@ def test_cli_worker_burst(dsn: str, db: psycopg.Connection[Any], tmp_path: Path)
     ids = [trigger(db, "square", n) for n in range(12)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run(
-        [sys.executable, "-m", "fairlane.cli", "worker", "burst_tasks:tasks", "--burst",
-         "--dsn", dsn, "--poll-interval", "0.1"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "fairlane.cli",
+            "worker",
+            "burst_tasks:tasks",
+            "--burst",
+            "--dsn",
+            dsn,
+            "--poll-interval",
+            "0.1",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     counters = json.loads(done.stdout.strip().splitlines()[-1])
     assert counters["completed"] == 12

@@ -44,9 +44,9 @@ async def test_queued_and_delayed_runs_end_canceled_at_once(
 
 
 @pytest.mark.parametrize(
-    "final", ["COMPLETED", "FAILED", "CRASHED", "TIMED_OUT", "EXPIRED", "CANCELED",
-              "SYSTEM_FAILURE"],
-)  # fmt: skip
+    "final",
+    ["COMPLETED", "FAILED", "CRASHED", "TIMED_OUT", "EXPIRED", "CANCELED", "SYSTEM_FAILURE"],
+)
 async def test_cancelling_a_final_run_is_a_no_op_that_says_so(
     dsn: str, db: psycopg.Connection[Any], final: str
 ) -> None:
@@ -86,10 +86,14 @@ async def test_cancel_reaches_descendants(dsn: str, db: psycopg.Connection[Any])
         result = await client.cancel(root)
     assert (result.canceled, result.descendants_canceled) == (True, 3)
     expected = {
-        root: "CANCELED", child: "CANCELED", grandchild: "CANCELED",
-        done_child: "COMPLETED", orphan_of_done: "CANCELED",
-        unrelated: "QUEUED", sibling_tree: "QUEUED",
-    }  # fmt: skip
+        root: "CANCELED",
+        child: "CANCELED",
+        grandchild: "CANCELED",
+        done_child: "COMPLETED",
+        orphan_of_done: "CANCELED",
+        unrelated: "QUEUED",
+        sibling_tree: "QUEUED",
+    }
     assert {run_id: run_status(db, run_id).value for run_id in expected} == expected
     assert run_row(db, grandchild)["error"]["message"] == f"ancestor run {root} was canceled"
 

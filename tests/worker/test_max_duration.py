@@ -44,8 +44,9 @@ async def test_async_handler_past_max_duration_times_out_without_retry(
         claims, ticks = worker.stats.claims, worker.stats.periodic_ticks
         await wait_until(
             lambda: worker.stats.claims >= claims + 5 and worker.stats.periodic_ticks >= ticks + 5,
-            within=10, what="five more claims and ticks",
-        )  # fmt: skip
+            within=10,
+            what="five more claims and ticks",
+        )
     row = run_row(db, run_id)
     assert cancelled.is_set()
     assert attempts == [1]

@@ -218,15 +218,28 @@ async def test_the_worker_command_serves_its_metrics_port(
     port = closed_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     command = [
-        sys.executable, "-m", "fairlane.cli", "worker", "metric_tasks:tasks", "--dsn", dsn,
-        "--poll-interval", "0.1", "--metrics-port", str(port),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "fairlane.cli",
+        "worker",
+        "metric_tasks:tasks",
+        "--dsn",
+        dsn,
+        "--poll-interval",
+        "0.1",
+        "--metrics-port",
+        str(port),
+    ]
 
     def start() -> subprocess.Popen[str]:
         return subprocess.Popen(
-            command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            command,
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
 
     process = await anyio.to_thread.run_sync(start)
     try:

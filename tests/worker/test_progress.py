@@ -146,8 +146,11 @@ async def test_ctx_metadata_update_is_set_metadata(
             return (await client.get_run(run_id)).metadata.get("total") == 40
 
         await wait_until(progress_shown, within=5, what="the progress to be written")
-        assert (await client.get_run(run_id)).metadata == {"source": "upload", "done": 0,
-                                                           "total": 40}  # fmt: skip
+        assert (await client.get_run(run_id)).metadata == {
+            "source": "upload",
+            "done": 0,
+            "total": 40,
+        }
         writes_before = worker.stats.metadata_writes
         go_on.set()
         await wait_until(lambda: run_status(db, run_id).is_final, within=10, what="completion")
@@ -156,8 +159,11 @@ async def test_ctx_metadata_update_is_set_metadata(
     assert final.status is RunStatus.COMPLETED
     assert final.metadata == expected, "the last fields are written with the outcome"
     assert json.loads(final.result) == expected, "ctx.metadata had them at once"
-    assert [type(error) for error in refused] == [MetadataRemovalError, MetadataRemovalError,
-                                                  PayloadError]  # fmt: skip
+    assert [type(error) for error in refused] == [
+        MetadataRemovalError,
+        MetadataRemovalError,
+        PayloadError,
+    ]
     # 20,000 updates without a yield: coalesced into the write that goes with the outcome.
     assert worker.stats.metadata_writes - writes_before <= 2
 
@@ -267,5 +273,7 @@ async def test_a_batch_of_patches_applies_only_the_held_leases(
     ]
     assert await store.set_metadata(conn, patches) == {ids[0], ids[2]}
     assert [run_row(db, run_id)["metadata"] for run_id in ids] == [
-        {"a": 1}, {}, {"c": {"nested": True}},
-    ]  # fmt: skip
+        {"a": 1},
+        {},
+        {"c": {"nested": True}},
+    ]

@@ -40,8 +40,11 @@ def url(dsn: str) -> str:
 async def test_the_quickstart_runs_as_written(
     dsn: str, db: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    env = {**os.environ, "DATABASE_URL": url(dsn), "PATH": f"{Path(sys.executable).parent}:"
-           + os.environ.get("PATH", "")}  # fmt: skip
+    env = {
+        **os.environ,
+        "DATABASE_URL": url(dsn),
+        "PATH": f"{Path(sys.executable).parent}:" + os.environ.get("PATH", ""),
+    }
     env.pop("PYTHONPATH", None)
     blocks = quickstart_blocks()
     assert [kind for kind, _ in blocks] == ["python", "sh", "python", "python", "sh"]
@@ -51,9 +54,14 @@ async def test_the_quickstart_runs_as_written(
 
     def run(command: list[str]) -> str:
         done = subprocess.run(
-            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90,
+            command,
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
             check=False,
-        )  # fmt: skip
+        )
         assert done.returncode == 0, f"{command}: {done.stderr}"
         return done.stdout
 
@@ -77,8 +85,9 @@ async def test_the_quickstart_runs_as_written(
     try:
         await wait_until(
             lambda: statuses(db) == {"COMPLETED": 1002} or worker.poll() is not None,
-            within=60, what=f"drain (now {statuses(db)})",
-        )  # fmt: skip
+            within=60,
+            what=f"drain (now {statuses(db)})",
+        )
         assert worker.poll() is None, (tmp_path / "worker.log").read_text()
     finally:
         worker.send_signal(signal.SIGTERM)

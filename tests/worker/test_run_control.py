@@ -40,13 +40,17 @@ async def test_tags_metadata_and_machine_reach_the_handler(
 
     async with AsyncClient(dsn) as client:
         run_id = await client.trigger(
-            "render", tags=["video", "tenant:7"], metadata={"source": "api", "n": [1, 2]},
+            "render",
+            tags=["video", "tenant:7"],
+            metadata={"source": "api", "n": [1, 2]},
             machine="large-1x",
-        )  # fmt: skip
+        )
         run = await client.get_run(run_id)
         assert (run.tags, run.metadata, run.machine) == (
-            ["video", "tenant:7"], {"source": "api", "n": [1, 2]}, "large-1x",
-        )  # fmt: skip
+            ["video", "tenant:7"],
+            {"source": "api", "n": [1, 2]},
+            "large-1x",
+        )
         async with running(Worker(tasks, dsn, poll_interval=0.1)):
             await wait_until(lambda: bool(seen), what="the handler")
     assert seen == [("large-1x", {"source": "api", "n": [1, 2]})]
@@ -91,9 +95,15 @@ async def test_pre_failed_run_is_final_at_once(dsn: str, db: psycopg.Connection[
     async with AsyncClient(dsn) as client:
         parent = await client.trigger("parent", environment="e")
         run_id = await client.create_failed_run(
-            "child", {"big": "..."}, code=PAYLOAD_TOO_LARGE, message="item 3 is 5 MiB",
-            parent_run_id=parent, tags=["batch:9"], environment="e", queue="q",
-        )  # fmt: skip
+            "child",
+            {"big": "..."},
+            code=PAYLOAD_TOO_LARGE,
+            message="item 3 is 5 MiB",
+            parent_run_id=parent,
+            tags=["batch:9"],
+            environment="e",
+            queue="q",
+        )
         run = await client.get_run(run_id)
     with Client(dsn) as sync_client:
         sync_id = sync_client.create_failed_run("child", code="X", message="m")
@@ -103,8 +113,12 @@ async def test_pre_failed_run_is_final_at_once(dsn: str, db: psycopg.Connection[
     assert run.error is not None
     assert (run.error["code"], run.error["message"]) == (PAYLOAD_TOO_LARGE, "item 3 is 5 MiB")
     assert (run.parent_run_id, run.tags, run.environment, run.queue, run.attempts) == (
-        parent, ["batch:9"], "e", "q", 0,
-    )  # fmt: skip
+        parent,
+        ["batch:9"],
+        "e",
+        "q",
+        0,
+    )
     assert run_status(db, sync_id) is RunStatus.SYSTEM_FAILURE
     # Never claimable: a worker finds nothing to do.
     row = db.execute("SELECT count(*) FROM fairlane.claim_runs(10, 30, 'w')").fetchone()
@@ -131,9 +145,10 @@ async def test_retry_requeues_a_failed_run_with_one_more_attempt(
             await wait_until(lambda: run_status(db, run_id) is RunStatus.FAILED, what="failure")
             retried = await client.retry(run_id)
             assert (retried.status, retried.max_attempts, retried.error) in {
-                (RunStatus.QUEUED, 2, None), (RunStatus.EXECUTING, 2, None),
+                (RunStatus.QUEUED, 2, None),
+                (RunStatus.EXECUTING, 2, None),
                 (RunStatus.COMPLETED, 2, None),
-            }  # fmt: skip
+            }
             await wait_until(lambda: run_status(db, run_id) is RunStatus.COMPLETED, what="retry")
         run = await client.get_run(run_id)
         assert (run.attempts, run.result, calls) == (2, "ok", [1, 2])
@@ -197,9 +212,29 @@ def test_runs_commands(dsn: str, db: psycopg.Connection[Any], capsys: Any) -> No
     assert main(["runs", "show", str(delayed), *base]) == 0
     assert '"status": "DELAYED"' in capsys.readouterr().out
 
-    assert main(["trigger", "t", "{}", "--delay", "5m", "--tag", "a", "--tag", "b",
-                 "--metadata", '{"k": 1}', "--machine", "m", "--idempotency-key", "i",
-                 *base]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "trigger",
+                "t",
+                "{}",
+                "--delay",
+                "5m",
+                "--tag",
+                "a",
+                "--tag",
+                "b",
+                "--metadata",
+                '{"k": 1}',
+                "--machine",
+                "m",
+                "--idempotency-key",
+                "i",
+                *base,
+            ]
+        )
+        == 0
+    )
     run_id = int(capsys.readouterr().out)
     row = db.execute(
         "SELECT status, tags, metadata, machine FROM fairlane.runs WHERE id = %s", (run_id,)

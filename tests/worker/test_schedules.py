@@ -70,8 +70,10 @@ def test_ticks_are_dst_correct() -> None:
     for _ in range(3):
         days.append(next_tick("30 2 * * *", "Europe/Paris", days[-1]))
     assert [day.astimezone(PARIS).isoformat() for day in days[1:]] == [
-        "2025-03-30T03:00:00+02:00", "2025-03-31T02:30:00+02:00", "2025-04-01T02:30:00+02:00",
-    ]  # fmt: skip
+        "2025-03-30T03:00:00+02:00",
+        "2025-03-31T02:30:00+02:00",
+        "2025-04-01T02:30:00+02:00",
+    ]
     # Every day at 09:00 local time is 08:00 UTC in winter and 07:00 UTC in summer.
     winter = next_tick("0 9 * * *", "Europe/Paris", datetime(2025, 3, 1, tzinfo=UTC))
     summer = next_tick("0 9 * * *", "Europe/Paris", datetime(2025, 4, 1, tzinfo=UTC))
@@ -87,9 +89,17 @@ def test_ticks_are_dst_correct() -> None:
 
 def _due(next_fire_at: datetime, now: datetime, cron: str = "* * * * * *") -> DueSchedule:
     return DueSchedule(
-        id=1, environment="default", key="k", task="t", cron=cron, timezone="UTC",
-        payload=None, options={}, next_fire_at=next_fire_at, now=now,
-    )  # fmt: skip
+        id=1,
+        environment="default",
+        key="k",
+        task="t",
+        cron=cron,
+        timezone="UTC",
+        payload=None,
+        options={},
+        next_fire_at=next_fire_at,
+        now=now,
+    )
 
 
 def test_catch_up_fires_late_ticks_and_coalesces_missed_ones() -> None:
@@ -108,20 +118,38 @@ def test_catch_up_fires_late_ticks_and_coalesces_missed_ones() -> None:
 
 def test_create_list_pause_resume_delete_trigger(db: psycopg.Connection[Any]) -> None:
     made = schedules.create(
-        db, "send_report", "0 9 * * 1", "Europe/Paris", external_id="customer-7",
-        payload={"customer": 7}, environment="acme", queue="reports", priority=3,
-    )  # fmt: skip
+        db,
+        "send_report",
+        "0 9 * * 1",
+        "Europe/Paris",
+        external_id="customer-7",
+        payload={"customer": 7},
+        environment="acme",
+        queue="reports",
+        priority=3,
+    )
     assert (made.environment, made.key, made.task, made.cron) == (
-        "acme", "customer-7", "send_report", "0 9 * * 1",
-    )  # fmt: skip
+        "acme",
+        "customer-7",
+        "send_report",
+        "0 9 * * 1",
+    )
     assert made.options == {"queue": "reports", "priority": 3}
     assert made.next_fire_at.astimezone(PARIS).strftime("%a %H:%M") == "Mon 09:00"
     again = schedules.create(
-        db, "send_report", "0 9 * * 1", "Europe/Paris", external_id="customer-7",
-        payload={"customer": 7, "v": 2}, environment="acme",
-    )  # fmt: skip
-    assert (again.id, again.next_fire_at, again.payload) == (made.id, made.next_fire_at,
-                                                              {"customer": 7, "v": 2})  # fmt: skip
+        db,
+        "send_report",
+        "0 9 * * 1",
+        "Europe/Paris",
+        external_id="customer-7",
+        payload={"customer": 7, "v": 2},
+        environment="acme",
+    )
+    assert (again.id, again.next_fire_at, again.payload) == (
+        made.id,
+        made.next_fire_at,
+        {"customer": 7, "v": 2},
+    )
     assert [s.key for s in schedules.list_schedules(db, environment="acme")] == ["customer-7"]
     assert schedules.pause(db, "customer-7", environment="acme").paused
     resumed = schedules.resume(db, "customer-7", environment="acme")
@@ -130,8 +158,10 @@ def test_create_list_pause_resume_delete_trigger(db: psycopg.Connection[Any]) ->
     run_id = schedules.trigger(db, "customer-7", environment="acme")
     row = run_row(db, run_id)
     assert (row["task"], row["payload"], row["environment"]) == (
-        "send_report", {"customer": 7, "v": 2}, "acme",
-    )  # fmt: skip
+        "send_report",
+        {"customer": 7, "v": 2},
+        "acme",
+    )
     assert row["metadata"]["schedule"] == "customer-7"
     schedules.delete(db, "customer-7", environment="acme")
     with pytest.raises(ScheduleNotFoundError):
@@ -156,8 +186,9 @@ def test_create_checks_everything_first(db: psycopg.Connection[Any]) -> None:
 async def test_each_tick_fires_once(
     db: psycopg.Connection[Any], aconn: psycopg.AsyncConnection[Any]
 ) -> None:
-    made = schedules.create(db, "tick", "* * * * * *", external_id="every-second",
-                            payload={"n": 1}, queue="cron")  # fmt: skip
+    made = schedules.create(
+        db, "tick", "* * * * * *", external_id="every-second", payload={"n": 1}, queue="cron"
+    )
     now = db.execute("SELECT date_trunc('second', now())").fetchone()[0]  # type: ignore[index]
     _set_next(db, made.id, now - timedelta(seconds=3))
     assert await fire_due_schedules(aconn, "fairlane") >= 4
@@ -248,8 +279,11 @@ async def test_three_workers_fire_a_declared_every_second_schedule_once_per_tick
             lambda: len(_runs_of(db, "task:beat")) >= 4, within=30, what="four ticks fired"
         )
     [declared] = schedules.list_schedules(db)
-    assert (declared.key, declared.declared, declared.options) == ("task:beat", True,
-                                                                     {"queue": "beat"})  # fmt: skip
+    assert (declared.key, declared.declared, declared.options) == (
+        "task:beat",
+        True,
+        {"queue": "beat"},
+    )
     runs = _runs_of(db, "task:beat")
     ticks = [datetime.fromisoformat(run["metadata"]["tick"]) for run in runs]
     assert len(ticks) >= 3
@@ -269,9 +303,18 @@ def test_cli_schedules(
 
     base = ["--dsn", dsn, "--environment", "acme"]
     create = [
-        "schedules", "create", "c-1", "report", "0 9 * * *", "--timezone", "Europe/Paris",
-        "--payload", '{"c": 1}', "--queue", "reports",
-    ]  # fmt: skip
+        "schedules",
+        "create",
+        "c-1",
+        "report",
+        "0 9 * * *",
+        "--timezone",
+        "Europe/Paris",
+        "--payload",
+        '{"c": 1}',
+        "--queue",
+        "reports",
+    ]
     assert main([*create, *base]) == 0
     assert main(["schedules", "pause", "c-1", *base]) == 0
     assert "paused" in capsys.readouterr().out.splitlines()[-1]

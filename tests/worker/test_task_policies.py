@@ -107,11 +107,17 @@ async def test_dont_retry_on_ends_the_run_at_once(
     async with running(fast_worker(tasks, dsn)):
         rows = [await _until_final(fast_db, run_id) for run_id in (value, key, other)]
     assert [(row["status"], row["attempts"]) for row in rows] == [
-        ("FAILED", 1), ("FAILED", 1), ("FAILED", 3),
-    ]  # fmt: skip
+        ("FAILED", 1),
+        ("FAILED", 1),
+        ("FAILED", 3),
+    ]
     assert sorted(seen) == [
-        ("key", 1), ("runtime", 1), ("runtime", 2), ("runtime", 3), ("value", 1),
-    ]  # fmt: skip
+        ("key", 1),
+        ("runtime", 1),
+        ("runtime", 2),
+        ("runtime", 3),
+        ("value", 1),
+    ]
 
 
 async def test_retry_on_retries_only_those_exceptions(
@@ -234,8 +240,9 @@ async def test_hooks_run_on_success_and_on_the_final_failure_only(
         assert (await _until_final(fast_db, ok))["status"] == "COMPLETED"
         assert (await _until_final(fast_db, bad))["status"] == "FAILED"
     assert sorted(calls) == [
-        ("failure", 2, "RuntimeError('attempt 2')"), ("success", 1, {"n": 1}),
-    ]  # fmt: skip
+        ("failure", 2, "RuntimeError('attempt 2')"),
+        ("success", 1, {"n": 1}),
+    ]
     assert statuses_seen == [RunStatus.EXECUTING, RunStatus.EXECUTING]
 
 

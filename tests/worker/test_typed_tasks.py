@@ -84,15 +84,20 @@ async def test_a_dataclass_payload_round_trips(
     seen: list[Any] = []
     tasks, send_receipt, _ = _registry(seen)
     when = datetime(2024, 5, 1, 12, tzinfo=UTC)
-    receipt = Receipt(order=42, email="b@example.com", lines=[Line("z", 3)],
-                      channel=Channel.SMS, sent_at=when)  # fmt: skip
+    receipt = Receipt(
+        order=42, email="b@example.com", lines=[Line("z", 3)], channel=Channel.SMS, sent_at=when
+    )
     run_id = await send_receipt.trigger_async(client, receipt)
     stored = run_row(db, run_id)
     assert stored["queue"] == "mail"
     assert stored["payload"] == {
-        "order": 42, "email": "b@example.com", "lines": [{"sku": "z", "quantity": 3}],
-        "channel": "sms", "sent_at": "2024-05-01T12:00:00+00:00", "kind": "sale",
-    }  # fmt: skip
+        "order": 42,
+        "email": "b@example.com",
+        "lines": [{"sku": "z", "quantity": 3}],
+        "channel": "sms",
+        "sent_at": "2024-05-01T12:00:00+00:00",
+        "kind": "sale",
+    }
     async with running(fast_worker(tasks, dsn)):
         await wait_until(lambda: run_status(db, run_id).is_final, within=10, what="the run")
     assert seen == [receipt], "the handler got the dataclass back, nested ones included"

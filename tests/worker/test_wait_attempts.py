@@ -105,15 +105,22 @@ async def test_a_retried_parent_makes_a_new_batch(
     await finish(dsn, fast_db, parent)
     row = run_row(fast_db, parent)
     assert (row["status"], row["attempts"], row["result"]) == (
-        RunStatus.COMPLETED, 2, [1200, 200],
-    )  # fmt: skip
+        RunStatus.COMPLETED,
+        2,
+        [1200, 200],
+    )
     batches = fast_db.execute(
         "SELECT run_count FROM fairlane.batches WHERE parent_run_id = %s ORDER BY id", (parent,)
     ).fetchall()
     assert batches == [(2,), (2,)]
     assert [(edge[0], edge[2]) for edge in edges(fast_db, parent)] == [
-        (1, -1), (1, 0), (1, 1), (2, -1), (2, 0), (2, 1),
-    ]  # fmt: skip
+        (1, -1),
+        (1, 0),
+        (1, 1),
+        (2, -1),
+        (2, 0),
+        (2, 1),
+    ]
 
 
 async def test_a_retried_parent_waits_its_time_again(
@@ -166,16 +173,32 @@ async def test_a_crash_replay_after_a_retry_keeps_the_waits_of_the_attempt_it_re
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{source_root}"}
     parent = trigger(fast_db, "parent", None, queue="parents", max_attempts=4)
     process = subprocess.Popen(  # noqa: ASYNC220 - a real worker process, to be killed
-        [sys.executable, "-m", "fairlane.cli", "worker", "attempt_tasks:tasks", "--dsn", dsn,
-         "--queue", "parents", "--lease-seconds", "1"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "fairlane.cli",
+            "worker",
+            "attempt_tasks:tasks",
+            "--dsn",
+            dsn,
+            "--queue",
+            "parents",
+            "--lease-seconds",
+            "1",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         await wait_until(
-            lambda: run_row(fast_db, parent)["attempts"] == 2
-            and run_status(fast_db, parent) == "WAITING",
-            within=30, what="attempt 2 waiting",
-        )  # fmt: skip
+            lambda: (
+                run_row(fast_db, parent)["attempts"] == 2
+                and run_status(fast_db, parent) == "WAITING"
+            ),
+            within=30,
+            what="attempt 2 waiting",
+        )
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait(10)
@@ -185,9 +208,13 @@ async def test_a_crash_replay_after_a_retry_keeps_the_waits_of_the_attempt_it_re
     @tasks.task("parent", backoff=FAST)
     async def parent_handler(ctx: RunContext, payload: object) -> object:
         result = await ctx.trigger_and_wait(
-            "child", ctx.attempt, queue="children", max_attempts=1, idempotency_key="k",
+            "child",
+            ctx.attempt,
+            queue="children",
+            max_attempts=1,
+            idempotency_key="k",
             idempotency_scope="attempt",
-        )  # fmt: skip
+        )
         return [result.output, ctx.attempt, ctx.wait_attempt]
 
     async with running(Worker(tasks, dsn, concurrency=4, poll_interval=0.1)):

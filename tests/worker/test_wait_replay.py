@@ -58,10 +58,23 @@ async def test_a_parent_killed_while_waiting_finds_its_children_again(
     parent = trigger(db, "parent", None, queue="parents")
     # This worker takes parents only, so the child waits until it is dead.
     process = subprocess.Popen(  # noqa: ASYNC220 - a real worker process, to be killed
-        [sys.executable, "-m", "fairlane.cli", "worker", "replay_tasks:tasks", "--dsn", dsn,
-         "--queue", "parents", "--lease-seconds", "1"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "fairlane.cli",
+            "worker",
+            "replay_tasks:tasks",
+            "--dsn",
+            dsn,
+            "--queue",
+            "parents",
+            "--lease-seconds",
+            "1",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         await wait_until(lambda: run_status(db, parent) == "WAITING", within=30, what="waiting")
     finally:

@@ -207,8 +207,12 @@ async def test_waits_on_runs_that_end_badly_return_their_error(
         await wait_until(lambda: run_status(db, parent) == "COMPLETED", what="resumed")
     outcomes = result_of(db, parent)
     assert [o["error"]["status"] for o in outcomes] == [
-        "EXPIRED", "CANCELED", "CRASHED", "TIMED_OUT", "SYSTEM_FAILURE",
-    ]  # fmt: skip
+        "EXPIRED",
+        "CANCELED",
+        "CRASHED",
+        "TIMED_OUT",
+        "SYSTEM_FAILURE",
+    ]
     assert not any(o["ok"] for o in outcomes)
 
 

@@ -86,9 +86,12 @@ def _check(
         return
     wanted = ("positive" if positive else "non-negative") + (" whole" if whole else "")
     if (
-        isinstance(value, bool) or not isinstance(value, int | float)
-        or value < 0 or (positive and value == 0) or (whole and value != int(value))
-    ):  # fmt: skip
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or value < 0
+        or (positive and value == 0)
+        or (whole and value != int(value))
+    ):
         raise SettingError(setting, value, f"must be a {wanted} number or None")
 
 

@@ -52,9 +52,10 @@ class AsyncBatchClient:
         # A connect timeout and keepalives; no statement timeout (an ingest slice is as long
         # as the caller's chunks make it).
         self.options = ConnectionOptions(
-            statement_timeout=None, application_name="fairlane batches",
+            statement_timeout=None,
+            application_name="fairlane batches",
             prepare_threshold=prepare_threshold,
-        )  # fmt: skip
+        )
         self._conn: AsyncConn | None = None
         self._lock = anyio.Lock()
 
@@ -70,30 +71,50 @@ class AsyncBatchClient:
         return self._conn
 
     async def create(
-        self, environment: str, run_count: int, *, parent_run_id: int | None = None,
+        self,
+        environment: str,
+        run_count: int,
+        *,
+        parent_run_id: int | None = None,
         idempotency_key: str | None = None,
-    ) -> Batch:  # fmt: skip
+    ) -> Batch:
         async with self._lock:
             return await create_batch_async(
-                await self._connection(), environment, run_count, parent_run_id=parent_run_id,
-                idempotency_key=idempotency_key, schema=self.schema,
-            )  # fmt: skip
+                await self._connection(),
+                environment,
+                run_count,
+                parent_run_id=parent_run_id,
+                idempotency_key=idempotency_key,
+                schema=self.schema,
+            )
 
     async def ingest(
-        self, batch_id: int, chunks: AsyncIterable[bytes], *, progress: Progress | None = None,
+        self,
+        batch_id: int,
+        chunks: AsyncIterable[bytes],
+        *,
+        progress: Progress | None = None,
         first_index: int = 0,
-    ) -> IngestResult:  # fmt: skip
+    ) -> IngestResult:
         """``ingest_items_async`` on this client's connection."""
         async with self._lock:
             return await ingest_items_async(
-                await self._connection(), batch_id, chunks, schema=self.schema,
-                progress=progress, first_index=first_index,
-            )  # fmt: skip
+                await self._connection(),
+                batch_id,
+                chunks,
+                schema=self.schema,
+                progress=progress,
+                first_index=first_index,
+            )
 
     async def ingest_file(
-        self, batch_id: int, path: str | Path, *, progress: Progress | None = None,
+        self,
+        batch_id: int,
+        path: str | Path,
+        *,
+        progress: Progress | None = None,
         first_index: int = 0,
-    ) -> IngestResult:  # fmt: skip
+    ) -> IngestResult:
         return await self.ingest(
             batch_id, file_chunks(path), progress=progress, first_index=first_index
         )
@@ -121,9 +142,11 @@ class AsyncBatchClient:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         await self.close()
 
 

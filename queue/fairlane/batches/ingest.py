@@ -117,9 +117,14 @@ class _Ingest:
     """
 
     def __init__(
-        self, connect: Connect, batch: Batch, schema: str, parser: NdjsonItemParser,
-        progress: Progress | None, idle_timeout_s: float | None,
-    ) -> None:  # fmt: skip
+        self,
+        connect: Connect,
+        batch: Batch,
+        schema: str,
+        parser: NdjsonItemParser,
+        progress: Progress | None,
+        idle_timeout_s: float | None,
+    ) -> None:
         self.connect = connect
         self.batch = batch
         self.schema = schema
@@ -144,9 +149,15 @@ class _Ingest:
         if row.status == "ABORTED":
             raise BatchAbortedError(self.batch.id)
         self.state = IngestResult(
-            self.batch.id, self.state.accepted + row.accepted, row.received, row.run_count,
-            row.sealed, row.status, self.state.oversized + sum(sent.oversized), lines,
-        )  # fmt: skip
+            self.batch.id,
+            self.state.accepted + row.accepted,
+            row.received,
+            row.run_count,
+            row.sealed,
+            row.status,
+            self.state.oversized + sum(sent.oversized),
+            lines,
+        )
         if self.progress is not None:
             self.progress(self.state)
 
@@ -315,13 +326,22 @@ async def file_chunks(
 
 
 async def ingest_file_async(
-    conn: AsyncConn, batch_id: int, path: str | Path, *, schema: str | None = None,
-    progress: Progress | None = None, first_index: int = 0,
-) -> IngestResult:  # fmt: skip
+    conn: AsyncConn,
+    batch_id: int,
+    path: str | Path,
+    *,
+    schema: str | None = None,
+    progress: Progress | None = None,
+    first_index: int = 0,
+) -> IngestResult:
     return await ingest_items_async(
-        conn, batch_id, file_chunks(path), schema=schema, progress=progress,
+        conn,
+        batch_id,
+        file_chunks(path),
+        schema=schema,
+        progress=progress,
         first_index=first_index,
-    )  # fmt: skip
+    )
 
 
 def count_items(path: str | Path) -> int:

@@ -66,9 +66,11 @@ def _json_value(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, Debounce):
         return {
-            "key": value.key, "delay": _json_value(value.delay), "mode": value.mode,
+            "key": value.key,
+            "delay": _json_value(value.delay),
+            "mode": value.mode,
             "max_delay": _json_value(value.max_delay),
-        }  # fmt: skip
+        }
     if isinstance(value, (tuple, set, frozenset)):
         return list(value)
     return value

@@ -71,9 +71,11 @@ class NdjsonItemParser:
         while start < len(chunk):
             newline = chunk.find(b"\n", start)
             if (
-                newline >= 0 and not self._buffer and self._oversized is None
+                newline >= 0
+                and not self._buffer
+                and self._oversized is None
                 and newline - start <= self.max_item_bytes
-            ):  # fmt: skip
+            ):
                 # A whole line inside the chunk (most lines): parsed from the chunk itself.
                 self.lines += 1
                 raw = chunk[start:newline]
@@ -154,8 +156,9 @@ class NdjsonItemParser:
         if not isinstance(options, dict):
             raise BatchLineError(line, index, '"options" must be an object')
         self.items += 1
-        return BatchItem(index=index, task=document["task"], payload=document.get("payload"),
-                         options=options)  # fmt: skip
+        return BatchItem(
+            index=index, task=document["task"], payload=document.get("payload"), options=options
+        )
 
 
 class _Unreadable:
@@ -188,9 +191,10 @@ def parse_chunks(
 
 
 async def parse_stream(
-    chunks: AsyncIterable[bytes], max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+    chunks: AsyncIterable[bytes],
+    max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
     first_index: int = 0,
-) -> AsyncIterator[ParsedLine]:  # fmt: skip
+) -> AsyncIterator[ParsedLine]:
     parser = NdjsonItemParser(max_item_bytes, first_index)
     async for chunk in chunks:
         for parsed in parser.feed(chunk):

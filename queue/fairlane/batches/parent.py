@@ -82,15 +82,19 @@ async def make_parent_batch(
     can be at once). Returns the batch id and its waitpoint. Raises ``BatchTooLargeError`` or
     ``BatchRateLimitedError`` as ``create_batch_async`` does."""
     batch = await create_batch_async(
-        conn, batch_environment(requests), len(requests), parent_run_id=parent_run_id,
+        conn,
+        batch_environment(requests),
+        len(requests),
+        parent_run_id=parent_run_id,
         schema=schema,
-    )  # fmt: skip
+    )
     assert batch.waitpoint_id is not None  # made with a parent
     items = await _encode(conn, schema, requests)
     triggerable = [
-        index for index, refusal in enumerate(items.refusals)
+        index
+        for index, refusal in enumerate(items.refusals)
         if refusal is None and not items.oversized[index]
-    ]  # fmt: skip
+    ]
     if triggerable:
         try:
             async with conn.transaction():

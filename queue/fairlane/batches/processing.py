@@ -83,18 +83,27 @@ class BatchItemProcessor:
     its transaction has committed (the worker's fairlane_batch_items_total)."""
 
     def __init__(
-        self, dsn: str, schema: str, *, max_connections: int = BATCH_CONNECTIONS,
-        options: ConnectionOptions | None = None, on_item: Callable[[str], None] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        dsn: str,
+        schema: str,
+        *,
+        max_connections: int = BATCH_CONNECTIONS,
+        options: ConnectionOptions | None = None,
+        on_item: Callable[[str], None] | None = None,
+    ) -> None:
         self.schema = schema
         self._on_item = on_item
         self._batches = engine(schema).batches
         options = options or ConnectionOptions(application_name="fairlane batches")
         self._pool = AsyncConnectionPool(
-            dsn, min_size=0, max_size=max_connections, open=False,
-            kwargs=options.kwargs(dsn), name="fairlane-batch-carriers",
+            dsn,
+            min_size=0,
+            max_size=max_connections,
+            open=False,
+            kwargs=options.kwargs(dsn),
+            name="fairlane-batch-carriers",
             timeout=options.connect_timeout,
-        )  # fmt: skip
+        )
         self._opened = False
         self._open_lock = anyio.Lock()
 

@@ -22,14 +22,20 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def summary(batch: Batch) -> dict[str, Any]:
     return {
-        "id": batch.id, "environment": batch.environment, "status": batch.status,
-        "sealed": batch.sealed, "run_count": batch.run_count, "received": batch.received,
-        "succeeded": batch.succeeded, "failed": batch.failed,
-        "parent_run_id": batch.parent_run_id, "created_at": batch.created_at.isoformat(),
+        "id": batch.id,
+        "environment": batch.environment,
+        "status": batch.status,
+        "sealed": batch.sealed,
+        "run_count": batch.run_count,
+        "received": batch.received,
+        "succeeded": batch.succeeded,
+        "failed": batch.failed,
+        "parent_run_id": batch.parent_run_id,
+        "created_at": batch.created_at.isoformat(),
         "sealed_at": batch.sealed_at.isoformat() if batch.sealed_at else None,
         "completed_at": batch.completed_at.isoformat() if batch.completed_at else None,
         "error": batch.error,
-    }  # fmt: skip
+    }
 
 
 class ProgressBar:
@@ -101,10 +107,13 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--count", type=int, help="run count (default: the file's non-blank lines)")
     p.add_argument("--batch", type=int, help="resend into this existing batch instead")
     p.add_argument(
-        "--first-index", type=int, default=0, metavar="N",
+        "--first-index",
+        type=int,
+        default=0,
+        metavar="N",
         help="the index of the file's first item without one (default 0): a file holding the "
         "rest of a stream from its N-th item, without indexes, resends with --first-index N",
-    )  # fmt: skip
+    )
     p.add_argument("--idempotency-key", help="a second ingest with this key reuses the batch")
     p.set_defaults(func=cmd_ingest)
     p = actions.add_parser("show", help="a batch's status and counts")

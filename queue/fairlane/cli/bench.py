@@ -55,8 +55,17 @@ def add_parser(commands: Any) -> None:
     )
     scenarios = bench.add_subparsers(dest="scenario", required=True)
     scenario_modules = (
-        enqueue, drain, latency, fairness, rate, batch, promote, retry, transitions, suite,
-    )  # fmt: skip
+        enqueue,
+        drain,
+        latency,
+        fairness,
+        rate,
+        batch,
+        promote,
+        retry,
+        transitions,
+        suite,
+    )
     for module in scenario_modules:
         module.add_parser(scenarios, common)
     # The HTTP API (the web extra): fairlane serve in a process of its own.

@@ -49,13 +49,15 @@ def connection_options(parser: argparse.ArgumentParser) -> None:
     """``--dsn`` and ``--schema``, given before or after the subcommand. Below the top level
     they default to SUPPRESS, so a subcommand never overwrites what an outer level was given."""
     parser.add_argument(
-        "--dsn", default=argparse.SUPPRESS,
+        "--dsn",
+        default=argparse.SUPPRESS,
         help="database URL (default: $DATABASE_URL or postgresql://127.0.0.1:5432/fairlane)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--schema", default=argparse.SUPPRESS,
+        "--schema",
+        default=argparse.SUPPRESS,
         help="fairlane's schema (default: $FAIRLANE_SCHEMA or fairlane)",
-    )  # fmt: skip
+    )
 
 
 def flag_pair(
@@ -71,9 +73,11 @@ def flag_pair(
 def json_option(parser: argparse.ArgumentParser) -> None:
     """``--json`` on a read command (also accepted before the subcommand)."""
     parser.add_argument(
-        "--json", action="store_true", default=argparse.SUPPRESS,
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
         help="print JSON instead of a table",
-    )  # fmt: skip
+    )
 
 
 def print_json(value: Any) -> None:

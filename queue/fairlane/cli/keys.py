@@ -18,11 +18,15 @@ from fairlane.web import keys
 
 def _document(key: ApiKey) -> dict[str, Any]:
     return {
-        "id": key.id, "kind": key.kind, "environment": key.environment, "name": key.name,
-        "prefix": key.prefix, "created_at": key.created_at.isoformat(),
+        "id": key.id,
+        "kind": key.kind,
+        "environment": key.environment,
+        "name": key.name,
+        "prefix": key.prefix,
+        "created_at": key.created_at.isoformat(),
         "last_used_at": key.last_used_at.isoformat() if key.last_used_at else None,
         "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None,
-    }  # fmt: skip
+    }
 
 
 def cmd_create(args: argparse.Namespace) -> int:

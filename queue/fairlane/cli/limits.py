@@ -56,28 +56,44 @@ def cmd_limits(args: argparse.Namespace) -> int:
     with connect_checked(args.dsn, args.schema) as conn:
         if args.action == "env":
             limits.set_environment(
-                conn, args.name, concurrency_limit=_limit(args.limit), burst_factor=args.burst,
-                paused=_paused(args), size_limit=_limit(args.size_limit), schema=args.schema,
-            )  # fmt: skip
+                conn,
+                args.name,
+                concurrency_limit=_limit(args.limit),
+                burst_factor=args.burst,
+                paused=_paused(args),
+                size_limit=_limit(args.size_limit),
+                schema=args.schema,
+            )
         elif args.action == "queue":
             limits.set_queue(
-                conn, args.environment, args.name, concurrency_limit=_limit(args.limit),
-                paused=_paused(args), size_limit=_limit(args.size_limit), schema=args.schema,
-            )  # fmt: skip
+                conn,
+                args.environment,
+                args.name,
+                concurrency_limit=_limit(args.limit),
+                paused=_paused(args),
+                size_limit=_limit(args.size_limit),
+                schema=args.schema,
+            )
         elif args.action == "scheduler":
             rate: Any = limits.UNCHANGED
             if args.rate is not None:
                 rate = None if args.rate in ("none", "off") else float(args.rate)
             limits.set_scheduler(
-                conn, quantum=args.quantum, max_deficit=args.max_deficit,
-                global_concurrency_limit=_limit(args.global_limit), rate_limit_per_s=rate,
-                rate_burst=args.rate_burst, schema=args.schema,
-            )  # fmt: skip
+                conn,
+                quantum=args.quantum,
+                max_deficit=args.max_deficit,
+                global_concurrency_limit=_limit(args.global_limit),
+                rate_limit_per_s=rate,
+                rate_burst=args.rate_burst,
+                schema=args.schema,
+            )
         if args.json:
-            print_json({
-                "scheduler": asdict(limits.scheduler_settings(conn, schema=args.schema)),
-                "queues": limits.limits_table(conn, schema=args.schema),
-            })  # fmt: skip
+            print_json(
+                {
+                    "scheduler": asdict(limits.scheduler_settings(conn, schema=args.schema)),
+                    "queues": limits.limits_table(conn, schema=args.schema),
+                }
+            )
         else:
             _show(conn, args.schema)
     return 0
@@ -105,9 +121,13 @@ def add_parser(commands: Any) -> None:
             "--size-limit", help="most runs waiting to start (queued or delayed), or 'none'"
         )
         flag_pair(
-            action, "--pause", "--resume", "paused",
-            on_help="hand out no runs", off_help="hand out runs again",
-        )  # fmt: skip
+            action,
+            "--pause",
+            "--resume",
+            "paused",
+            on_help="hand out no runs",
+            off_help="hand out runs again",
+        )
         connection_options(action)
         json_option(action)
         action.set_defaults(func=cmd_limits)

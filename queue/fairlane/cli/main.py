@@ -99,15 +99,23 @@ async def _run_worker(worker: Worker, burst: bool = False) -> None:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     worker = Worker(
-        load_registry(args.tasks), args.dsn, schema=args.schema,
-        concurrency=args.concurrency, claim_batch=args.claim_batch,
-        lease_seconds=args.lease_seconds, poll_interval=args.poll_interval,
-        listen=not args.no_listen, shutdown_grace=args.shutdown_grace,
-        environments=args.environment or None, queues=args.queue or None,
-        batch_connections=args.batch_connections, connect_timeout=args.connect_timeout,
-        statement_timeout=args.statement_timeout, prepare_threshold=args.prepare_threshold,
+        load_registry(args.tasks),
+        args.dsn,
+        schema=args.schema,
+        concurrency=args.concurrency,
+        claim_batch=args.claim_batch,
+        lease_seconds=args.lease_seconds,
+        poll_interval=args.poll_interval,
+        listen=not args.no_listen,
+        shutdown_grace=args.shutdown_grace,
+        environments=args.environment or None,
+        queues=args.queue or None,
+        batch_connections=args.batch_connections,
+        connect_timeout=args.connect_timeout,
+        statement_timeout=args.statement_timeout,
+        prepare_threshold=args.prepare_threshold,
         durable_claims=not args.fast_claims,
-    )  # fmt: skip
+    )
     if args.metrics_port is not None:
         from fairlane.metrics import serve_worker_metrics
 
@@ -148,11 +156,20 @@ def cmd_trigger(args: argparse.Namespace) -> int:
     metadata = _json_argument("--metadata", args.metadata)
     with Client(args.dsn, schema=args.schema) as client:
         run_id = client.trigger(
-            args.task, payload, environment=args.environment, queue=args.queue,
-            priority=args.priority, max_attempts=args.max_attempts, delay=args.delay,
-            ttl=args.ttl, max_duration=args.max_duration, tags=args.tag, metadata=metadata,
-            machine=args.machine, idempotency_key=args.idempotency_key,
-        )  # fmt: skip
+            args.task,
+            payload,
+            environment=args.environment,
+            queue=args.queue,
+            priority=args.priority,
+            max_attempts=args.max_attempts,
+            delay=args.delay,
+            ttl=args.ttl,
+            max_duration=args.max_duration,
+            tags=args.tag,
+            metadata=metadata,
+            machine=args.machine,
+            idempotency_key=args.idempotency_key,
+        )
     print(run_id)
     return 0
 
@@ -181,18 +198,25 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="fairlane", description=__doc__)
     parser.add_argument(
-        "-v", "--verbose", action="store_true",
+        "-v",
+        "--verbose",
+        action="store_true",
         help="log at debug level, and show the traceback of an unexpected error",
-    )  # fmt: skip
+    )
     parser.add_argument("--version", action="version", version=f"fairlane {_version()}")
     parser.add_argument(
-        "--log-level", default="info", type=str.lower,
-        choices=["debug", "info", "warning", "error"], help="least severe records logged",
-    )  # fmt: skip
+        "--log-level",
+        default="info",
+        type=str.lower,
+        choices=["debug", "info", "warning", "error"],
+        help="least severe records logged",
+    )
     parser.add_argument(
-        "--log-format", default="text", choices=["text", "json"],
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
         help="text lines, or one JSON object per line with the records' structured fields",
-    )  # fmt: skip
+    )
     parser.add_argument("--json", action="store_true", help="read commands print JSON")
     parser.add_argument("--dsn", help="database URL (default: $DATABASE_URL)")
     parser.add_argument("--schema", help="fairlane's schema (default: $FAIRLANE_SCHEMA)")
@@ -217,71 +241,93 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("tasks", help="module:attribute of a TaskRegistry")
     p.add_argument(
-        "--concurrency", type=int, default=10,
+        "--concurrency",
+        type=int,
+        default=10,
         help="handlers running at once (waiting ones not counted)",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--claim-batch", type=int, help="most runs one claim takes (default: the concurrency)"
     )
     p.add_argument(
-        "--lease-seconds", type=float, default=30.0,
+        "--lease-seconds",
+        type=float,
+        default=30.0,
         help="how long a claim holds a run without a heartbeat",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--poll-interval", type=float, default=1.0,
+        "--poll-interval",
+        type=float,
+        default=1.0,
         help="seconds to wait for a notification after a short claim",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--no-listen", action="store_true", help="poll only (PgBouncer transaction mode)"
     )
     p.add_argument(
-        "--fast-claims", action="store_true",
+        "--fast-claims",
+        action="store_true",
         help="commit claims without waiting for the WAL flush: faster, but a run claimed just "
         "before a server crash runs twice",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--shutdown-grace", type=float, default=30.0,
+        "--shutdown-grace",
+        type=float,
+        default=30.0,
         help="seconds running handlers get to finish at shutdown",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--burst", action="store_true",
+        "--burst",
+        action="store_true",
         help="drain what is due, then exit (Worker.run_until_idle)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--batch-connections", type=int, default=4,
+        "--batch-connections",
+        type=int,
+        default=4,
         help="most connections the worker's batch carriers hold at once",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--environment", action="append",
+        "--environment",
+        action="append",
         help="claim only from this environment (repeat for several; default: all)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--loop", choices=LOOP_CHOICES, default="auto",
+        "--loop",
+        choices=LOOP_CHOICES,
+        default="auto",
         help="event loop: auto takes uvloop when installed (the uvloop extra)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--metrics-port", type=int,
+        "--metrics-port",
+        type=int,
         help="serve Prometheus metrics at http://0.0.0.0:PORT/metrics (default: off)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--connect-timeout", type=float,
+        "--connect-timeout",
+        type=float,
         help="seconds to open a connection (libpq counts whole seconds, at least 2; default:"
         f" the DSN's connect_timeout, else {DEFAULT_CONNECT_TIMEOUT:g})",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--statement-timeout", type=float, default=DEFAULT_STATEMENT_TIMEOUT,
+        "--statement-timeout",
+        type=float,
+        default=DEFAULT_STATEMENT_TIMEOUT,
         help="seconds any statement of the worker may take (heartbeats: less)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--prepare-threshold", type=_prepare_threshold, default=DEFAULT_PREPARE_THRESHOLD,
+        "--prepare-threshold",
+        type=_prepare_threshold,
+        default=DEFAULT_PREPARE_THRESHOLD,
         metavar="N|none",
         help="runs of a statement on a connection before it is prepared; 'none': never "
         "(PgBouncer in transaction mode before 1.21)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--queue", action="append",
+        "--queue",
+        action="append",
         help="claim only from these queues (and batch carriers, which any worker processes)",
-    )  # fmt: skip
+    )
     p.set_defaults(func=cmd_worker)
 
     p = commands.add_parser("trigger", help="trigger one run")

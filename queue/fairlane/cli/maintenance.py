@@ -61,9 +61,13 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--job", help="the job that --interval/--enable/--disable change")
     parser.add_argument("--interval", type=float, help="seconds between ticks of --job")
     flag_pair(
-        parser, "--enable", "--disable", "enabled",
-        on_help="run --job on its interval", off_help="stop running --job",
-    )  # fmt: skip
+        parser,
+        "--enable",
+        "--disable",
+        "enabled",
+        on_help="run --job on its interval",
+        off_help="stop running --job",
+    )
     parser.set_defaults(func=cmd_maintenance)
 
     parser = commands.add_parser("settings", help="engine settings: batch sizes, retention, TTL")

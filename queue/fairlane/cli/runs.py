@@ -63,10 +63,15 @@ def _document(run: Run) -> dict[str, Any]:
 
 def cmd_list(args: argparse.Namespace) -> int:
     filters = RunFilter(
-        environment=args.environment, queue=args.queue, task=args.task, status=args.status,
-        tags=args.tag or (), limit=args.limit, before_id=args.before,
+        environment=args.environment,
+        queue=args.queue,
+        task=args.task,
+        status=args.status,
+        tags=args.tag or (),
+        limit=args.limit,
+        before_id=args.before,
         include_carriers=args.include_carriers,
-    )  # fmt: skip
+    )
     with _client(args) as client:
         runs = client.list_runs(filters)
     if args.json:
@@ -80,9 +85,13 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _bulk_filter(args: argparse.Namespace) -> RunFilter:
     filters = RunFilter(
-        environment=args.environment, queue=args.queue, task=args.task, status=args.status,
-        tags=args.tag or (), since=args.since,
-    )  # fmt: skip
+        environment=args.environment,
+        queue=args.queue,
+        task=args.task,
+        status=args.status,
+        tags=args.tag or (),
+        since=args.since,
+    )
     if filters.is_empty and not args.all:
         raise ConfigurationError("give a run id, a filter, or --all for every run")
     return filters
@@ -97,8 +106,10 @@ def _bulk(args: argparse.Namespace, verb: str) -> int:
         act = client.retry_many if verb == "retried" else client.cancel_many
         result = act(filters, all=args.all)
     skipped = ", ".join(f"{count} {why}" for why, count in sorted(result.unchanged.items()))
-    print(f"{result.changed} of {result.matched} matching runs {verb}" + (
-        f"; left alone: {skipped}" if skipped else ""))  # fmt: skip
+    print(
+        f"{result.changed} of {result.matched} matching runs {verb}"
+        + (f"; left alone: {skipped}" if skipped else "")
+    )
     return 0
 
 
@@ -138,10 +149,12 @@ def _filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queue", help="runs of this queue")
     parser.add_argument("--task", help="runs of this task")
     parser.add_argument(
-        "--status", action="append", type=str.upper,
+        "--status",
+        action="append",
+        type=str.upper,
         choices=[status.value for status in RunStatus],
         help="a status, any case (repeat for several)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--tag", action="append", help="runs carrying this tag (repeat: all of them)"
     )
@@ -171,20 +184,27 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--before", type=int, help="only runs with a smaller id (paging)")
     p.add_argument(
-        "--include-carriers", action="store_true",
+        "--include-carriers",
+        action="store_true",
         help="list batch carrier runs (fairlane's own, queue __batches__) too",
-    )  # fmt: skip
+    )
     json_option(p)
-    _bulk_options(action(
-        "cancel", "end a run, or every matching run, and their descendants CANCELED (a no-op "
-        "on an ended run)", cmd_cancel,
-    ))  # fmt: skip
-    _bulk_options(action(
-        "retry",
-        "requeue a FAILED, CRASHED, TIMED_OUT, EXPIRED or SYSTEM_FAILURE run, or every matching "
-        "one, for one more attempt (its last error is cleared; no TTL)",
-        cmd_retry,
-    ))  # fmt: skip
+    _bulk_options(
+        action(
+            "cancel",
+            "end a run, or every matching run, and their descendants CANCELED (a no-op "
+            "on an ended run)",
+            cmd_cancel,
+        )
+    )
+    _bulk_options(
+        action(
+            "retry",
+            "requeue a FAILED, CRASHED, TIMED_OUT, EXPIRED or SYSTEM_FAILURE run, or every "
+            "matching one, for one more attempt (its last error is cleared; no TTL)",
+            cmd_retry,
+        )
+    )
     p = action("reschedule", "move a DELAYED run's start", cmd_reschedule)
     p.add_argument("run_id", type=int)
     p.add_argument("delay", help="from now: seconds or a duration such as 90s, 5m, 2h30m")

@@ -30,13 +30,20 @@ def cmd_schedules(args: argparse.Namespace) -> int:
                 print(_line(schedule))
         elif action == "create":
             options: dict[str, Any] = {
-                "queue": args.queue, "priority": args.priority, "max_attempts": args.max_attempts,
-            }  # fmt: skip
+                "queue": args.queue,
+                "priority": args.priority,
+                "max_attempts": args.max_attempts,
+            }
             made = schedules.create(
-                conn, args.task, args.cron, args.timezone, external_id=args.external_id,
-                payload=_json_argument("--payload", args.payload), **where,
+                conn,
+                args.task,
+                args.cron,
+                args.timezone,
+                external_id=args.external_id,
+                payload=_json_argument("--payload", args.payload),
+                **where,
                 **{name: value for name, value in options.items() if value is not None},
-            )  # fmt: skip
+            )
             print(_line(made))
         elif action in ("pause", "resume"):
             change = schedules.pause if action == "pause" else schedules.resume
@@ -68,12 +75,19 @@ def add_parser(commands: Any) -> None:
     create.add_argument("--queue")
     create.add_argument("--priority", type=int)
     create.add_argument("--max-attempts", type=int)
-    for name, text in (("pause", "stop firing"), ("resume", "fire again from the next tick"),
-                       ("delete", "delete"), ("trigger", "trigger its run now")):  # fmt: skip
+    for name, text in (
+        ("pause", "stop firing"),
+        ("resume", "fire again from the next tick"),
+        ("delete", "delete"),
+        ("trigger", "trigger its run now"),
+    ):
         action = actions.add_parser(name, help=text)
         action.add_argument("external_id")
-    for action in (listing, create, *[actions.choices[name] for name in
-                                      ("pause", "resume", "delete", "trigger")]):  # fmt: skip
+    for action in (
+        listing,
+        create,
+        *[actions.choices[name] for name in ("pause", "resume", "delete", "trigger")],
+    ):
         if action is not listing:
             action.add_argument("--environment", default="default")
         action.add_argument("--dsn")

@@ -60,9 +60,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         uploads_per_environment=args.uploads_per_environment,
     )
     uvicorn.run(
-        app, host=args.host, port=args.port, access_log=False, log_level=args.log_level,
-        proxy_headers=args.proxy_headers, forwarded_allow_ips=args.forwarded_allow_ips,
-    )  # fmt: skip
+        app,
+        host=args.host,
+        port=args.port,
+        access_log=False,
+        log_level=args.log_level,
+        proxy_headers=args.proxy_headers,
+        forwarded_allow_ips=args.forwarded_allow_ips,
+    )
     return 0
 
 
@@ -73,9 +78,11 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--pool-size", type=int, default=10, help="most database connections")
     p.add_argument(
-        "--max-body-bytes", type=int, default=None,
+        "--max-body-bytes",
+        type=int,
+        default=None,
         help="largest JSON request body (default 8 MiB); NDJSON batch items are streamed",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--session-idle",
         type=_idle,

@@ -141,8 +141,10 @@ class Outage:
             lasted = time.monotonic() - self.since
             self._log.info(
                 "%s: database available again after %.1fs (%d failed attempts)",
-                self.what, lasted, self.failures,
-            )  # fmt: skip
+                self.what,
+                lasted,
+                self.failures,
+            )
         self.since = None
         self.failures = 0
 

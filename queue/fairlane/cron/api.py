@@ -122,9 +122,13 @@ def _now_request(schedule: Schedule) -> TriggerRequest:
     from fairlane.cron.firing import schedule_request
 
     return schedule_request(
-        schedule.task, schedule.payload, schedule.environment, schedule.options, schedule.key,
+        schedule.task,
+        schedule.payload,
+        schedule.environment,
+        schedule.options,
+        schedule.key,
         datetime.now(UTC),
-    )  # fmt: skip
+    )
 
 
 # -- sync ----------------------------------------------------------------------------------
@@ -134,19 +138,31 @@ AsyncConn = psycopg.AsyncConnection[Any]
 
 
 def create(
-    conn: Conn, task: str | Task[Any, Any], cron: str, timezone: str = "UTC", *,
-    external_id: str, payload: Any = None, environment: str = "default",
-    schema: str | None = None, **options: Any,
-) -> Schedule:  # fmt: skip
+    conn: Conn,
+    task: str | Task[Any, Any],
+    cron: str,
+    timezone: str = "UTC",
+    *,
+    external_id: str,
+    payload: Any = None,
+    environment: str = "default",
+    schema: str | None = None,
+    **options: Any,
+) -> Schedule:
     """Create (or update) the schedule ``external_id`` of ``environment``: every tick of
     ``cron`` (5 fields, or 6 with seconds first) in ``timezone`` triggers ``task`` (a name or a
     handle: then its defaults apply and the payload is validated) with ``payload`` and the
     trigger ``options`` (queue, priority, max_attempts, max_duration, ttl, tags, metadata,
     machine). Updating keeps the next tick unless the cron or time zone changed."""
     params = schedule_params(
-        task, cron, timezone=timezone, key=external_id, payload=payload,
-        environment=environment, **options,
-    )  # fmt: skip
+        task,
+        cron,
+        timezone=timezone,
+        key=external_id,
+        payload=payload,
+        environment=environment,
+        **options,
+    )
     return drive(conn, _create(schema_name(schema), params))
 
 
@@ -194,14 +210,26 @@ def trigger(
 
 
 async def create_async(
-    conn: AsyncConn, task: str | Task[Any, Any], cron: str, timezone: str = "UTC", *,
-    external_id: str, payload: Any = None, environment: str = "default",
-    schema: str | None = None, **options: Any,
-) -> Schedule:  # fmt: skip
+    conn: AsyncConn,
+    task: str | Task[Any, Any],
+    cron: str,
+    timezone: str = "UTC",
+    *,
+    external_id: str,
+    payload: Any = None,
+    environment: str = "default",
+    schema: str | None = None,
+    **options: Any,
+) -> Schedule:
     params = schedule_params(
-        task, cron, timezone=timezone, key=external_id, payload=payload,
-        environment=environment, **options,
-    )  # fmt: skip
+        task,
+        cron,
+        timezone=timezone,
+        key=external_id,
+        payload=payload,
+        environment=environment,
+        **options,
+    )
     return await drive_async(conn, _create(schema_name(schema), params))
 
 

@@ -90,9 +90,13 @@ async def _fire(conn: psycopg.AsyncConnection[Any], schema: str, schedule: DueSc
         if not await rows_async(conn, schedules.record_fire(schedule.id, tick)):
             continue  # fired already: never a second run for a tick
         request = schedule_request(
-            schedule.task, schedule.payload, schedule.environment, schedule.options,
-            schedule.key, tick,
-        )  # fmt: skip
+            schedule.task,
+            schedule.payload,
+            schedule.environment,
+            schedule.options,
+            schedule.key,
+            tick,
+        )
         run_id: int | None = None
         try:
             async with conn.transaction():  # a savepoint: a refused trigger takes nothing else

@@ -68,13 +68,18 @@ def _item(batch_id: int, index: int) -> dict[str, int]:
 
 class Batches(Section):
     def create(
-        self, environment: str, run_count: int, parent_run_id: int | None,
+        self,
+        environment: str,
+        run_count: int,
+        parent_run_id: int | None,
         idempotency_key: str | None,
-    ) -> Statement[CreateRow]:  # fmt: skip
+    ) -> Statement[CreateRow]:
         params = {
-            "environment": environment, "run_count": run_count, "parent_run_id": parent_run_id,
+            "environment": environment,
+            "run_count": run_count,
+            "parent_run_id": parent_run_id,
             "idempotency_key": idempotency_key,
-        }  # fmt: skip
+        }
         return self._statement("create_batch", params, lambda row: CreateRow(**row))
 
     def get(self, batch_id: int) -> Statement[Batch]:

@@ -81,10 +81,13 @@ class Cron(Section):
         next_fire_at: datetime,
     ) -> Statement[int]:
         params = {
-            "schedule_id": schedule_id, "ticks": list(ticks), "run_ids": list(run_ids),
-            "next_fire_at": next_fire_at, "last_tick": ticks[-1] if ticks else None,
+            "schedule_id": schedule_id,
+            "ticks": list(ticks),
+            "run_ids": list(run_ids),
+            "next_fire_at": next_fire_at,
+            "last_tick": ticks[-1] if ticks else None,
             "last_run_id": next((r for r in reversed(run_ids) if r is not None), None),
-        }  # fmt: skip
+        }
         return self._statement("schedule_fired", params, scalar)
 
     def list(self, environment: str | None) -> Statement[Schedule]:
@@ -97,9 +100,11 @@ class Cron(Section):
         self, environment: str, key: str, paused: bool, next_fire_at: datetime | None
     ) -> Statement[int]:
         params = {
-            "environment": environment, "key": key, "paused": paused,
+            "environment": environment,
+            "key": key,
+            "paused": paused,
             "next_fire_at": next_fire_at,
-        }  # fmt: skip
+        }
         return self._statement("set_schedule_paused", params, scalar)
 
     def delete(self, environment: str, key: str) -> Statement[int]:
@@ -107,6 +112,7 @@ class Cron(Section):
 
     def fire_ticks(self, schedule_id: int) -> Statement[tuple[datetime, int | None]]:
         return self._statement(
-            "schedule_fire_ticks", {"schedule_id": schedule_id},
+            "schedule_fire_ticks",
+            {"schedule_id": schedule_id},
             lambda row: (row["tick"], row["run_id"]),
-        )  # fmt: skip
+        )

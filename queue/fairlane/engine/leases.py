@@ -42,9 +42,11 @@ class Leases(Section):
     ) -> Statement[int]:
         """Rows: the ids the fence accepted."""
         params = {
-            **_leases(ids, tokens), "errors": list(errors),
-            "next_statuses": list(next_statuses), "retry_delays": list(retry_delays),
-        }  # fmt: skip
+            **_leases(ids, tokens),
+            "errors": list(errors),
+            "next_statuses": list(next_statuses),
+            "retry_delays": list(retry_delays),
+        }
         return self._statement("fail_runs", params, lambda row: int(row["id"]))
 
     def set_metadata(

@@ -26,23 +26,55 @@ def run_from_row(row: Mapping[str, Any]) -> Run:
 
 
 def _claimed_run(
-    id: int, lease_token: UUID, task: str, payload: Any, attempts: int, max_attempts: int,
-    environment: str, queue: str, metadata: dict[str, Any] | None, machine: str | None,
-    max_duration_s: float | None, queue_order: datetime | None, wait_attempt: int,
-) -> ClaimedRun:  # fmt: skip
+    id: int,
+    lease_token: UUID,
+    task: str,
+    payload: Any,
+    attempts: int,
+    max_attempts: int,
+    environment: str,
+    queue: str,
+    metadata: dict[str, Any] | None,
+    machine: str | None,
+    max_duration_s: float | None,
+    queue_order: datetime | None,
+    wait_attempt: int,
+) -> ClaimedRun:
     # The claim sends empty metadata as NULL (sql/claim/claim.sql); a run's own dict.
     return ClaimedRun(
-        id, lease_token, task, payload, attempts, max_attempts, environment, queue,
-        {} if metadata is None else metadata, machine, max_duration_s, queue_order, wait_attempt,
-    )  # fmt: skip
+        id,
+        lease_token,
+        task,
+        payload,
+        attempts,
+        max_attempts,
+        environment,
+        queue,
+        {} if metadata is None else metadata,
+        machine,
+        max_duration_s,
+        queue_order,
+        wait_attempt,
+    )
 
 
 # A ``ClaimedRun`` from a row of the ``claim_runs`` statement: its fields in order, ``attempts``
 # for ``attempt``.
 claimed_from_row = ByColumns(
     (
-        "id", "lease_token", "task", "payload", "attempts", "max_attempts", "environment",
-        "queue", "metadata", "machine", "max_duration_s", "queue_order", "wait_attempt",
+        "id",
+        "lease_token",
+        "task",
+        "payload",
+        "attempts",
+        "max_attempts",
+        "environment",
+        "queue",
+        "metadata",
+        "machine",
+        "max_duration_s",
+        "queue_order",
+        "wait_attempt",
     ),
     _claimed_run,
-)  # fmt: skip
+)

@@ -156,6 +156,7 @@ class Runs(Section):
 
     def cancel_many(self, ids: Sequence[int]) -> Statement[BulkRow]:
         return self._statement(
-            "cancel_runs", {"ids": list(ids)},
+            "cancel_runs",
+            {"ids": list(ids)},
             lambda row: BulkRow(row["id"], row["previous_status"], row["canceled"]),
-        )  # fmt: skip
+        )

@@ -19,9 +19,10 @@ class SchemaState(Section):
             "objects_table": sql.Identifier(self.schema, "schema_objects").as_string(None),
         }
         return self._statement(
-            "schema_tables_exist", params,
+            "schema_tables_exist",
+            params,
             lambda row: (bool(row["has_version"]), bool(row["has_objects"])),
-        )  # fmt: skip
+        )
 
     def revision(self) -> Statement[str | None]:
         return self._statement("schema_revision", None, scalar)

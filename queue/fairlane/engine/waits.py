@@ -51,9 +51,10 @@ class Waits(Section):
     def ensure_run_waitpoints(self, run_ids: Sequence[int]) -> Statement[tuple[int, int]]:
         """Rows: (run id, its waitpoint id); after ``lock_awaited_runs``."""
         return self._statement(
-            "ensure_run_waitpoints", {"run_ids": list(run_ids)},
+            "ensure_run_waitpoints",
+            {"run_ids": list(run_ids)},
             lambda row: (int(row["run_id"]), int(row["waitpoint_id"])),
-        )  # fmt: skip
+        )
 
     def create_time_waitpoint(self, at: datetime | None, delay_s: float | None) -> Statement[int]:
         return self._statement("create_time_waitpoint", {"at": at, "delay_s": delay_s}, scalar)
@@ -71,9 +72,10 @@ class Waits(Section):
         waitpoint_ids: Sequence[int],
     ) -> Statement[None]:
         params = {
-            **_position(run_id, attempt, position), "items": list(items),
+            **_position(run_id, attempt, position),
+            "items": list(items),
             "waitpoint_ids": list(waitpoint_ids),
-        }  # fmt: skip
+        }
         return self._statement("insert_wait_edges", params, no_rows)
 
     def begin_waiting(self, run_id: int, token: UUID) -> Statement[str]:

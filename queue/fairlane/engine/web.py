@@ -46,13 +46,20 @@ class Web(Section):
     # -- API keys -----------------------------------------------------------------------
 
     def create_key(
-        self, kind: str, environment: str | None, name: str | None, prefix: str,
+        self,
+        kind: str,
+        environment: str | None,
+        name: str | None,
+        prefix: str,
         secret_hash: str,
-    ) -> Statement[ApiKey]:  # fmt: skip
+    ) -> Statement[ApiKey]:
         params = {
-            "kind": kind, "environment": environment, "name": name, "prefix": prefix,
+            "kind": kind,
+            "environment": environment,
+            "name": name,
+            "prefix": prefix,
             "secret_hash": secret_hash,
-        }  # fmt: skip
+        }
         return self._statement("create_api_key", params, lambda row: ApiKey(**row))
 
     def list_keys(self, environment: str | None, include_revoked: bool) -> Statement[ApiKey]:
@@ -99,9 +106,11 @@ class Web(Section):
         self, environment: str, key: str | None, key_ttl_s: float, timeout_s: float | None
     ) -> Statement[TokenOwner]:
         params = {
-            "environment": environment, "key": key, "key_ttl_s": key_ttl_s,
+            "environment": environment,
+            "key": key,
+            "key_ttl_s": key_ttl_s,
             "timeout_s": timeout_s,
-        }  # fmt: skip
+        }
         return self._statement("create_environment_token", params, lambda row: TokenOwner(**row))
 
     # -- reading ------------------------------------------------------------------------

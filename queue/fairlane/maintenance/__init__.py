@@ -84,9 +84,13 @@ def run_now(conn: SyncConn, name: str, *, schema: str | None = None) -> Any:
 
 
 def configure_job(
-    conn: SyncConn, name: str, *, interval_s: float | None = None, enabled: bool | None = None,
+    conn: SyncConn,
+    name: str,
+    *,
+    interval_s: float | None = None,
+    enabled: bool | None = None,
     schema: str | None = None,
-) -> None:  # fmt: skip
+) -> None:
     drive(conn, _configure(name, interval_s, enabled, schema))
 
 
@@ -116,9 +120,13 @@ async def run_now_async(conn: AsyncConn, name: str, *, schema: str | None = None
 
 
 async def configure_job_async(
-    conn: AsyncConn, name: str, *, interval_s: float | None = None,
-    enabled: bool | None = None, schema: str | None = None,
-) -> None:  # fmt: skip
+    conn: AsyncConn,
+    name: str,
+    *,
+    interval_s: float | None = None,
+    enabled: bool | None = None,
+    schema: str | None = None,
+) -> None:
     await drive_async(conn, _configure(name, interval_s, enabled, schema))
 
 

@@ -9,27 +9,37 @@ from fairlane.maintenance.template import JobSpec, SettingSpec, count, flag, sec
 
 JOBS: tuple[JobSpec, ...] = (
     JobSpec(
-        "reclaim_expired_leases", "reclaim_expired_leases", "reclaim.sql",
+        "reclaim_expired_leases",
+        "reclaim_expired_leases",
+        "reclaim.sql",
         "Runs whose lease lapsed go back to QUEUED (or CRASHED on their last attempt).",
         (count("reclaim_batch_size"), count("reclaim_max_batches")),
         repairs=(("requeued", "expired_lease"), ("crashed", "expired_lease")),
     ),
     JobSpec(
-        "promote_delayed_runs", "promote_delayed_runs", "promotion.sql",
+        "promote_delayed_runs",
+        "promote_delayed_runs",
+        "promotion.sql",
         "DELAYED runs whose time has come become QUEUED.",
         (count("promote_batch_size"), count("promote_max_batches")),
     ),
     JobSpec(
-        "expire_ttl_runs", "expire_ttl_runs", "ttl.sql",
+        "expire_ttl_runs",
+        "expire_ttl_runs",
+        "ttl.sql",
         "QUEUED runs past their time to live become EXPIRED.",
         (count("ttl_batch_size"), count("ttl_max_batches")),
     ),
     JobSpec(
-        "complete_due_waitpoints", "complete_due_waitpoints", "waitpoints.sql",
+        "complete_due_waitpoints",
+        "complete_due_waitpoints",
+        "waitpoints.sql",
         "Time waitpoints and token timeouts that are due complete, readying their waiters.",
     ),
     JobSpec(
-        "sweep_concurrency", "sweep_concurrency", "sweeper.sql",
+        "sweep_concurrency",
+        "sweep_concurrency",
+        "sweeper.sql",
         "Repairs what a crash can leave: leases past max_lease_s, environments wrongly marked"
         " drained, WAITING runs whose waitpoints all completed.",
         (seconds("max_lease_s"), flag("sweep_repair_waiting")),
@@ -40,32 +50,42 @@ JOBS: tuple[JobSpec, ...] = (
         ),
     ),
     JobSpec(
-        "prune_finished_runs", "prune_finished_runs", "pruning.sql",
+        "prune_finished_runs",
+        "prune_finished_runs",
+        "pruning.sql",
         "Deletes finished runs older than the retention, with their edges and waitpoints.",
         (seconds("prune_retention_s"), count("prune_batch_size"), count("prune_max_batches")),
     ),
     JobSpec(
-        "prune_debounce_keys", "prune_debounce_keys", "debounce_keys.sql",
+        "prune_debounce_keys",
+        "prune_debounce_keys",
+        "debounce_keys.sql",
         "Deletes debounce keys whose run has started or ended.",
         (count("debounce_prune_batch_size"),),
     ),
     JobSpec(
-        "abort_unsealed_batches", "abort_unsealed_batches", "batches.sql",
+        "abort_unsealed_batches",
+        "abort_unsealed_batches",
+        "batches.sql",
         "Aborts batches whose items did not all arrive by their seal deadline, and fails items"
         " whose carrier run ended without making their run.",
         repairs=(("orphaned_items", "orphaned_batch_item"),),
     ),
     JobSpec(
-        "prune_finished_batches", "prune_finished_batches", "pruning.sql",
+        "prune_finished_batches",
+        "prune_finished_batches",
+        "pruning.sql",
         "Deletes finished batches older than the retention, with their items.",
     ),
     JobSpec(
-        "prune_dashboard_sessions", "prune_dashboard_sessions", "sessions.sql",
+        "prune_dashboard_sessions",
+        "prune_dashboard_sessions",
+        "sessions.sql",
         "Deletes dashboard sessions that ended: past their end, idle too long, or of a revoked"
         " key.",
         (count("prune_batch_size"),),
     ),
-)  # fmt: skip
+)
 
 # Settings read outside the periodic jobs: by the trigger, the batch path and the lease.
 ENGINE_SETTINGS: tuple[SettingSpec, ...] = (

@@ -7,6 +7,9 @@ from fairlane.metrics.exposition import MetricsEndpoint, database_text, serve_wo
 from fairlane.metrics.worker import WorkerMetrics
 
 __all__ = [
-    "DatabaseCollector", "MetricsEndpoint", "WorkerMetrics", "database_text",
+    "DatabaseCollector",
+    "MetricsEndpoint",
+    "WorkerMetrics",
+    "database_text",
     "serve_worker_metrics",
-]  # fmt: skip
+]

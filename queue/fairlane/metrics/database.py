@@ -23,11 +23,13 @@ log = logging.getLogger("fairlane.metrics")
 
 # A scrape gives up rather than hang. JIT is off: the series' plans cost enough, past a few
 # hundred thousand live runs, for PostgreSQL to compile them, and compiling took longer than
-# running them (about 200 ms at 1M runs, tests/sql/test_metrics_plan.py).
+# running them (tests/sql/test_metrics_plan.py holds the plans at a million runs).
 SCRAPE_CONNECTION = ConnectionOptions(
-    connect_timeout=5, statement_timeout=10, application_name="fairlane metrics",
+    connect_timeout=5,
+    statement_timeout=10,
+    application_name="fairlane metrics",
     settings={"jit": "off"},
-)  # fmt: skip
+)
 
 
 def read_series(
@@ -44,9 +46,10 @@ def families(queues: list[QueueSeries], jobs: list[JobSeries]) -> list[Metric]:
         labels=["environment", "queue", "status"],
     )
     oldest = GaugeMetricFamily(
-        "fairlane_queue_oldest_queued_seconds", "Age of the run at the head of the queue",
+        "fairlane_queue_oldest_queued_seconds",
+        "Age of the run at the head of the queue",
         labels=["environment", "queue"],
-    )  # fmt: skip
+    )
     for series in queues:
         labels = [series.environment, series.queue]
         runs.add_metric([*labels, "EXECUTING"], series.executing)
@@ -54,9 +57,10 @@ def families(queues: list[QueueSeries], jobs: list[JobSeries]) -> list[Metric]:
         runs.add_metric([*labels, "DELAYED"], series.delayed)
         oldest.add_metric(labels, series.oldest_queued_s)
     duration = GaugeMetricFamily(
-        "fairlane_periodic_job_last_duration_seconds", "How long the job's last tick took",
+        "fairlane_periodic_job_last_duration_seconds",
+        "How long the job's last tick took",
         labels=["job"],
-    )  # fmt: skip
+    )
     ticks = CounterMetricFamily(
         "fairlane_periodic_job_runs", "Ticks the job has run, by any session", labels=["job"]
     )

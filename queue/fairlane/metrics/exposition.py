@@ -38,9 +38,13 @@ class MetricsEndpoint:
 
 
 def serve_worker_metrics(
-    port: int, metrics: WorkerMetrics, dsn: str | None = None, *,
-    schema: str | None = None, host: str = "0.0.0.0",
-) -> MetricsEndpoint:  # fmt: skip
+    port: int,
+    metrics: WorkerMetrics,
+    dsn: str | None = None,
+    *,
+    schema: str | None = None,
+    host: str = "0.0.0.0",
+) -> MetricsEndpoint:
     """Serve the worker's own series and the database's at ``http://host:port/metrics``
     (port 0: any free port, ``MetricsEndpoint.port``)."""
     registry = CollectorRegistry()

@@ -3,9 +3,9 @@
 
 They are kept as plain numbers and turned into series at each scrape (a collector), not as
 prometheus_client children: an observation there takes a lock for the sum and another for its
-bucket, and with the counter's it cost about 2 µs per run, a tenth of a no-op run's Python
-time in the worker. Here the writer hands over each written batch at once, and a run costs a
-bisect and two additions.
+bucket, and with the counter's that was a share of a no-op run's Python time in the worker
+worth saving (bench/sittings/06-run-metrics-per-written-batch-a-lighter-bulk-trigger.md). Here
+the writer hands over each written batch at once, and a run costs a bisect and two additions.
 
 Only the worker's event loop records. A scrape (another thread) reads the numbers as they are
 at that moment, bucket by bucket, as prometheus_client's own histograms are read.

@@ -64,23 +64,30 @@ class WorkerMetrics:
         self.runs = RunOutcomes(RUN_BUCKETS)
         self.registry.register(self.runs)
         self.claim_duration = Histogram(
-            "fairlane_claim_duration_seconds", "Round trip of the claim statement",
-            buckets=CLAIM_BUCKETS, registry=self.registry,
-        )  # fmt: skip
+            "fairlane_claim_duration_seconds",
+            "Round trip of the claim statement",
+            buckets=CLAIM_BUCKETS,
+            registry=self.registry,
+        )
         self.periodic_job_duration = Histogram(
             "fairlane_periodic_job_duration_seconds",
             "How long the periodic jobs this worker ran took, by job",
-            ["job"], buckets=JOB_BUCKETS, registry=self.registry,
-        )  # fmt: skip
+            ["job"],
+            buckets=JOB_BUCKETS,
+            registry=self.registry,
+        )
         self.repairs = Counter(
-            "fairlane_repairs", "What the periodic jobs this worker ran put right, by kind",
-            ["kind"], registry=self.registry,
-        )  # fmt: skip
+            "fairlane_repairs",
+            "What the periodic jobs this worker ran put right, by kind",
+            ["kind"],
+            registry=self.registry,
+        )
         self.batch_items = Counter(
             "fairlane_batch_items",
             "Batch items this worker's carriers decided, by the state they reached",
-            ["state"], registry=self.registry,
-        )  # fmt: skip
+            ["state"],
+            registry=self.registry,
+        )
         # Known label values start at zero, so that rate() sees the first increase.
         for kind in REPAIR_KINDS:
             self.repairs.labels(kind)

@@ -33,6 +33,12 @@ if find_spec("pytest") is not None:
     )
 
     __all__ += [
-        "fairlane_async_client", "fairlane_client", "fairlane_databases", "fairlane_dsn",
-        "fairlane_eager", "fairlane_tasks", "fairlane_worker", "pytest_addoption",
-    ]  # fmt: skip
+        "fairlane_async_client",
+        "fairlane_client",
+        "fairlane_databases",
+        "fairlane_dsn",
+        "fairlane_eager",
+        "fairlane_tasks",
+        "fairlane_worker",
+        "pytest_addoption",
+    ]

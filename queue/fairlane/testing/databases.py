@@ -30,9 +30,12 @@ class TemplateDatabases:
     there to create and drop its own, or to ``postgres`` when that one does not exist)."""
 
     def __init__(
-        self, server_url: str = DEFAULT_SERVER_URL, *, schema: str | None = None,
+        self,
+        server_url: str = DEFAULT_SERVER_URL,
+        *,
+        schema: str | None = None,
         prefix: str = DEFAULT_PREFIX,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.server_dsn = psycopg_dsn(server_url)
         self.schema = schema_name(schema)
         self.template = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"

@@ -251,9 +251,12 @@ class EagerRuns:
             _in_handler.reset(marked)
 
     async def _attempt(
-        self, record: EagerRecord, definition: TaskDefinition, ctx: EagerRunContext,
+        self,
+        record: EagerRecord,
+        definition: TaskDefinition,
+        ctx: EagerRunContext,
         limiter: anyio.CapacityLimiter,
-    ) -> tuple[bool, BaseException | None]:  # fmt: skip
+    ) -> tuple[bool, BaseException | None]:
         """One attempt, decided as the worker's executor decides: (retry, the final error)."""
         error: BaseException | None = None
         result: Any = None
@@ -275,8 +278,15 @@ class EagerRuns:
             timeout = MaxDurationExceededError(
                 f"run exceeded max_duration of {record.max_duration_s}s"
             )
-            await self._final(record, ctx, definition, timeout, RunStatus.TIMED_OUT,
-                              "MAX_DURATION_EXCEEDED", limiter)  # fmt: skip
+            await self._final(
+                record,
+                ctx,
+                definition,
+                timeout,
+                RunStatus.TIMED_OUT,
+                "MAX_DURATION_EXCEEDED",
+                limiter,
+            )
             return False, timeout
         if error is None:
             try:
@@ -288,8 +298,9 @@ class EagerRuns:
                 record.finish(RunStatus.COMPLETED, result=json.loads(stored))
                 return False, None
         if invalid_payload:
-            await self._final(record, ctx, definition, error, RunStatus.FAILED,
-                              "INVALID_PAYLOAD", limiter)  # fmt: skip
+            await self._final(
+                record, ctx, definition, error, RunStatus.FAILED, "INVALID_PAYLOAD", limiter
+            )
             return False, error
         status, code, _delay = failure_decision(ctx.run, error, definition)
         if status is RunStatus.DELAYED:
@@ -299,9 +310,14 @@ class EagerRuns:
         return False, error
 
     async def _final(
-        self, record: EagerRecord, ctx: EagerRunContext, definition: TaskDefinition,
-        error: BaseException, status: RunStatus, code: str | None,
+        self,
+        record: EagerRecord,
+        ctx: EagerRunContext,
+        definition: TaskDefinition,
+        error: BaseException,
+        status: RunStatus,
+        code: str | None,
         limiter: anyio.CapacityLimiter,
-    ) -> None:  # fmt: skip
+    ) -> None:
         await run_hook(definition.on_failure, ctx, error, limiter)
         record.finish(status, error=error_document(error, record.attempts, code))

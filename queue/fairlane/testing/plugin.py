@@ -49,9 +49,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("fairlane_database_url", DATABASE_URL_HELP)
     parser.addini("fairlane_schema", "fairlane's schema in the test databases")
     parser.addini(
-        "fairlane_tasks", "module:attribute of the TaskRegistry fairlane_worker and "
+        "fairlane_tasks",
+        "module:attribute of the TaskRegistry fairlane_worker and "
         "fairlane_eager use when given none",
-    )  # fmt: skip
+    )
 
 
 def server_url(config: pytest.Config) -> str:

@@ -30,10 +30,13 @@ WORKER_ID = "eager"
 # Statuses that free a run's idempotency key (fairlane.triggering.idempotency).
 KEY_FREEING = frozenset(
     {
-        RunStatus.FAILED, RunStatus.CRASHED, RunStatus.TIMED_OUT, RunStatus.EXPIRED,
+        RunStatus.FAILED,
+        RunStatus.CRASHED,
+        RunStatus.TIMED_OUT,
+        RunStatus.EXPIRED,
         RunStatus.SYSTEM_FAILURE,
     }
-)  # fmt: skip
+)
 
 
 def _now() -> datetime:
@@ -73,15 +76,20 @@ class EagerRecord:
     @classmethod
     def of(cls, run_id: int, request: TriggerRequest, key: str | None) -> EagerRecord:
         return cls(
-            id=run_id, task=request.task, payload=_as_stored(request.payload, "payload"),
-            environment=environment_of(request), queue=request.queue, priority=request.priority,
+            id=run_id,
+            task=request.task,
+            payload=_as_stored(request.payload, "payload"),
+            environment=environment_of(request),
+            queue=request.queue,
+            priority=request.priority,
             max_attempts=request.max_attempts or DEFAULT_MAX_ATTEMPTS,
             tags=list(request.tags or ()),
             metadata=_as_stored(dict(request.metadata or {}), "metadata"),
             machine=request.machine,
             max_duration_s=seconds("max_duration", request.max_duration),
-            parent_run_id=request.parent_run_id, idempotency_key=key,
-        )  # fmt: skip
+            parent_run_id=request.parent_run_id,
+            idempotency_key=key,
+        )
 
     @classmethod
     def pre_failed(
@@ -89,11 +97,20 @@ class EagerRecord:
     ) -> EagerRecord:
         """A run that ended SYSTEM_FAILURE before it ran (a batch item that could not trigger)."""
         record = cls(
-            id=run_id, task=request.task, payload=None, environment=environment_of(request),
-            queue=request.queue, priority=0, max_attempts=1, tags=[], metadata={},
-            machine=None, max_duration_s=None, parent_run_id=parent_run_id,
+            id=run_id,
+            task=request.task,
+            payload=None,
+            environment=environment_of(request),
+            queue=request.queue,
+            priority=0,
+            max_attempts=1,
+            tags=[],
+            metadata={},
+            machine=None,
+            max_duration_s=None,
+            parent_run_id=parent_run_id,
             idempotency_key=None,
-        )  # fmt: skip
+        )
         record.status, record.finished_at = RunStatus.SYSTEM_FAILURE, record.created_at
         record.error = {"type": "SystemFailure", "code": code, "message": message, "attempt": 0}
         return record
@@ -103,12 +120,19 @@ class EagerRecord:
         handler's ``set_metadata`` lands in the record. An eager attempt follows a failure (no
         worker dies here), so it is its own wait attempt: its waits start afresh."""
         return ClaimedRun(
-            id=self.id, lease_token=uuid.uuid4(), task=self.task, payload=self.payload,
-            attempt=self.attempts, max_attempts=self.max_attempts,
-            environment=self.environment, queue=self.queue, metadata=self.metadata,
-            machine=self.machine, max_duration_s=self.max_duration_s,
+            id=self.id,
+            lease_token=uuid.uuid4(),
+            task=self.task,
+            payload=self.payload,
+            attempt=self.attempts,
+            max_attempts=self.max_attempts,
+            environment=self.environment,
+            queue=self.queue,
+            metadata=self.metadata,
+            machine=self.machine,
+            max_duration_s=self.max_duration_s,
             wait_attempt=self.attempts,
-        )  # fmt: skip
+        )
 
     def finish(
         self, status: RunStatus, *, result: Any = None, error: dict[str, Any] | None = None
@@ -131,18 +155,33 @@ class EagerRecord:
     def run(self) -> Run:
         started = self.started_at is not None
         return Run(
-            id=self.id, environment=self.environment, queue=self.queue, task=self.task,
-            payload=self.payload, status=self.status, priority=self.priority,
-            attempts=self.attempts, max_attempts=self.max_attempts,
-            available_at=self.created_at, created_at=self.created_at,
-            started_at=self.started_at, finished_at=self.finished_at, lease_token=None,
-            lease_until=None, worker_id=WORKER_ID if started else None, result=self.result,
-            error=self.error, tags=list(self.tags), metadata=dict(self.metadata),
-            machine=self.machine, max_duration_s=self.max_duration_s,
-            parent_run_id=self.parent_run_id, idempotency_key=self.idempotency_key,
+            id=self.id,
+            environment=self.environment,
+            queue=self.queue,
+            task=self.task,
+            payload=self.payload,
+            status=self.status,
+            priority=self.priority,
+            attempts=self.attempts,
+            max_attempts=self.max_attempts,
+            available_at=self.created_at,
+            created_at=self.created_at,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            lease_token=None,
+            lease_until=None,
+            worker_id=WORKER_ID if started else None,
+            result=self.result,
+            error=self.error,
+            tags=list(self.tags),
+            metadata=dict(self.metadata),
+            machine=self.machine,
+            max_duration_s=self.max_duration_s,
+            parent_run_id=self.parent_run_id,
+            idempotency_key=self.idempotency_key,
             attempt_errors=tuple(self.attempt_errors),
             earlier_attempt_errors=self.earlier_attempt_errors,
-        )  # fmt: skip
+        )
 
     def wait_result(self) -> WaitResult:
         """What a waiting parent gets, as from the run's waitpoint."""
@@ -159,9 +198,11 @@ def idempotency_key(request: TriggerRequest, parent: ClaimedRun | None) -> str |
     parent_id = request.parent_run_id or (parent.id if parent is not None else None)
     parent_attempt = request.parent_attempt or (parent.wait_attempt if parent is not None else None)
     return stored_key(
-        request.idempotency_key, request.idempotency_scope, parent_run_id=parent_id,
+        request.idempotency_key,
+        request.idempotency_scope,
+        parent_run_id=parent_id,
         parent_attempt=parent_attempt,
-    )  # fmt: skip
+    )
 
 
 def run_blocking(work: Callable[[], Awaitable[T]]) -> T:

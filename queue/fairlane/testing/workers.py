@@ -54,17 +54,23 @@ class WorkerFixture:
         return Worker(self._registry(registry), self.dsn, **settings)
 
     def drain(
-        self, registry: TaskRegistry | None = None, *, within: float = DRAIN_WITHIN_S,
+        self,
+        registry: TaskRegistry | None = None,
+        *,
+        within: float = DRAIN_WITHIN_S,
         **options: Any,
-    ) -> WorkerStats:  # fmt: skip
+    ) -> WorkerStats:
         """Run a worker until nothing is due (``Worker.run_until_idle``); returns its counters.
         Raises ``TimeoutError`` after ``within`` seconds."""
         return run_blocking(partial(self.drain_async, registry, within=within, **options))
 
     async def drain_async(
-        self, registry: TaskRegistry | None = None, *, within: float = DRAIN_WITHIN_S,
+        self,
+        registry: TaskRegistry | None = None,
+        *,
+        within: float = DRAIN_WITHIN_S,
         **options: Any,
-    ) -> WorkerStats:  # fmt: skip
+    ) -> WorkerStats:
         """The async twin of ``drain``."""
         worker = self.worker(registry, **options)
         with anyio.fail_after(within):

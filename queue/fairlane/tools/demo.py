@@ -170,10 +170,18 @@ FINAL = frozenset(status.value for status in FINAL_STATUSES)
 STATUS_ORDER = [status.value for status in RunStatus]
 # Short names, so that the progress line fits 80 columns with three environments.
 STATUS_SHORT = {
-    "DELAYED": "wait", "QUEUED": "q", "EXECUTING": "run", "WAITING": "wait",
-    "COMPLETED": "ok", "FAILED": "fail", "CRASHED": "crash", "TIMED_OUT": "tmo",
-    "EXPIRED": "exp", "CANCELED": "cxl", "SYSTEM_FAILURE": "sys",
-}  # fmt: skip
+    "DELAYED": "wait",
+    "QUEUED": "q",
+    "EXECUTING": "run",
+    "WAITING": "wait",
+    "COMPLETED": "ok",
+    "FAILED": "fail",
+    "CRASHED": "crash",
+    "TIMED_OUT": "tmo",
+    "EXPIRED": "exp",
+    "CANCELED": "cxl",
+    "SYSTEM_FAILURE": "sys",
+}
 LINE_WIDTH = 79
 
 
@@ -276,9 +284,13 @@ async def run_demo(
     result = DemoResult()
     progress = Progress(out, environments, runs_per_environment)
     worker = Worker(
-        tasks, url, schema=schema, concurrency=concurrency, environments=environments,
+        tasks,
+        url,
+        schema=schema,
+        concurrency=concurrency,
+        environments=environments,
         shutdown_grace=5.0,
-    )  # fmt: skip
+    )
     dsn = psycopg_dsn(url)
     signals_scope = anyio.CancelScope()
 
@@ -445,11 +457,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         )
         workload, result = anyio.run(
             lambda: run_demo(
-                choice.url, schema=schema, environments=environments,
-                runs_per_environment=args.runs, concurrency=args.concurrency,
-                give_up_after=args.timeout, out=out,
+                choice.url,
+                schema=schema,
+                environments=environments,
+                runs_per_environment=args.runs,
+                concurrency=args.concurrency,
+                give_up_after=args.timeout,
+                out=out,
             )
-        )  # fmt: skip
+        )
     except Exception as raised:
         failure = _database_error(raised)
         if failure is None:
@@ -488,25 +504,35 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "demo", help="run a small multi-tenant workload with live progress",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
-    p.add_argument("--dsn", default=argparse.SUPPRESS, help="database URL (default: "
-                   "$DATABASE_URL, the local server, or the embedded one)")  # fmt: skip
+        "demo",
+        help="run a small multi-tenant workload with live progress",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument(
-        "--schema", default=argparse.SUPPRESS,
+        "--dsn",
+        default=argparse.SUPPRESS,
+        help="database URL (default: $DATABASE_URL, the local server, or the embedded one)",
+    )
+    p.add_argument(
+        "--schema",
+        default=argparse.SUPPRESS,
         help=f"schema of the demo's tables (default: $FAIRLANE_SCHEMA or {DEMO_SCHEMA})",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--embedded", action="store_true",
+        "--embedded",
+        action="store_true",
         help="use the embedded PostgreSQL (pgserver) even if another server answers; "
         "same as FAIRLANE_EMBEDDED=1",
-    )  # fmt: skip
+    )
     p.add_argument("--runs", type=int, default=300, help="runs per environment (default 300)")
     p.add_argument(
-        "--environments", type=int, default=len(ENVIRONMENTS), choices=range(1, 4),
+        "--environments",
+        type=int,
+        default=len(ENVIRONMENTS),
+        choices=range(1, 4),
         help="how many environments (1-3, default 3)",
-    )  # fmt: skip
+    )
     p.add_argument("--concurrency", type=int, default=10, help="worker concurrency (default 10)")
     p.add_argument("--timeout", type=float, default=50.0, help="give up after this many seconds")
     p.set_defaults(func=cmd_demo)

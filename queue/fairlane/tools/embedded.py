@@ -149,9 +149,11 @@ class EmbeddedPostgres:
         return self.start()
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.stop()
 
 
@@ -166,9 +168,12 @@ def stop_data_dir(data_dir: Path | None = None) -> bool:
     owner = data_dir.stat().st_uid
     command = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(data_dir), "-m", "fast", "-w", "stop"]
     done = subprocess.run(
-        command, capture_output=True, text=True, check=False,
+        command,
+        capture_output=True,
+        text=True,
+        check=False,
         user=owner if os.geteuid() == 0 and owner != 0 else None,
-    )  # fmt: skip
+    )
     if done.returncode != 0:
         log.info("pg_ctl stop: %s", done.stderr.strip())
     return done.returncode == 0

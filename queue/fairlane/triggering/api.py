@@ -70,15 +70,20 @@ def _size_error(requests: Sequence[TriggerRequest], row: TriggerRow) -> QueueSiz
     if item is None:
         # The first request of that queue (or environment) past the room that was left.
         matching = [
-            index for index, request in enumerate(requests)
+            index
+            for index, request in enumerate(requests)
             if environment_of(request) == row.environment
             and (row.scope == "environment" or request.queue == row.queue)
-        ]  # fmt: skip
+        ]
         item = matching[min(max(limit - size, 0), len(matching) - 1)]
     return QueueSizeLimitExceeded(
-        row.environment or "", requests[item].queue, limit, scope=row.scope or "queue",
-        size=size, index=item,
-    )  # fmt: skip
+        row.environment or "",
+        requests[item].queue,
+        limit,
+        scope=row.scope or "queue",
+        size=size,
+        index=item,
+    )
 
 
 def _sa_rows(statement: Statement[TriggerRow], result: Any) -> list[TriggerRow]:

@@ -116,9 +116,11 @@ def check_request(request: TriggerRequest) -> None:
         environment = DEFAULT_ENVIRONMENT
     # Plain strings seen before pass in one cached look; anything else is checked name by name.
     if not (
-        type(task) is str and type(environment) is str and type(queue) is str
+        type(task) is str
+        and type(environment) is str
+        and type(queue) is str
         and _names_pass(task, environment, queue)
-    ):  # fmt: skip
+    ):
         check_text("task", task, MAX_NAME_LENGTH)
         check_text("environment", environment, MAX_NAME_LENGTH)
         check_text("queue", queue, MAX_NAME_LENGTH)
@@ -130,9 +132,12 @@ def check_request(request: TriggerRequest) -> None:
         check_text("idempotency_key", request.idempotency_key)
     if request.max_attempts is not None:
         _check_integer(
-            "max_attempts", request.max_attempts, 1, MAX_ATTEMPTS_CEILING,
+            "max_attempts",
+            request.max_attempts,
+            1,
+            MAX_ATTEMPTS_CEILING,
             f"must be an integer between 1 and {MAX_ATTEMPTS_CEILING}",
-        )  # fmt: skip
+        )
     _check_integer(
         "priority", request.priority, -MAX_PRIORITY, MAX_PRIORITY, "must be a 32-bit integer"
     )

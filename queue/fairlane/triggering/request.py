@@ -108,9 +108,11 @@ def _idempotency(request: TriggerRequest) -> tuple[str | None, float | None]:
     if request.idempotency_key is None:
         return None, None
     key = stored_key(
-        request.idempotency_key, request.idempotency_scope,
-        parent_run_id=request.parent_run_id, parent_attempt=request.parent_attempt,
-    )  # fmt: skip
+        request.idempotency_key,
+        request.idempotency_scope,
+        parent_run_id=request.parent_run_id,
+        parent_attempt=request.parent_attempt,
+    )
     return key, seconds("idempotency_ttl", request.idempotency_ttl)
 
 
@@ -138,8 +140,11 @@ def _fields(request: TriggerRequest) -> dict[str, Any]:
         if idempotency_ttl is not None:
             fields["idempotency_ttl_s"] = idempotency_ttl
     if debounce is not None:
-        fields.update(debounce_key=debounce.key, debounce_delay_s=debounce.delay_s,
-                      debounce_trailing=debounce.trailing)  # fmt: skip
+        fields.update(
+            debounce_key=debounce.key,
+            debounce_delay_s=debounce.delay_s,
+            debounce_trailing=debounce.trailing,
+        )
         if debounce.max_delay_s is not None:
             fields["debounce_max_delay_s"] = debounce.max_delay_s
     return fields

@@ -22,9 +22,11 @@ DEFAULT_TOKEN_KEY_TTL_S = 30 * 24 * 3600.0
 
 
 def _create(
-    idempotency_key: str | None, idempotency_ttl: Duration | None, timeout: Duration | None,
+    idempotency_key: str | None,
+    idempotency_ttl: Duration | None,
+    timeout: Duration | None,
     schema: str | None,
-) -> Operation[int]:  # fmt: skip
+) -> Operation[int]:
     key_ttl_s = seconds("idempotency_ttl", idempotency_ttl) or DEFAULT_TOKEN_KEY_TTL_S
     statement = engine(schema_name(schema)).waits.create_token(
         idempotency_key, key_ttl_s, seconds("timeout", timeout)
@@ -91,7 +93,10 @@ async def create_token_async(
 
 
 async def complete_token_async(
-    conn: psycopg.AsyncConnection[Any], token_id: int, output: Any = None, *,
+    conn: psycopg.AsyncConnection[Any],
+    token_id: int,
+    output: Any = None,
+    *,
     schema: str | None = None,
-) -> bool:  # fmt: skip
+) -> bool:
     return await drive_async(conn, _complete(token_id, output, schema))

@@ -46,6 +46,9 @@ class AccessLog:
         finally:
             if log.isEnabledFor(logging.INFO):
                 log.info(
-                    "%s %s %d %.1fms", scope.get("method", "WS"), masked(scope["path"]), status,
+                    "%s %s %d %.1fms",
+                    scope.get("method", "WS"),
+                    masked(scope["path"]),
+                    status,
                     (time.perf_counter() - started) * 1000,
-                )  # fmt: skip
+                )

@@ -50,9 +50,12 @@ log = logging.getLogger("fairlane.web")
 
 async def _internal_error(request: Request, error: Exception) -> Response:
     log.error(
-        "%s %s failed: %s", request.method, request.url.path, type(error).__name__,
+        "%s %s failed: %s",
+        request.method,
+        request.url.path,
+        type(error).__name__,
         exc_info=error,
-    )  # fmt: skip
+    )
     return error_response(500, "InternalError", "the server failed to answer this request")
 
 
@@ -64,12 +67,16 @@ async def _client_gone(request: Request, error: Exception) -> Response:
 
 
 def create_app(
-    dsn: str | None = None, schema: str | None = None, *, pool_size: int = DEFAULT_POOL_SIZE,
-    max_body_bytes: int | None = None, dashboard: bool = True,
+    dsn: str | None = None,
+    schema: str | None = None,
+    *,
+    pool_size: int = DEFAULT_POOL_SIZE,
+    max_body_bytes: int | None = None,
+    dashboard: bool = True,
     session_idle: float | None = None,
     upload_idle_timeout: float | None = None,
     uploads_per_environment: int | None = None,
-) -> Starlette:  # fmt: skip
+) -> Starlette:
     """The app for the database at ``dsn`` (default ``DATABASE_URL``) and fairlane's
     ``schema``. ``max_body_bytes`` bounds JSON request bodies (default 8 MiB);
     ``upload_idle_timeout`` (seconds, default 30) ends an NDJSON upload that sends nothing for

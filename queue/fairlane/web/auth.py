@@ -69,8 +69,9 @@ class Caller:
             if requested is None:
                 return default
             if not isinstance(requested, str):
-                raise ApiError(422, "TriggerOptionError", "environment must be a string",
-                               option="environment")  # fmt: skip
+                raise ApiError(
+                    422, "TriggerOptionError", "environment must be a string", option="environment"
+                )
             return requested
         own = self.key.environment
         assert own is not None
@@ -90,9 +91,11 @@ class Caller:
 
 def forbidden_environment(environment: object) -> ApiError:
     return ApiError(
-        403, "Forbidden", "this key cannot act in another environment",
+        403,
+        "Forbidden",
+        "this key cannot act in another environment",
         environment=environment if isinstance(environment, str) else None,
-    )  # fmt: skip
+    )
 
 
 async def authenticate(request: Request) -> Caller:

@@ -22,9 +22,14 @@ from fairlane.errors_policy import POLICIES, http_status
 
 class ApiError(Exception):
     def __init__(
-        self, status: int, kind: str, message: str, *, headers: dict[str, str] | None = None,
+        self,
+        status: int,
+        kind: str,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
         **details: Any,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.kind = kind
@@ -39,16 +44,36 @@ def not_found(what: str, ident: object) -> ApiError:
 
 # Attributes of typed errors worth a client's reading, by name.
 DETAILS = (
-    "option", "index", "line", "run_id", "batch_id", "waitpoint_id", "environment", "queue",
-    "limit", "scope", "size", "status", "setting", "retry_after_s", "run_count", "max_items",
-    "reason", "accepted", "received", "idle_timeout_s",
-)  # fmt: skip
+    "option",
+    "index",
+    "line",
+    "run_id",
+    "batch_id",
+    "waitpoint_id",
+    "environment",
+    "queue",
+    "limit",
+    "scope",
+    "size",
+    "status",
+    "setting",
+    "retry_after_s",
+    "run_count",
+    "max_items",
+    "reason",
+    "accepted",
+    "received",
+    "idle_timeout_s",
+)
 
 
 def error_response(
-    status: int, kind: str, message: str, details: dict[str, Any] | None = None,
+    status: int,
+    kind: str,
+    message: str,
+    details: dict[str, Any] | None = None,
     headers: Mapping[str, str] | None = None,
-) -> JSONResponse:  # fmt: skip
+) -> JSONResponse:
     body = {"error": {"type": kind, "message": message, **(details or {})}}
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -65,9 +90,10 @@ def fairlane_error(error: e.FairlaneError) -> JSONResponse:
         return unavailable_response()
     status = http_status(error)
     details = {
-        name: _plain(getattr(error, name)) for name in DETAILS
+        name: _plain(getattr(error, name))
+        for name in DETAILS
         if name != "status" and getattr(error, name, None) is not None
-    }  # fmt: skip
+    }
     if isinstance(error, e.RunStateError):
         details["run_status"] = error.status
     headers = None

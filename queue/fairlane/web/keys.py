@@ -41,9 +41,11 @@ def _check_environment(environment: str | None, admin: bool) -> None:
             raise ConfigurationError("an admin key belongs to no environment")
         return
     if (
-        not isinstance(environment, str) or not environment
-        or len(environment) > MAX_ENVIRONMENT_CHARS or "\x00" in environment
-    ):  # fmt: skip
+        not isinstance(environment, str)
+        or not environment
+        or len(environment) > MAX_ENVIRONMENT_CHARS
+        or "\x00" in environment
+    ):
         raise ConfigurationError(
             f"an environment key needs an environment of 1 to {MAX_ENVIRONMENT_CHARS} characters"
         )
@@ -55,9 +57,12 @@ def _create(
     _check_environment(environment, admin)
     key = new_key()
     found = yield engine(schema_name(schema)).web.create_key(
-        "admin" if admin else "environment", environment, name, key[:SHOWN_CHARACTERS],
+        "admin" if admin else "environment",
+        environment,
+        name,
+        key[:SHOWN_CHARACTERS],
         key_hash(key),
-    )  # fmt: skip
+    )
     return found[0], key
 
 
@@ -88,17 +93,24 @@ AsyncConn = psycopg.AsyncConnection[Any]
 
 
 def create_key(
-    conn: SyncConn, environment: str | None, *, name: str | None = None, admin: bool = False,
+    conn: SyncConn,
+    environment: str | None,
+    *,
+    name: str | None = None,
+    admin: bool = False,
     schema: str | None = None,
-) -> tuple[ApiKey, str]:  # fmt: skip
+) -> tuple[ApiKey, str]:
     """A new key: its stored record, and the key itself (shown once, never stored)."""
     return drive(conn, _create(schema, environment, name, admin))
 
 
 def list_keys(
-    conn: SyncConn, environment: str | None = None, *, include_revoked: bool = False,
+    conn: SyncConn,
+    environment: str | None = None,
+    *,
+    include_revoked: bool = False,
     schema: str | None = None,
-) -> list[ApiKey]:  # fmt: skip
+) -> list[ApiKey]:
     return drive(conn, _list(schema, environment, include_revoked))
 
 
@@ -114,16 +126,23 @@ def revoke_key(
 
 
 async def create_key_async(
-    conn: AsyncConn, environment: str | None, *, name: str | None = None, admin: bool = False,
+    conn: AsyncConn,
+    environment: str | None,
+    *,
+    name: str | None = None,
+    admin: bool = False,
     schema: str | None = None,
-) -> tuple[ApiKey, str]:  # fmt: skip
+) -> tuple[ApiKey, str]:
     return await drive_async(conn, _create(schema, environment, name, admin))
 
 
 async def list_keys_async(
-    conn: AsyncConn, environment: str | None = None, *, include_revoked: bool = False,
+    conn: AsyncConn,
+    environment: str | None = None,
+    *,
+    include_revoked: bool = False,
     schema: str | None = None,
-) -> list[ApiKey]:  # fmt: skip
+) -> list[ApiKey]:
     return await drive_async(conn, _list(schema, environment, include_revoked))
 
 

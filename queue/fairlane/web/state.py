@@ -35,11 +35,17 @@ DEFAULT_SESSION_IDLE_S = 30 * 60.0
 
 class WebState:
     def __init__(
-        self, dsn: str | None = None, schema: str | None = None, *,
-        pool_size: int = DEFAULT_POOL_SIZE, max_body_bytes: int | None = None,
-        pool_timeout: float = 10.0, session_idle_s: float = DEFAULT_SESSION_IDLE_S,
-        upload_idle_timeout: float | None = None, uploads_per_environment: int | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        dsn: str | None = None,
+        schema: str | None = None,
+        *,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        max_body_bytes: int | None = None,
+        pool_timeout: float = 10.0,
+        session_idle_s: float = DEFAULT_SESSION_IDLE_S,
+        upload_idle_timeout: float | None = None,
+        uploads_per_environment: int | None = None,
+    ) -> None:
         self.dsn = psycopg_dsn(database_url(dsn))
         self.schema = schema_name(schema)
         self.engine: Engine = engine(self.schema)
@@ -60,9 +66,14 @@ class WebState:
             if self._pool is not None:
                 return self._pool
             pool: AsyncConnectionPool[AsyncConn] = AsyncConnectionPool(
-                self.dsn, min_size=1, max_size=self.pool_size, open=False,
-                kwargs={"autocommit": True}, name="fairlane.web", timeout=self.pool_timeout,
-            )  # fmt: skip
+                self.dsn,
+                min_size=1,
+                max_size=self.pool_size,
+                open=False,
+                kwargs={"autocommit": True},
+                name="fairlane.web",
+                timeout=self.pool_timeout,
+            )
             try:
                 await pool.open(wait=True, timeout=self.pool_timeout)
                 async with pool.connection() as conn:

@@ -26,9 +26,14 @@ def run_event(
     if not log.isEnabledFor(level):
         return
     extra: dict[str, Any] = {
-        "event": event, "run_id": run.id, "task": run.task, "environment": run.environment,
-        "queue": run.queue, "attempt": run.attempt, **fields,
-    }  # fmt: skip
+        "event": event,
+        "run_id": run.id,
+        "task": run.task,
+        "environment": run.environment,
+        "queue": run.queue,
+        "attempt": run.attempt,
+        **fields,
+    }
     text = f"run {run.id} {event}: {run.task} in {run.environment}/{run.queue}, "
     text += f"attempt {run.attempt}/{run.max_attempts}"
     if duration_ms is not None:

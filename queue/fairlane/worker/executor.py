@@ -66,9 +66,11 @@ async def call_handler(
 
 
 async def run_hook(
-    hook: Callable[[RunContext, Any], Any] | None, ctx: RunContext, value: Any,
+    hook: Callable[[RunContext, Any], Any] | None,
+    ctx: RunContext,
+    value: Any,
     limiter: anyio.CapacityLimiter,
-) -> None:  # fmt: skip
+) -> None:
     """Run an ``on_success``/``on_failure`` hook before the outcome is written (so a worker
     that dies before writing runs it again with the run: at least once). A hook that raises is
     logged; the run's outcome stands."""
@@ -126,9 +128,15 @@ async def execute(
     caught_stop = active.scope is shared and shared.cancel_called
     with type(shared)(shield=True) if caught_stop else _NO_SHIELD:
         return await _conclude(
-            active, definition, limiter, attempt, error, result,
-            cut_short=cut_short, invalid_payload=invalid_payload,
-        )  # fmt: skip
+            active,
+            definition,
+            limiter,
+            attempt,
+            error,
+            result,
+            cut_short=cut_short,
+            invalid_payload=invalid_payload,
+        )
 
 
 def interrupted(active: ActiveRun, runs: RunTable, shared: anyio.CancelScope) -> Outcome | None:
@@ -159,10 +167,16 @@ def _stopped(active: ActiveRun, attempt: Attempt, cut_short: bool) -> tuple[bool
 
 
 async def _conclude(
-    active: ActiveRun, definition: TaskDefinition | None, limiter: anyio.CapacityLimiter,
-    attempt: Attempt, error: BaseException | None, result: Any,
-    *, cut_short: bool, invalid_payload: bool,
-) -> Outcome:  # fmt: skip
+    active: ActiveRun,
+    definition: TaskDefinition | None,
+    limiter: anyio.CapacityLimiter,
+    attempt: Attempt,
+    error: BaseException | None,
+    result: Any,
+    *,
+    cut_short: bool,
+    invalid_payload: bool,
+) -> Outcome:
     """The outcome of a handler no stop settled: a timeout, an error or its result."""
     if cut_short:
         # Nobody asked for a stop, so the deadline did.
@@ -185,9 +199,11 @@ async def _conclude(
 
 
 async def _run_handler(
-    active: ActiveRun, definition: TaskDefinition | None, limiter: anyio.CapacityLimiter,
+    active: ActiveRun,
+    definition: TaskDefinition | None,
+    limiter: anyio.CapacityLimiter,
     shared: anyio.CancelScope,
-) -> tuple[BaseException | None, Any, bool, bool]:  # fmt: skip
+) -> tuple[BaseException | None, Any, bool, bool]:
     """(error, result, cut short, the payload was invalid). In ``shared``, a stop's
     cancellation is not caught here."""
     run = active.run

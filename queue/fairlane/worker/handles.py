@@ -56,9 +56,13 @@ class Task(Generic[P, R]):
         )
 
     def trigger(
-        self, target: SyncConnection | Client, payload: P, *, schema: str | None = None,
+        self,
+        target: SyncConnection | Client,
+        payload: P,
+        *,
+        schema: str | None = None,
         **options: Any,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Trigger a run of this task; returns its id. ``target`` is a ``Client`` (committed on
         return) or your own connection or session (the run joins your transaction), as for
         ``fairlane.trigger``. ``options`` are ``TriggerRequest``'s."""
@@ -71,9 +75,13 @@ class Task(Generic[P, R]):
         return trigger_many(target, [request], schema=schema)[0]
 
     async def trigger_async(
-        self, target: AsyncConnectionLike | AsyncClient, payload: P, *,
-        schema: str | None = None, **options: Any,
-    ) -> int:  # fmt: skip
+        self,
+        target: AsyncConnectionLike | AsyncClient,
+        payload: P,
+        *,
+        schema: str | None = None,
+        **options: Any,
+    ) -> int:
         """The async twin of ``trigger``: an ``AsyncClient`` or your async connection or
         session."""
         from fairlane.async_client import AsyncClient

@@ -86,9 +86,14 @@ class LeaseStore:
         ``floors`` (worker/claim_floors.py) start each queue's walk after the last run claimed
         there; a caller that sends them must also claim without them now and then."""
         statement = self._engine.claim.runs(
-            limit, lease_s=self.lease_seconds, worker_id=self.worker_id,
-            environments=environments, queues=queues, full_scan=full_scan, floors=floors,
-        )  # fmt: skip
+            limit,
+            lease_s=self.lease_seconds,
+            worker_id=self.worker_id,
+            environments=environments,
+            queues=queues,
+            full_scan=full_scan,
+            floors=floors,
+        )
         if conn not in self._claim_connections:
             set_json_loads(_loads_json, conn)
             self._claim_connections.add(conn)
@@ -129,9 +134,12 @@ class LeaseStore:
             return set()
         ids, tokens = _lease_arrays([item.lease for item in items])
         statement = self._engine.leases.fail(
-            ids, tokens, [item.error_json for item in items],
-            [item.next_status for item in items], [item.retry_delay_s for item in items],
-        )  # fmt: skip
+            ids,
+            tokens,
+            [item.error_json for item in items],
+            [item.next_status for item in items],
+            [item.retry_delay_s for item in items],
+        )
         return set(await rows_async(conn, statement))
 
     async def set_metadata(self, conn: AsyncConn, patches: Sequence[tuple[Lease, str]]) -> set[int]:

@@ -266,7 +266,8 @@ class OutcomeWriter:
             self._stats.stale_writes += len(refused)
             log.warning(
                 "fence refused %s for runs %s: their lease was lost (re-claimed or ended)",
-                what, refused,
+                what,
+                refused,
                 extra={"event": "stale_write_refused", "write": what, "run_ids": refused},
-            )  # fmt: skip
+            )
         self._on_written(leases)

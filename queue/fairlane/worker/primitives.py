@@ -2,11 +2,11 @@
 own classes.
 
 ``anyio.Event()`` and ``anyio.CancelScope()`` look the running backend up again on every call
-(sniffio, then the backend module): measured here, 6.8 µs for an event against 1.3 µs from
-the backend's class, and 5.4 µs for a scope against 0.8 µs. A no-op run needs an event for the
-runner that waits for it and another for the slot it frees; each runner a scope, made again
-after a stop cancels it (worker/executor.py). The classes are taken once, inside the event
-loop, when the worker starts.
+(sniffio, then the backend module), several times what making one from the backend's class
+costs (bench/sittings/04-the-worker-s-python-per-run-binary-arrays-claims-of-1-000.md). A
+no-op run needs an event for the runner that waits for it and another for the slot it frees;
+each runner a scope, made again after a stop cancels it (worker/executor.py). The classes are
+taken once, inside the event loop, when the worker starts.
 """
 
 from __future__ import annotations

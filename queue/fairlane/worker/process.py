@@ -4,26 +4,23 @@ never calls these; the command line does, before it starts the worker.
 
 The garbage collector: importing fairlane, psycopg and SQLAlchemy leaves about half a million
 long-lived objects. Every full collection walks all of them, and a worker allocating a few
-objects per run triggers one every second or so at tens of thousands of runs a second:
-measured, 7 full collections of about 70 ms each during a 40,000-run drain, a tenth of the
-worker's CPU time. ``gc.freeze`` moves what exists at start-up into the permanent generation,
-so collections only look at what the runs made.
+objects per run triggers one every second or so at tens of thousands of runs a second, each
+walking them all again. ``gc.freeze`` moves what exists at start-up into the permanent
+generation, so collections only look at what the runs made.
 
 What the runs make is then mostly freed by reference counting (tests/worker/test_run_lifetime.py
 holds that), but a run lives for several young collections at Python's default threshold of 700
 allocations: every claimed batch and every run in flight was walked again and again and
-promoted, which in turn set off full collections that found nothing to free. A young
-threshold of 10,000 let most runs end before they were walked: in 200,000-run drains at
-2000/1000, interleaved, 28 full collections (0.8 s) became one, and the worker's CPU per run
-went from 39.5 and 36.8 us to 31.1 and 34.1. The count is of objects allocated and not yet
-freed, and at the benchmarks' best setting since (4000 runners, claims of 2000) what a drain
-holds alive after the freeze (runner tasks, runs in flight, their rows) reached about 200,000
-with collections off: at 10,000 the young collections still walked and promoted them. At 100,000,
-100k drains at 4000/2000, three interleaved rounds, ran at 56,330 · 55,317 · 59,258 runs/s
-with 10.3-10.9 us of worker CPU per run, against 54,517 · 53,772 · 51,692 and 11.6-11.8 us at
-10,000; peak memory (118 MB), pickup latency and the drain at concurrency 10 the same either
-way. The older generations keep their default ratios, so cycles that do outlive the young
-collections (a handler's own, say) are still collected.
+promoted, which in turn set off full collections that found nothing to free. The young
+threshold is a count of objects allocated and not yet freed, so it is set above what a drain
+holds alive after the freeze at the benchmarks' best setting (runner tasks, runs in flight,
+their rows: about 200,000 objects), and most runs end before a young collection walks them.
+A threshold of 10,000 already spared most full collections; 100,000 also spares the young ones,
+for less worker CPU per run at the same peak memory and pickup latency (the figures are in
+bench/sittings/05-runs-freed-by-reference-counting-young-collections-every-10.md and
+bench/sittings/10-a-lighter-bulk-trigger-claims-without-json-calls.md). The older generations
+keep their default ratios, so cycles that do outlive the young collections (a handler's own,
+say) are still collected.
 
 The event loop: uvloop when it is installed (the ``uvloop`` extra), unless asked otherwise.
 """

@@ -71,9 +71,11 @@ class TaskDefinition:
     def trigger_defaults(self) -> dict[str, Any]:
         """The options a trigger through the handle fills in when not given."""
         defaults = {
-            "max_attempts": self.max_attempts, "max_duration": self.max_duration,
-            "queue": self.queue, "priority": self.priority,
-        }  # fmt: skip
+            "max_attempts": self.max_attempts,
+            "max_duration": self.max_duration,
+            "queue": self.queue,
+            "priority": self.priority,
+        }
         return {option: value for option, value in defaults.items() if value is not None}
 
 
@@ -136,12 +138,21 @@ class TaskRegistry:
             from fairlane.worker.handles import Task
 
             definition = self.register(
-                name or handler.__name__, handler, backoff=backoff, retry_on=retry_on,
-                dont_retry_on=dont_retry_on, max_attempts=max_attempts,
-                max_duration=max_duration, queue=queue, priority=priority,
-                on_success=on_success, on_failure=on_failure, cron=cron, timezone=timezone,
+                name or handler.__name__,
+                handler,
+                backoff=backoff,
+                retry_on=retry_on,
+                dont_retry_on=dont_retry_on,
+                max_attempts=max_attempts,
+                max_duration=max_duration,
+                queue=queue,
+                priority=priority,
+                on_success=on_success,
+                on_failure=on_failure,
+                cron=cron,
+                timezone=timezone,
                 namespace=namespace,
-            )  # fmt: skip
+            )
             return Task(definition)
 
         return register

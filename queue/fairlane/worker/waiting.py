@@ -301,7 +301,8 @@ def _linked(active: ActiveRun, requests: Sequence[TriggerRequest]) -> list[Trigg
     waits these are, so a replay after a crash finds the children of the attempt it replays."""
     attempt = active.ctx.wait_attempt
     return [
-        request if request.parent_run_id is not None
+        request
+        if request.parent_run_id is not None
         else replace(request, parent_run_id=active.run.id, parent_attempt=attempt)
         for request in in_parent_environment(active.run.environment, requests)
-    ]  # fmt: skip
+    ]

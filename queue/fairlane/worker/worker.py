@@ -68,7 +68,8 @@ log = logging.getLogger("fairlane.worker")
 # first), could otherwise scan the whole runs table for every lease once it has grown. And they
 # keep that one plan: left to choose, PostgreSQL planned every call anew for good (a custom plan
 # counts the elements of the call's arrays, so it always looks cheaper than the generic plan's
-# guess), about 0.3 ms of the server's time for every completion, failure and heartbeat.
+# guess), at a cost in server time for every completion, failure and heartbeat
+# (bench/sittings/14-fenced-writes-on-one-plan-a-pickup-on-a-cold-box.md).
 FENCED_WRITE_SETTINGS = {"enable_seqscan": "off", "plan_cache_mode": "force_generic_plan"}
 
 # Start-up retries of an unreachable database: the first after this, doubling up to the cap.
@@ -114,10 +115,11 @@ class Worker:
         heartbeat_interval = heartbeat_interval or lease_seconds / 3
         self.connection_options = ConnectionOptions(
             connect_timeout=connect_timeout_for(self.dsn, connect_timeout),
-            statement_timeout=statement_timeout, lock_timeout=None,
+            statement_timeout=statement_timeout,
+            lock_timeout=None,
             application_name="fairlane worker",
             prepare_threshold=prepare_threshold,
-        )  # fmt: skip
+        )
         # A beat that takes longer than an interval is better abandoned and sent again on a
         # new connection while the leases still hold; never less than a second, though.
         self.heartbeat_timeout = heartbeat_timeout or min(
@@ -131,9 +133,12 @@ class Worker:
         # Batch items become runs through the built-in task fairlane.batch_item.
         batch_processing.install(registry)
         self.batch_items = batch_processing.BatchItemProcessor(
-            self.dsn, self.schema, max_connections=batch_connections,
-            options=self._options("batches"), on_item=self.metrics.batch_item,
-        )  # fmt: skip
+            self.dsn,
+            self.schema,
+            max_connections=batch_connections,
+            options=self._options("batches"),
+            on_item=self.metrics.batch_item,
+        )
         self.concurrency = concurrency
         self.claim_batch = claim_batch or concurrency
         self.poll_interval = poll_interval
@@ -155,18 +160,26 @@ class Worker:
         # below report their events to it.
         self.runs = RunTable(concurrency, self.stats, on_written=self._outcomes_written)
         self.heartbeater = heartbeat.Heartbeater(
-            self.store, self.runs, interval=heartbeat_interval,
+            self.store,
+            self.runs,
+            interval=heartbeat_interval,
             # One whole write attempt, the abandoning of a hung connection included.
             outcome_timeout=self.connection_options.answer_within or lease_seconds,
-        )  # fmt: skip
+        )
         self.writer = OutcomeWriter(
-            self.store, self.stats, self.runs.written,
-            metadata_interval=metadata_interval, metrics=self.metrics,
-        )  # fmt: skip
+            self.store,
+            self.stats,
+            self.runs.written,
+            metadata_interval=metadata_interval,
+            metrics=self.metrics,
+        )
         self.waits = WaitService(
-            self.dsn, self.schema, poll_interval=poll_interval, options=self._options("waits"),
+            self.dsn,
+            self.schema,
+            poll_interval=poll_interval,
+            options=self._options("waits"),
             runs=self.runs,
-        )  # fmt: skip
+        )
         self.pool = RunnerPool(self.runs, registry, self.writer, self.metrics, concurrency)
         self.runs.on_runner_needed = self.pool.add_runner
         self._wake = anyio.Event()
@@ -350,9 +363,11 @@ class Worker:
         listen_conn = self._loop_connection("listener")
         tick_conn = self._loop_connection("periodic")
         listeners = notifier.Listeners(
-            new_runs=self._notified, cancel=self.runs.cancel_requested,
-            resume=self.waits.resume, reconnected=self.waits.wake_all,
-        )  # fmt: skip
+            new_runs=self._notified,
+            cancel=self.runs.cancel_requested,
+            resume=self.waits.resume,
+            reconnected=self.waits.wake_all,
+        )
         try:
             async with anyio.create_task_group() as background:
                 background.start_soon(self._write_loop, write_conn)
@@ -395,10 +410,13 @@ class Worker:
                 async with connection.use() as conn:
                     began = time.perf_counter()
                     claimed = await self.store.claim(
-                        conn, asked,
-                        environments=self.environments, queues=self.queues, full_scan=full_scan,
+                        conn,
+                        asked,
+                        environments=self.environments,
+                        queues=self.queues,
+                        full_scan=full_scan,
                         floors=self._floors.for_claim(full_scan),
-                    )  # fmt: skip
+                    )
                     self.metrics.claimed(time.perf_counter() - began)
                 self._floors.claimed(claimed, asked, full_scan)
                 outage.recovered()
@@ -463,13 +481,18 @@ class Worker:
 
     def _start(self, run: ClaimedRun, sent_at: float, recording: Any) -> None:
         ctx = RunContext(
-            run=run, worker_id=self.worker_id, _waits=self.waits,
+            run=run,
+            worker_id=self.worker_id,
+            _waits=self.waits,
             _metadata_sink=self._metadata_changed,
-        )  # fmt: skip
+        )
         active = ActiveRun(
-            run=run, lease=Lease(run.id, run.lease_token), ctx=ctx,
-            confirmed_until=sent_at + self.store.lease_seconds, tracer=recording,
-        )  # fmt: skip
+            run=run,
+            lease=Lease(run.id, run.lease_token),
+            ctx=ctx,
+            confirmed_until=sent_at + self.store.lease_seconds,
+            tracer=recording,
+        )
         ctx._active = active
         self.runs.claimed(active)
         self.pool.put(active)
@@ -510,16 +533,22 @@ class Worker:
                     if time.monotonic() >= give_up_at:
                         log.error(
                             "stopping with %d outcomes unwritten (%s): their leases lapse and "
-                            "the runs are run again", self.writer.pending_count, error,
-                        )  # fmt: skip
+                            "the runs are run again",
+                            self.writer.pending_count,
+                            error,
+                        )
                         return
                     await anyio.sleep(0.5)
 
     async def _periodic_loop(self, connection: LoopConnection) -> None:
         await periodic.periodic_loop(
-            connection, self.schema, self.stats, interval=self.periodic_interval,
-            declared=schedules.declared_params(self.registry), metrics=self.metrics,
-        )  # fmt: skip
+            connection,
+            self.schema,
+            self.stats,
+            interval=self.periodic_interval,
+            declared=schedules.declared_params(self.registry),
+            metrics=self.metrics,
+        )
 
     async def _write_loop(self, connection: LoopConnection) -> None:
         outage = Outage("writer", log)
@@ -538,17 +567,20 @@ class Worker:
             "tasks": [name for name in self.registry.names() if not name.startswith("fairlane.")],
             "environments": list(self.environments or []) or "all",
             "queues": list(self.queues or []) or "all",
-            "concurrency": self.concurrency, "lease_seconds": self.store.lease_seconds,
+            "concurrency": self.concurrency,
+            "lease_seconds": self.store.lease_seconds,
             # Never the password: host, port and database only.
             "server": f"{server.get('host', 'local')}:{server.get('port', 5432)}"
-                      f"/{server.get('dbname', '')}",
-            "schema": self.schema, "schema_revision": SCHEMA_REVISION,
-        }  # fmt: skip
+            f"/{server.get('dbname', '')}",
+            "schema": self.schema,
+            "schema_revision": SCHEMA_REVISION,
+        }
         log.info(
             "worker %s started: tasks %s, environments %s, queues %s, concurrency %s, "
             "lease %ss, server %s, schema %s at %s",
-            *fields.values(), extra=fields,
-        )  # fmt: skip
+            *fields.values(),
+            extra=fields,
+        )
 
     # -- what the listener, handlers and writer tell the claimer ------------------------
 

@@ -58,9 +58,11 @@ async def _bench(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     data = ndjson(args.items)
     async with AsyncBatchClient(dsn, schema=SCHEMA) as batches:
         await batches.set_limits(
-            ENVIRONMENT, bucket_max=args.items, refill_amount=args.items,
+            ENVIRONMENT,
+            bucket_max=args.items,
+            refill_amount=args.items,
             concurrency=args.batch_concurrency,
-        )  # fmt: skip
+        )
         batch = await batches.create(ENVIRONMENT, args.items)
         started = time.perf_counter()
         ingested = await batches.ingest(batch.id, chunks(data))
@@ -73,8 +75,12 @@ async def _bench(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
             return None
 
         worker = Worker(
-            tasks, dsn, schema=SCHEMA, concurrency=args.concurrency, shutdown_grace=5.0,
-        )  # fmt: skip
+            tasks,
+            dsn,
+            schema=SCHEMA,
+            concurrency=args.concurrency,
+            shutdown_grace=5.0,
+        )
         probe = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
         pending = (
             f"SELECT EXISTS (SELECT 1 FROM {SCHEMA}.runs "
@@ -137,7 +143,9 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--items", type=int, default=10000)
     p.add_argument("--concurrency", type=int, default=50, help="the worker's concurrency")
     p.add_argument(
-        "--batch-concurrency", type=int, default=50,
+        "--batch-concurrency",
+        type=int,
+        default=50,
         help="the environment's batch concurrency (items turned into runs at once)",
-    )  # fmt: skip
+    )
     p.set_defaults(func=main)

@@ -127,9 +127,14 @@ async def _drain(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     log.info("%d runs queued in %.2fs", args.runs, enqueue_s)
     tracker = Tracker(args.runs)
     worker = Worker(
-        registry_for(tracker), dsn, schema=SCHEMA, concurrency=args.concurrency,
-        claim_batch=args.claim_batch, shutdown_grace=5.0, durable_claims=not args.fast_claims,
-    )  # fmt: skip
+        registry_for(tracker),
+        dsn,
+        schema=SCHEMA,
+        concurrency=args.concurrency,
+        claim_batch=args.claim_batch,
+        shutdown_grace=5.0,
+        durable_claims=not args.fast_claims,
+    )
     probe = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     async with probe, anyio.create_task_group() as group:
         before = await sizes.measure_async(probe) if args.sizes else None
@@ -209,26 +214,32 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=10)
     p.add_argument("--claim-batch", type=int, help="runs per claim (default: the concurrency)")
     p.add_argument(
-        "--fast-claims", action="store_true",
+        "--fast-claims",
+        action="store_true",
         help="claims commit without waiting for the WAL flush (`fairlane worker --fast-claims`)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--tenants", type=int, default=0,
+        "--tenants",
+        type=int,
+        default=0,
         help="spread the runs over this many environments, with caps on (default: one, no caps)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--env-cap", type=int,
+        "--env-cap",
+        type=int,
         help="with --tenants: each environment's and queue's concurrency_limit "
         f"(default: {ENV_CAP})",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--statements", action="store_true",
+        "--statements",
+        action="store_true",
         help="report the server's time, WAL and buffers per run and statement "
         "(pg_stat_statements must be preloaded)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--sizes", action="store_true",
+        "--sizes",
+        action="store_true",
         help="report the runs table's and its indexes' bytes before and after the drain, "
         "after a VACUUM, and after pruning every finished run",
-    )  # fmt: skip
+    )
     p.set_defaults(func=main)

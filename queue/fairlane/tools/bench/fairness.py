@@ -133,9 +133,13 @@ async def _fairness(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         timeline.end(payload["env"])
 
     worker = Worker(
-        tasks, dsn, schema=SCHEMA, concurrency=args.concurrency,
-        claim_batch=args.claim_batch, shutdown_grace=5.0,
-    )  # fmt: skip
+        tasks,
+        dsn,
+        schema=SCHEMA,
+        concurrency=args.concurrency,
+        claim_batch=args.claim_batch,
+        shutdown_grace=5.0,
+    )
     client = await open_client(dsn)
     probe = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     async with client, probe, anyio.create_task_group() as group:

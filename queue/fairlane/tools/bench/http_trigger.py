@@ -73,9 +73,10 @@ def main(args: argparse.Namespace) -> int:
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
-        "http-trigger", parents=[common],
+        "http-trigger",
+        parents=[common],
         help="POST /api/v1/tasks/{task}/trigger one after the other over loopback: latency",
-    )  # fmt: skip
+    )
     p.add_argument("--requests", type=int, default=2000, help="timed requests")
     p.add_argument("--warmup", type=int, default=100, help="requests sent first, not timed")
     p.add_argument("--pool-size", type=int, default=4, help="the server's database connections")

@@ -86,9 +86,12 @@ def stream(url: str, key: str, args: argparse.Namespace, pid: int) -> dict[str, 
         raise SystemExit(f"the items answered {answer.status_code}: {answer.text}")
     result: dict[str, Any] = answer.json()
     return {
-        "batch_id": batch_id, "seconds": seconds, "answer": result, **memory.figures(),
+        "batch_id": batch_id,
+        "seconds": seconds,
+        "answer": result,
+        **memory.figures(),
         "rss_mib_by_tenth": [round(mark / 2**20, 1) for mark in marks],
-    }  # fmt: skip
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -127,9 +130,10 @@ def main(args: argparse.Namespace) -> int:
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
-        "ndjson-ingest", parents=[common],
+        "ndjson-ingest",
+        parents=[common],
         help="stream a batch's items as one chunked NDJSON request: items/s, server RSS",
-    )  # fmt: skip
+    )
     p.add_argument("--items", type=int, default=100_000)
     p.add_argument("--item-bytes", type=int, default=1024, help="bytes per NDJSON line")
     p.set_defaults(func=main)

@@ -58,9 +58,11 @@ async def _rate(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
             everything.set()
 
     options: dict[str, Any] = {
-        "schema": SCHEMA, "concurrency": args.concurrency,
-        "poll_interval": args.poll_interval, "shutdown_grace": 5.0,
-    }  # fmt: skip
+        "schema": SCHEMA,
+        "concurrency": args.concurrency,
+        "poll_interval": args.poll_interval,
+        "shutdown_grace": 5.0,
+    }
     workers = [Worker(tasks, dsn, **options) for _ in range(args.workers)]
     probe = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     async with probe, anyio.create_task_group() as group:

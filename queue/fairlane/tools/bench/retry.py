@@ -26,8 +26,10 @@ FROM generate_series(1, %s)
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with fresh_database(server_url(args.dsn), "retry", keep=args.keep_db) as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"INSERT INTO {SCHEMA}.queues (environment, name) VALUES "
-                         "('bench', 'default') ON CONFLICT DO NOTHING")  # fmt: skip
+            conn.execute(
+                f"INSERT INTO {SCHEMA}.queues (environment, name) VALUES "
+                "('bench', 'default') ON CONFLICT DO NOTHING"
+            )
             conn.execute(MAKE_FAILED_SQL, (args.runs,))
             conn.execute(f"ANALYZE {SCHEMA}.runs")
         with Client(dsn, schema=SCHEMA) as client:

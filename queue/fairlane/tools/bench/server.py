@@ -66,10 +66,21 @@ def serve(dsn: str, *, pool_size: int = 4) -> Iterator[Server]:
     httpx = httpx_module()
     port = free_port()
     command = [
-        sys.executable, "-m", "fairlane.cli", "serve", "--schema", SCHEMA,
-        "--host", "127.0.0.1", "--port", str(port), "--pool-size", str(pool_size),
-        "--log-level", "warning",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "fairlane.cli",
+        "serve",
+        "--schema",
+        SCHEMA,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--pool-size",
+        str(pool_size),
+        "--log-level",
+        "warning",
+    ]
     # The DSN goes through the environment, not the command line other users can read.
     environment = {**os.environ, "DATABASE_URL": dsn}
     # Whatever the server prints goes to stderr: stdout is the benchmark's one JSON line.

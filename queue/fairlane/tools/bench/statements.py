@@ -66,11 +66,15 @@ def per_run(conn: psycopg.Connection[Any], runs: int, *, top: int = 8) -> dict[s
             continue
         total_us += exec_ms * 1000 / runs
         if len(statements) < top:
-            statements.append({
-                "statement": label(query), "calls": calls, "rows": returned,
-                "us_per_run": round(exec_ms * 1000 / runs, 2),
-                "wal_bytes_per_run": round(float(wal_bytes) / runs, 1),
-                "wal_records_per_run": round(wal_records / runs, 2),
-                "blocks_per_run": round(blocks / runs, 2),
-            })  # fmt: skip
+            statements.append(
+                {
+                    "statement": label(query),
+                    "calls": calls,
+                    "rows": returned,
+                    "us_per_run": round(exec_ms * 1000 / runs, 2),
+                    "wal_bytes_per_run": round(float(wal_bytes) / runs, 1),
+                    "wal_records_per_run": round(wal_records / runs, 2),
+                    "blocks_per_run": round(blocks / runs, 2),
+                }
+            )
     return {"server_us_per_run": round(total_us, 2), "statements": statements}

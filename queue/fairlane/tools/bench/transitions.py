@@ -145,8 +145,9 @@ def main(args: argparse.Namespace) -> int:
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
-        "transitions", parents=[common],
+        "transitions",
+        parents=[common],
         help="WAL, buffers and index entries each state change writes, per run",
-    )  # fmt: skip
+    )
     p.add_argument("--runs", type=int, default=1000, help="runs per transition")
     p.set_defaults(func=main)

@@ -9,6 +9,10 @@ from fairlane.web.api import batches, limits, openapi, runs, tasks, tokens
 
 def routes() -> list[BaseRoute]:
     return [
-        *tasks.routes, *runs.routes, *tokens.routes, *batches.routes, *limits.routes,
+        *tasks.routes,
+        *runs.routes,
+        *tokens.routes,
+        *batches.routes,
+        *limits.routes,
         *openapi.routes,
-    ]  # fmt: skip
+    ]

@@ -36,8 +36,15 @@ from fairlane.web.params import INT32_MAX, MAX_ID, int_param, path_id
 from fairlane.web.serialize import batch_json, ingest_json, item_json
 from fairlane.web.state import AsyncConn, WebState
 
-CREATE_FIELDS = {"run_count", "runCount", "parent_run_id", "parentRunId", "idempotency_key",
-                 "idempotencyKey", "environment"}  # fmt: skip
+CREATE_FIELDS = {
+    "run_count",
+    "runCount",
+    "parent_run_id",
+    "parentRunId",
+    "idempotency_key",
+    "idempotencyKey",
+    "environment",
+}
 MAX_ITEMS_PAGE = 1000
 
 
@@ -71,16 +78,22 @@ async def create(request: Request) -> JSONResponse:
     key = _field(body, "idempotency_key", "idempotencyKey")
     if key is not None and (not isinstance(key, str) or not key or "\x00" in key):
         raise ApiError(
-            422, "BadRequest", "idempotency_key must be a non-empty string",
+            422,
+            "BadRequest",
+            "idempotency_key must be a non-empty string",
             field="idempotency_key",
-        )  # fmt: skip
+        )
     async with state.connection() as conn:
         if parent is not None:
             await visible_run(state, conn, caller, parent)
         batch = await create_batch_async(
-            conn, environment, _field(body, "run_count", "runCount"), parent_run_id=parent,
-            idempotency_key=key, schema=state.schema,
-        )  # fmt: skip
+            conn,
+            environment,
+            _field(body, "run_count", "runCount"),
+            parent_run_id=parent,
+            idempotency_key=key,
+            schema=state.schema,
+        )
     return JSONResponse(batch_json(batch), status_code=201)
 
 
@@ -101,9 +114,11 @@ async def items(request: Request) -> JSONResponse:
     item_state = request.query_params.get("state") or None
     if item_state is not None and item_state.upper() not in BATCH_ITEM_STATES:
         raise ApiError(
-            400, "BadRequest", f"state is one of {', '.join(BATCH_ITEM_STATES)}",
+            400,
+            "BadRequest",
+            f"state is one of {', '.join(BATCH_ITEM_STATES)}",
             parameter="state",
-        )  # fmt: skip
+        )
     async with state.connection() as conn:
         await visible_batch(state, conn, caller, batch_id)
         statement = state.engine.web.batch_items_page(

@@ -30,17 +30,24 @@ from fairlane.web.state import AsyncConn, WebState
 
 ENVIRONMENT_FIELDS = {"concurrency_limit", "burst_factor", "size_limit", "paused"}
 QUEUE_FIELDS = {"concurrency_limit", "size_limit", "paused"}
-SCHEDULER_FIELDS = {"quantum", "max_deficit", "global_concurrency_limit", "rate_limit_per_s",
-                    "rate_burst"}  # fmt: skip
+SCHEDULER_FIELDS = {
+    "quantum",
+    "max_deficit",
+    "global_concurrency_limit",
+    "rate_limit_per_s",
+    "rate_burst",
+}
 
 
 def _changes(body: dict[str, Any], allowed: set[str]) -> dict[str, Any]:
     unknown = sorted(set(body) - allowed)
     if unknown:
         raise ApiError(
-            422, "BadRequest", f"unknown field {unknown[0]!r}; expected "
-            f"{', '.join(sorted(allowed))}", field=unknown[0],
-        )  # fmt: skip
+            422,
+            "BadRequest",
+            f"unknown field {unknown[0]!r}; expected {', '.join(sorted(allowed))}",
+            field=unknown[0],
+        )
     if "paused" in body and not isinstance(body["paused"], bool):
         raise ApiError(422, "SettingError", "paused must be true or false", setting="paused")
     return body

@@ -21,19 +21,37 @@ from fairlane.web.errors import ApiError
 
 # Option name as sent -> TriggerRequest field.
 ALIASES = {
-    "environment": "environment", "queue": "queue", "priority": "priority",
-    "max_attempts": "max_attempts", "maxAttempts": "max_attempts", "delay": "delay",
-    "tags": "tags", "metadata": "metadata", "machine": "machine",
-    "max_duration": "max_duration", "maxDuration": "max_duration", "ttl": "ttl",
-    "parent_run_id": "parent_run_id", "parentRunId": "parent_run_id",
-    "parent_attempt": "parent_attempt", "parentAttempt": "parent_attempt",
-    "idempotency_key": "idempotency_key", "idempotencyKey": "idempotency_key",
-    "idempotency_scope": "idempotency_scope", "idempotencyKeyScope": "idempotency_scope",
-    "idempotency_ttl": "idempotency_ttl", "idempotencyKeyTTL": "idempotency_ttl",
+    "environment": "environment",
+    "queue": "queue",
+    "priority": "priority",
+    "max_attempts": "max_attempts",
+    "maxAttempts": "max_attempts",
+    "delay": "delay",
+    "tags": "tags",
+    "metadata": "metadata",
+    "machine": "machine",
+    "max_duration": "max_duration",
+    "maxDuration": "max_duration",
+    "ttl": "ttl",
+    "parent_run_id": "parent_run_id",
+    "parentRunId": "parent_run_id",
+    "parent_attempt": "parent_attempt",
+    "parentAttempt": "parent_attempt",
+    "idempotency_key": "idempotency_key",
+    "idempotencyKey": "idempotency_key",
+    "idempotency_scope": "idempotency_scope",
+    "idempotencyKeyScope": "idempotency_scope",
+    "idempotency_ttl": "idempotency_ttl",
+    "idempotencyKeyTTL": "idempotency_ttl",
     "debounce": "debounce",
-}  # fmt: skip
-DEBOUNCE_ALIASES = {"key": "key", "delay": "delay", "mode": "mode", "max_delay": "max_delay",
-                    "maxDelay": "max_delay"}  # fmt: skip
+}
+DEBOUNCE_ALIASES = {
+    "key": "key",
+    "delay": "delay",
+    "mode": "mode",
+    "max_delay": "max_delay",
+    "maxDelay": "max_delay",
+}
 _ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]")
 
 

@@ -46,16 +46,20 @@ async def get_run(request: Request) -> JSONResponse:
 
 def _statuses(request: Request) -> list[str] | None:
     given = [
-        part.strip().upper() for value in request.query_params.getlist("status")
-        for part in value.split(",") if part.strip()
-    ]  # fmt: skip
+        part.strip().upper()
+        for value in request.query_params.getlist("status")
+        for part in value.split(",")
+        if part.strip()
+    ]
     known = {status.value for status in RunStatus}
     for status in given:
         if status not in known:
             raise ApiError(
-                400, "BadRequest", f"unknown status {status!r}; one of {', '.join(sorted(known))}",
+                400,
+                "BadRequest",
+                f"unknown status {status!r}; one of {', '.join(sorted(known))}",
                 parameter="status",
-            )  # fmt: skip
+            )
     return given or None
 
 
@@ -66,12 +70,14 @@ def run_filter(request: Request, caller: Caller) -> RunFilter:
         environment = caller.environment(environment)
     limit = int_param(request, "limit", DEFAULT_PAGE, low=1, high=MAX_PAGE)
     return RunFilter(
-        environment=environment, queue=params.get("queue") or None,
-        task=params.get("task") or None, status=_statuses(request),
+        environment=environment,
+        queue=params.get("queue") or None,
+        task=params.get("task") or None,
+        status=_statuses(request),
         tags=[tag for tag in params.getlist("tag") if tag],
         limit=limit or DEFAULT_PAGE,
         before_id=int_param(request, "before_id", None, low=1, high=MAX_ID),
-    )  # fmt: skip
+    )
 
 
 async def list_runs(request: Request) -> JSONResponse:

@@ -39,9 +39,12 @@ def _unknown_fields(document: dict[str, object], allowed: set[str], index: int |
     if unknown:
         where = f" (item {index})" if index is not None else ""
         raise ApiError(
-            422, "BadRequest", f"unknown field {unknown[0]!r}{where}; expected "
-            f"{', '.join(sorted(allowed))}", field=unknown[0], index=index,
-        )  # fmt: skip
+            422,
+            "BadRequest",
+            f"unknown field {unknown[0]!r}{where}; expected {', '.join(sorted(allowed))}",
+            field=unknown[0],
+            index=index,
+        )
 
 
 async def trigger(request: Request) -> JSONResponse:

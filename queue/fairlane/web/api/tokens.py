@@ -45,9 +45,11 @@ def scoped_key(environment: str, key: Any) -> str | None:
         return None
     if not isinstance(key, str) or not key or "\x00" in key:
         raise ApiError(
-            422, "TriggerOptionError", "idempotency_key must be a non-empty string",
+            422,
+            "TriggerOptionError",
+            "idempotency_key must be a non-empty string",
             option="idempotency_key",
-        )  # fmt: skip
+        )
     return f"env:{len(environment)}:{environment}:{key}"
 
 

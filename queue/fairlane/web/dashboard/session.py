@@ -123,9 +123,14 @@ def login_token(request: Request) -> str:
 
 def set_login_cookie(request: Request, response: Response, token: str) -> None:
     response.set_cookie(
-        LOGIN_COOKIE, token, max_age=3600, path=_cookie_path(request), httponly=True,
-        samesite="strict", secure=request.url.scheme == "https",
-    )  # fmt: skip
+        LOGIN_COOKIE,
+        token,
+        max_age=3600,
+        path=_cookie_path(request),
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
 
 
 async def read_form(request: Request) -> dict[str, str]:

@@ -44,9 +44,11 @@ from fairlane.web.urls import root
 
 HERE = Path(__file__).parent
 templates = Environment(
-    loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
-    trim_blocks=True, lstrip_blocks=True,
-)  # fmt: skip
+    loader=FileSystemLoader(HERE / "templates"),
+    autoescape=select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
 THROUGHPUT_MINUTES = 10
 PAGE = 50
 
@@ -109,9 +111,12 @@ def render(
 ) -> HTMLResponse:
     context.setdefault("csrf", session.csrf if session else "")
     html = templates.get_template(name).render(
-        root=root(request), session=session, path=request.url.path,
-        flash=request.query_params.get("flash"), **context,
-    )  # fmt: skip
+        root=root(request),
+        session=session,
+        path=request.url.path,
+        flash=request.query_params.get("flash"),
+        **context,
+    )
     return HTMLResponse(html, status_code=status)
 
 
@@ -140,9 +145,12 @@ def action(handler: Callable[[Request, Session, dict[str, str]], Awaitable[Respo
         form = await read_form(request)
         if not csrf_ok(session.csrf, form):
             return render(
-                request, "error.html", session, status=403,
+                request,
+                "error.html",
+                session,
+                status=403,
                 message="The form's CSRF token is missing or stale: reload the page and try again.",
-            )  # fmt: skip
+            )
         return await handler(request, session, form)
 
     endpoint.__name__ = handler.__name__
@@ -165,18 +173,22 @@ def back(request: Request, fallback: str, message: str = "") -> RedirectResponse
 
 def _safe_next(request: Request, given: str | None) -> str:
     base = root(request)
-    if (
-        given and given.startswith(base + "/") and not given.startswith("//")
-        and "\\" not in given
-    ):  # fmt: skip
+    if given and given.startswith(base + "/") and not given.startswith("//") and "\\" not in given:
         return given
     return base + "/"
 
 
 def _login_page(request: Request, target: str, error: str | None) -> Response:
     token = login_token(request)
-    response = render(request, "login.html", None, status=401 if error else 200,
-                      csrf=token, error=error, next=target)  # fmt: skip
+    response = render(
+        request,
+        "login.html",
+        None,
+        status=401 if error else 200,
+        csrf=token,
+        error=error,
+        next=target,
+    )
     set_login_cookie(request, response, token)
     return response
 
@@ -228,12 +240,23 @@ def _environments(
         if row["queue"] == BATCH_QUEUE:
             continue
         env_limit = row["env_limit"]
-        env = environments.setdefault(row["environment"], {
-            "name": row["environment"], "queues": [], "running": 0, "queued": 0, "delayed": 0,
-            "cap": int(env_limit * row["burst_factor"]) if env_limit is not None else None,
-            "paused": row["env_paused"], "size_limit": row["env_size_limit"], "oldest": None,
-            "throughput": [0] * THROUGHPUT_MINUTES, "failed": 0, "done": 0,
-        })  # fmt: skip
+        env = environments.setdefault(
+            row["environment"],
+            {
+                "name": row["environment"],
+                "queues": [],
+                "running": 0,
+                "queued": 0,
+                "delayed": 0,
+                "cap": int(env_limit * row["burst_factor"]) if env_limit is not None else None,
+                "paused": row["env_paused"],
+                "size_limit": row["env_size_limit"],
+                "oldest": None,
+                "throughput": [0] * THROUGHPUT_MINUTES,
+                "failed": 0,
+                "done": 0,
+            },
+        )
         head = head_of.get((row["environment"], row["queue"]))
         env["queues"].append({**row, "head": head})
         for count in ("running", "queued", "delayed"):
@@ -291,22 +314,30 @@ async def _runs(request: Request, session: Session) -> Response:
     params = request.query_params
     status = params.get("status") or None
     filters = RunFilter(
-        environment=params.get("environment") or None, queue=params.get("queue") or None,
+        environment=params.get("environment") or None,
+        queue=params.get("queue") or None,
         task=params.get("task") or None,
         status=status if status in {s.value for s in RunStatus} else None,
-        tags=[params["tag"]] if params.get("tag") else (), limit=PAGE,
+        tags=[params["tag"]] if params.get("tag") else (),
+        limit=PAGE,
         before_id=int_param(request, "before_id", None, low=1, high=MAX_ID),
-    )  # fmt: skip
+    )
     state = state_of(request)
     async with state.connection() as conn:
         runs = await drive_async(conn, control.list_runs(state.engine, filters))
     kept = {k: v for k, v in params.items() if k not in ("before_id", "flash") and v}
     next_page = "?" + urlencode({**kept, "before_id": runs[-1].id}) if len(runs) == PAGE else None
     return render(
-        request, "runs.html", session, runs=runs, filters=kept, next_page=next_page,
-        statuses=[s.value for s in RunStatus], first_page=bool(filters.before_id),
+        request,
+        "runs.html",
+        session,
+        runs=runs,
+        filters=kept,
+        next_page=next_page,
+        statuses=[s.value for s in RunStatus],
+        first_page=bool(filters.before_id),
         reset="?" + urlencode(kept) if kept else "",
-    )  # fmt: skip
+    )
 
 
 runs = page(_runs)
@@ -326,10 +357,13 @@ async def _run_context(request: Request, run_id: int) -> dict[str, Any]:
             except BatchNotFoundError:
                 batch = None
     return {
-        "run": run, "children": children, "waits": waits, "batch": batch,
+        "run": run,
+        "children": children,
+        "waits": waits,
+        "batch": batch,
         "batch_index": link["batch_index"] if link else None,
         "final": run.status in FINAL_STATUSES,
-    }  # fmt: skip
+    }
 
 
 def _run_id(request: Request) -> int:
@@ -383,10 +417,17 @@ async def _batches(request: Request, session: Session) -> Response:
         found = await rows_async(conn, state.engine.web.recent_batches(environment, before, PAGE))
     next_page = None
     if len(found) == PAGE:
-        next_page = "?" + urlencode({**({"environment": environment} if environment else {}),
-                                     "before_id": found[-1].id})  # fmt: skip
-    return render(request, "batches.html", session, batches=found, next_page=next_page,
-                  environment=environment or "")  # fmt: skip
+        next_page = "?" + urlencode(
+            {**({"environment": environment} if environment else {}), "before_id": found[-1].id}
+        )
+    return render(
+        request,
+        "batches.html",
+        session,
+        batches=found,
+        next_page=next_page,
+        environment=environment or "",
+    )
 
 
 async def _batch(request: Request, session: Session) -> Response:
@@ -451,11 +492,13 @@ async def _queue_action(request: Request, session: Session, form: dict[str, str]
     async with state.connection() as conn:
         try:
             if queue:
-                await limits.set_queue_async(conn, environment, queue, schema=state.schema,
-                                             **changes)  # fmt: skip
+                await limits.set_queue_async(
+                    conn, environment, queue, schema=state.schema, **changes
+                )
             else:
-                await limits.set_environment_async(conn, environment, schema=state.schema,
-                                                   **changes)  # fmt: skip
+                await limits.set_environment_async(
+                    conn, environment, schema=state.schema, **changes
+                )
         except FairlaneError as refused:
             return back(request, "/queues", str(refused))
     done = {"pause": "paused", "resume": "resumed", "limits": "limits set"}[what]

@@ -102,21 +102,27 @@ def positive(text: str) -> int:
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser(
-        "suite", parents=[common],
+        "suite",
+        parents=[common],
         help="fairlane beside the peer harness (PEERS_DIR): one JSON line per step, then a table",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--sizes", type=sizes_option, default=sizes_option(DEFAULT_SIZES),
+        "--sizes",
+        type=sizes_option,
+        default=sizes_option(DEFAULT_SIZES),
         help="drain sizes, comma-separated (20000, 20k, 1M); the smallest is also the size of "
         f"the concurrency-10, tenants and enqueue steps (default: {DEFAULT_SIZES})",
-    )  # fmt: skip
+    )
     p.add_argument("--quick", action="store_true", help="the smallest size only")
     p.add_argument("--reps", type=positive, default=1, help="repetitions of every step")
     p.add_argument(
-        "--best", type=best_option, default=(BEST_CONCURRENCY, BEST_CLAIM_BATCH), metavar="C/B",
+        "--best",
+        type=best_option,
+        default=(BEST_CONCURRENCY, BEST_CLAIM_BATCH),
+        metavar="C/B",
         help="fairlane's best setting, --concurrency/--claim-batch "
         f"(default: {BEST_CONCURRENCY}/{BEST_CLAIM_BATCH})",
-    )  # fmt: skip
+    )
     p.add_argument("--latency-runs", type=positive, default=300, help="pickups per latency step")
     p.add_argument("--out", help="results file, appended to (default: bench/results/<date>.jsonl)")
     p.add_argument(
@@ -127,9 +133,11 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "--step-timeout", type=float, default=600.0, help="seconds before a step is stopped"
     )
     p.add_argument(
-        "--only", type=pattern_option, metavar="REGEX",
+        "--only",
+        type=pattern_option,
+        metavar="REGEX",
         help="only the steps whose label it matches, as the harness's ONLY "
         "(labels: fairlane/drain/best@100k, graphile/throughput/tuned, pgqueuer/latency, ...)",
-    )  # fmt: skip
+    )
     p.add_argument("--table", metavar="FILE", help="print the table of a results file; run nothing")
     p.set_defaults(func=main)

@@ -102,9 +102,13 @@ def missing(harness: Harness, side: Side, env: Mapping[str, str]) -> str | None:
         probe = [str(interpreter), "-e", f"require.resolve({side.package!r})"]
     try:
         done = subprocess.run(
-            probe, cwd=harness.directory, env=dict(env), capture_output=True,
-            timeout=CHECK_TIMEOUT_S, check=False,
-        )  # fmt: skip
+            probe,
+            cwd=harness.directory,
+            env=dict(env),
+            capture_output=True,
+            timeout=CHECK_TIMEOUT_S,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"{side.package} could not be checked: {error}"
     if done.returncode != 0:

@@ -36,12 +36,10 @@ class Step:
         return label(self.side, self.case, None if self.case == LATENCY else self.size)
 
 
-# fairlane's best setting, concurrency / claim batch. Claims of 1,000 drained no-op runs 30-50 %
-# faster than claims of 200 here (20k and 100k, interleaved). Claims of 2,000 gained nothing
-# more while full collections walked every run in flight; since a finished run is freed at once
-# they drain 10-25 % faster than claims of 1,000 at 20k, 100k and 1M, timed from the worker's
-# start (bench/README.md, sitting seventeen on). Claims of 3,000 gained mostly in the first
-# claim, which the harness's timing leaves out.
+# fairlane's best setting, concurrency / claim batch: the largest claims that still drained
+# no-op runs faster at 20k, 100k and 1M, timed from the worker's start. Larger claims gained
+# mostly in the first claim, which the harness's timing leaves out (docs/performance.md; the
+# figures from bench/sittings/06-run-metrics-per-written-batch-a-lighter-bulk-trigger.md on).
 BEST_CONCURRENCY = 4000
 BEST_CLAIM_BATCH = 2000
 

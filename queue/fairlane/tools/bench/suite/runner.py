@@ -46,9 +46,13 @@ def run_step(
     errors.write(f"== {step.label}: {shown}\n")
     errors.flush()
     process = subprocess.Popen(
-        launch.argv, cwd=launch.cwd, env=None if launch.env is None else dict(launch.env),
-        stdout=subprocess.PIPE, stderr=errors, text=True,
-    )  # fmt: skip
+        launch.argv,
+        cwd=launch.cwd,
+        env=None if launch.env is None else dict(launch.env),
+        stdout=subprocess.PIPE,
+        stderr=errors,
+        text=True,
+    )
     try:
         out, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -55,7 +55,7 @@ PGQUEUER = Side(
     c10="throughput/c10",
     rate_field="process_jobs_per_s",
     filling_field="enqueue_jobs_per_s",
-    # The harness stops at 100k for PgQueuer: about 8k jobs/s there, two minutes at 1M.
+    # The harness stops at 100k for PgQueuer: at its rate a 1M drain would take minutes.
     max_best_size=100_000,
     script="pgqueuer_bench.py",
     runtime="python",

@@ -135,12 +135,15 @@ def _filling_sizes(results: Results) -> list[int]:
     enqueue that fills a drain (the peers' enqueue figures all come from there)."""
     measured = set(results.sizes(FAIRLANE, ENQUEUE))
     return [
-        size for size in _sizes(results, "best")
-        if size not in measured and any(
-            side.filling_field in line for side in SIDES
+        size
+        for size in _sizes(results, "best")
+        if size not in measured
+        and any(
+            side.filling_field in line
+            for side in SIDES
             for line in results.lines(side, side.best, size)
         )
-    ]  # fmt: skip
+    ]
 
 
 def _filling_cell(results: Results, side: Side, size: int) -> str:
@@ -250,9 +253,11 @@ def _runs_table_rows(results: Results) -> list[Row]:
             if f"{name}_pruned" in line
         ]
         rows.append(
-            (f"runs table; indexes: pruned and vacuumed ÷ queued, {size_text(size)}",
-             ["; ".join(ratios)] + [""] * len(PEERS))
-        )  # fmt: skip
+            (
+                f"runs table; indexes: pruned and vacuumed ÷ queued, {size_text(size)}",
+                ["; ".join(ratios)] + [""] * len(PEERS),
+            )
+        )
     return rows
 
 
