@@ -3,9 +3,11 @@ are both its category's, read from one table (fairlane.errors_policy)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import pkgutil
 from importlib import import_module
+from pathlib import Path
 
 import httpx
 import pytest
@@ -145,3 +147,16 @@ async def test_an_unavailable_database_is_a_503_that_names_no_server() -> None:
     body = json.loads(answer.text)
     assert body["error"]["type"] == "DatabaseUnavailable"
     assert "10.0.0.5" not in answer.text
+
+
+def test_no_code_raises_the_uncategorised_base() -> None:
+    """A bare ``FairlaneError`` has no category, so its exit code and HTTP status would be the
+    fallback's: every raise names a categorised class."""
+    offenders = []
+    for path in Path(fairlane.__path__[0]).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+                called = node.exc.func
+                if isinstance(called, ast.Name) and called.id == "FairlaneError":
+                    offenders.append(f"{path.name}:{node.lineno}")
+    assert offenders == []

@@ -24,9 +24,9 @@ from fairlane.engine import engine
 from fairlane.engine.batches import ItemColumns
 from fairlane.engine.statement import run_async
 from fairlane.errors import (
-    FairlaneError,
     PayloadError,
     QueueSizeLimitExceeded,
+    RunError,
     RunNotFoundError,
     TriggerOptionError,
 )
@@ -141,7 +141,7 @@ def batch_results(rows: Sequence[tuple[int, WaitResult]]) -> list[WaitResult]:
     by_item = dict(rows)
     summary = by_item.get(BATCH_EDGE)
     if summary is None:
-        raise FairlaneError("a wait on a batch found no edge to the batch")
+        raise RunError("a wait on a batch found no edge to the batch")
     details = summary.error if not summary.ok else summary.output
     run_count = int((details or {}).get("run_count", 0))
     missing = WaitResult(ok=False, error=summary.error or {"code": "BATCH_ITEM_MISSING"})

@@ -36,6 +36,7 @@ from fairlane.engine.statement import Statement, first_async, run_async
 from fairlane.errors import (
     BatchItemNotTriggered,
     FairlaneError,
+    InputError,
     RunNotFoundError,
     TriggerOptionError,
 )
@@ -204,7 +205,7 @@ current_processor: ContextVar[BatchItemProcessor | None] = ContextVar(
 async def handle_batch_item(ctx: RunContext, payload: Any) -> dict[str, Any]:
     processor = current_processor.get()
     if processor is None:
-        raise FairlaneError("fairlane.batch_item runs only inside a fairlane Worker")
+        raise InputError("fairlane.batch_item runs only inside a fairlane Worker")
     return await processor.process(ctx, payload)
 
 

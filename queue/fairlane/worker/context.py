@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from fairlane.errors import FairlaneError
+from fairlane.errors import InputError
 from fairlane.models import ClaimedRun
 from fairlane.payload import encode_json
 from fairlane.triggering.request import TriggerRequest
@@ -174,7 +174,7 @@ class RunContext:
 
     def _next_wait(self) -> tuple[WaitService, ActiveRun, int]:
         if self._waits is None or self._active is None:
-            raise FairlaneError("waiting needs a run executed by a worker")
+            raise InputError("waiting needs a run executed by a worker")
         position = self._position
         self._position += 1
         return self._waits, self._active, position
