@@ -56,23 +56,35 @@ WHEN (NEW.has_waiters
       AND NOT OLD.status = ANY({schema}.final_statuses()))
 EXECUTE FUNCTION {schema}.complete_run_waitpoint();
 
+-- function: wake_listed_waitpoints
+-- Empty a transaction-local list of completed waitpoints (a setting holding their ids, comma
+-- separated) and wake the runs waiting on them: the statement trigger below and the tokens'
+-- commit trigger (sql/waitpoints/tokens.sql) each keep a list of their own. Costs one setting
+-- read when the list is empty.
+CREATE OR REPLACE FUNCTION {schema}.wake_listed_waitpoints(list_name text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    pending text := current_setting(list_name, true);
+BEGIN
+    IF pending IS NULL OR pending = '' THEN
+        RETURN;
+    END IF;
+    PERFORM set_config(list_name, '', true);
+    PERFORM {schema}.wake_waiting_runs(string_to_array(pending, ',')::bigint[]);
+END;
+$$;
+
 -- function: wake_after_statement
 -- After a statement that changed run statuses: wake the runs waiting on the waitpoints its
--- rows completed (complete_run_waitpoint). Costs one setting read for statements that
--- completed none.
+-- rows completed (complete_run_waitpoint).
 CREATE OR REPLACE FUNCTION {schema}.wake_after_statement()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
-DECLARE
-    queue_name text := 'fairlane_wake.' || {schema_name};
-    pending text := current_setting(queue_name, true);
 BEGIN
-    IF pending IS NULL OR pending = '' THEN
-        RETURN NULL;
-    END IF;
-    PERFORM set_config(queue_name, '', true);
-    PERFORM {schema}.wake_waiting_runs(string_to_array(pending, ',')::bigint[]);
+    PERFORM {schema}.wake_listed_waitpoints('fairlane_wake.' || {schema_name});
     RETURN NULL;
 END;
 $$;

@@ -72,15 +72,8 @@ CREATE OR REPLACE FUNCTION {schema}.wake_tokens_at_commit()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
-DECLARE
-    list_name text := 'fairlane_wake_at_commit.' || {schema_name};
-    pending text := current_setting(list_name, true);
 BEGIN
-    IF pending IS NULL OR pending = '' THEN
-        RETURN NULL;
-    END IF;
-    PERFORM set_config(list_name, '', true);
-    PERFORM {schema}.wake_waiting_runs(string_to_array(pending, ',')::bigint[]);
+    PERFORM {schema}.wake_listed_waitpoints('fairlane_wake_at_commit.' || {schema_name});
     RETURN NULL;
 END;
 $$;
