@@ -63,6 +63,7 @@ from fairlane.connection import (
     DEFAULT_STATEMENT_TIMEOUT,
     Deadline,
     bounded,
+    connect_failure,
     pool_timeout,
     unavailable,
 )
@@ -84,7 +85,7 @@ from fairlane.engine.waits import WaitsOn
 from fairlane.errors import DatabaseUnavailable, RunWaitTimeoutError
 from fairlane.models import Run
 from fairlane.namespaces import Limits, Schedules, Tokens
-from fairlane.schema.check import check_schema
+from fairlane.schema.check import SCHEMA_REVISION, check_schema
 from fairlane.triggering import api as triggering
 from fairlane.triggering import eager
 from fairlane.triggering.boundary import boundary_errors
@@ -212,9 +213,14 @@ class Client:
             try:
                 conn: Conn = self._pool.getconn(timeout=max(min(remaining, GETCONN_SLICE_S), 0.001))
             except PoolTimeout as error:
+                last = self._connect_failures.recent()
+                # A missing database, a refused login or a malformed URL stays so: said at
+                # once, as the worker says it, instead of after the whole connect timeout.
+                mistake = None if last is None else connect_failure(last, SCHEMA_REVISION)
+                if mistake is not None:
+                    raise mistake from None
                 if give_up_at - time.monotonic() > 0:
                     continue  # asking again has the pool try to connect again
-                last = self._connect_failures.recent()
                 raise pool_timeout(self.options.connect_timeout, last) from error
             try:
                 usable = self._usable(conn, give_up_at)

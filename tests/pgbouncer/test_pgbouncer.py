@@ -132,6 +132,7 @@ def test_worker_processes_drain_1000_runs_through_pgbouncer(
         "--dsn",
         through,
         "--burst",
+        "--json",
         "--no-listen",
         "--prepare-threshold",
         "none",

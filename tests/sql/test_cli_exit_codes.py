@@ -4,6 +4,10 @@ migrated."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from typing import Any
 
 import psycopg
@@ -69,3 +73,56 @@ def test_read_commands_print_json(
     assert {job["name"] for job in json.loads(capsys.readouterr().out)} >= {"prune_finished_runs"}
     assert main(["settings", "--json", "--dsn", dsn]) == 0
     assert "max_ttl_s" in {setting["name"] for setting in json.loads(capsys.readouterr().out)}
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["status"], ["trigger", "hello"], ["runs", "list"], ["worker", "tests.faults.tasks:tasks"]],
+    ids=" ".join,
+)
+def test_a_missing_database_and_an_unknown_role_are_said_at_once_by_every_command(
+    dsn: str, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same line and exit code from every command, without waiting out the connect
+    timeout (a mistake stays one: retrying cannot help). A command that kept retrying would
+    end after the minute-long timeout with exit 1, "no database connection"."""
+    missing = psycopg.conninfo.make_conninfo(dsn, dbname="fairlane_no_such_db", connect_timeout=60)
+    assert main([*command, "--dsn", missing]) == 4
+    line = _one_line(capsys)
+    assert "fairlane_no_such_db" in line
+    assert "fairlane migrate" in line
+
+    stranger = psycopg.conninfo.make_conninfo(dsn, user="fairlane_no_such_role", connect_timeout=60)
+    assert main([*command, "--dsn", stranger]) == 2
+    assert "refused the login" in _one_line(capsys)
+
+
+def test_a_task_spec_naming_a_missing_module_is_one_line(
+    dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["worker", "app.task:tasks", "--dsn", dsn]) == 2
+    line = _one_line(capsys)
+    assert "cannot import app.task" in line
+    assert "no module named 'app'" in line
+    assert main(["worker", ":tasks", "--dsn", dsn]) == 2
+    assert "names no module" in _one_line(capsys)
+
+
+def test_a_reader_that_went_away_ends_the_command_quietly(dsn: str) -> None:
+    """`fairlane status | head -0`: the pipe's reader is gone before the command writes, so
+    its first write fails; it exits as a command killed by SIGPIPE would, without a message."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "fairlane.cli", "status", "--dsn", dsn],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 128 + signal.SIGPIPE
+    assert done.stderr == ""

@@ -3,6 +3,7 @@ defaults in help, --version, and JSON log lines with structured fields."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 
@@ -101,3 +102,55 @@ def test_worker_prepare_threshold_refuses_what_is_not_a_count(
     with pytest.raises(SystemExit):
         build_parser().parse_args(["worker", "app:tasks", "--prepare-threshold", "-1"])
     assert "expected 'none' or an integer >= 0" in capsys.readouterr().err
+
+
+def _leaf_commands() -> list[list[str]]:
+    """Every subcommand of the tree with its required positional arguments filled in, e.g.
+    ["runs", "show", "1"]."""
+    paths: list[list[str]] = []
+
+    def walk(parser: argparse.ArgumentParser, prefix: list[str]) -> None:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs and prefix:
+            positionals = [
+                str(next(iter(a.choices))) if a.choices else "1"
+                for a in parser._actions
+                if not a.option_strings and a.nargs not in ("?", "*")
+            ]
+            paths.append([*prefix, *positionals])
+        for action in subs:
+            for name, sub in dict(action.choices).items():
+                walk(sub, [*prefix, name])
+
+    walk(build_parser(), [])
+    return paths
+
+
+@pytest.mark.parametrize("path", _leaf_commands(), ids=" ".join)
+def test_global_options_are_accepted_after_every_subcommand(path: list[str]) -> None:
+    """--log-level, --log-format, --json and -v mean the same after a subcommand's name and
+    arguments as before them."""
+    args = build_parser().parse_args(
+        [*path, "--log-level", "debug", "--log-format", "json", "--json", "-v"]
+    )
+    assert (args.log_level, args.log_format, args.json, args.verbose) == (
+        "debug",
+        "json",
+        True,
+        True,
+    )
+
+
+def test_global_options_before_the_subcommand_are_not_overwritten() -> None:
+    args = build_parser().parse_args(["--json", "--log-level", "warning", "status"])
+    assert (args.json, args.log_level) == (True, "warning")
+    args = build_parser().parse_args(["runs", "show", "7", "--json"])
+    assert args.json is True
+    assert args.run_id == 7
+
+
+def test_help_has_no_docstring_markup(capsys: pytest.CaptureFixture[str]) -> None:
+    for path in [[], ["demo"], ["worker"], ["runs", "list"]]:
+        with pytest.raises(SystemExit):
+            main([*path, "--help"])
+        assert "``" not in capsys.readouterr().out

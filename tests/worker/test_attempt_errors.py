@@ -56,12 +56,21 @@ async def test_each_failed_attempt_keeps_its_error_after_the_run_completes(
     assert "ConnectionError: broken on attempt 1" in run.attempt_errors[0].error["traceback"]
     assert run.earlier_attempt_errors == 0
 
-    assert main(["runs", "show", str(run_id), "--dsn", dsn]) == 0
+    assert main(["runs", "show", str(run_id), "--dsn", dsn, "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert [e["error"]["message"] for e in shown["attempt_errors"]] == [
         "broken on attempt 1",
         "broken on attempt 2",
     ]
+    # Without --json: the state first, then each kept attempt's error on a line of its own.
+    assert main(["runs", "show", str(run_id), "--dsn", dsn]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"run {run_id}  ")
+    assert lines[0].endswith("COMPLETED")
+    errors = [line for line in lines if line.startswith("  attempt ")]
+    assert len(errors) == 2
+    assert errors[0].endswith("ConnectionError: broken on attempt 1")
+    assert errors[1].endswith("ConnectionError: broken on attempt 2")
 
 
 async def test_a_run_failing_many_times_keeps_the_last_ten_and_counts_the_rest(

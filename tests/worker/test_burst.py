@@ -123,6 +123,7 @@ def test_cli_worker_burst(dsn: str, db: psycopg.Connection[Any], tmp_path: Path)
             "worker",
             "burst_tasks:tasks",
             "--burst",
+            "--json",
             "--dsn",
             dsn,
             "--poll-interval",

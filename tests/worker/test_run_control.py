@@ -209,7 +209,7 @@ def test_runs_commands(dsn: str, db: psycopg.Connection[Any], capsys: Any) -> No
         delayed = client.trigger("d", delay="1h")
     assert main(["runs", "reschedule", str(delayed), "2h", *base]) == 0
     assert f"run {delayed} starts at" in capsys.readouterr().out
-    assert main(["runs", "show", str(delayed), *base]) == 0
+    assert main(["runs", "show", str(delayed), *base, "--json"]) == 0
     assert '"status": "DELAYED"' in capsys.readouterr().out
 
     assert (

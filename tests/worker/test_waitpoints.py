@@ -270,7 +270,7 @@ async def test_runs_show_says_what_a_waiting_run_waits_on_and_tokens_have_a_cli(
     parent = trigger(db, "parent", {"mode": "token", "token": token})
     async with running(Worker(registry(), dsn)):
         await wait_until(lambda: run_status(db, parent) == "WAITING", what="waiting")
-        assert main(["runs", "show", str(parent), "--dsn", dsn]) == 0
+        assert main(["runs", "show", str(parent), "--dsn", dsn, "--json"]) == 0
         (waits,) = json.loads(capsys.readouterr().out)["waits_on"]
         assert (waits["kind"], waits["status"], waits["waitpoint_id"]) == (
             "MANUAL",

@@ -20,6 +20,7 @@ __all__ = [
     "Parser",
     "connection_options",
     "flag_pair",
+    "global_options_everywhere",
     "json_option",
     "print_json",
 ]
@@ -43,6 +44,11 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def format_help(self) -> str:
+        # Descriptions are the modules' docstrings, whose ``literals`` are markup for the
+        # API reference, not for a terminal.
+        return super().format_help().replace("``", "")
 
 
 def connection_options(parser: argparse.ArgumentParser) -> None:
@@ -82,3 +88,44 @@ def json_option(parser: argparse.ArgumentParser) -> None:
 
 def print_json(value: Any) -> None:
     print(json.dumps(value, default=str, indent=2))
+
+
+# The top level's options that every subcommand accepts too, after its name.
+_GLOBAL_OPTIONS = ("--verbose", "--log-level", "--log-format", "--json", "--dsn", "--schema")
+
+
+def global_options_everywhere(parser: argparse.ArgumentParser) -> None:
+    """Copy the top level's global options onto every subcommand, at any depth, that does not
+    define them itself: ``fairlane worker app:tasks --log-level debug`` and ``fairlane runs
+    show 7 --json`` mean what they mean before the subcommand. Below the top level they
+    default to SUPPRESS, so a subcommand never overwrites what an outer level was given."""
+    wanted = [parser._option_string_actions[name] for name in _GLOBAL_OPTIONS]
+    for sub in _subcommands(parser):
+        for action in wanted:
+            if any(option in sub._option_string_actions for option in action.option_strings):
+                continue
+            copy = sub.add_argument(
+                *action.option_strings,
+                dest=action.dest,
+                default=argparse.SUPPRESS,
+                help=action.help,
+                **_kind(action),
+            )
+            copy.metavar = action.metavar
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    found: list[argparse.ArgumentParser] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # aliases share a parser
+                found.append(sub)
+                found.extend(_subcommands(sub))
+    return found
+
+
+def _kind(action: argparse.Action) -> dict[str, Any]:
+    """What makes ``action`` parse as it does: a flag, or a value with its type and choices."""
+    if isinstance(action, argparse._StoreTrueAction):
+        return {"action": "store_true"}
+    return {"type": action.type, "choices": action.choices}

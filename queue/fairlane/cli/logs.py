@@ -41,3 +41,8 @@ def configure(level: str, log_format: str) -> None:
     logging.getLogger("psycopg.pool").setLevel(
         logging.DEBUG if level.lower() == "debug" else logging.ERROR
     )
+    # alembic logs each migration it runs at info level: `fairlane migrate` prints its own
+    # summary, and -v (debug) shows alembic's lines too.
+    logging.getLogger("alembic").setLevel(
+        logging.DEBUG if level.lower() == "debug" else logging.WARNING
+    )

@@ -18,7 +18,13 @@ import anyio
 import psycopg
 
 from fairlane.cli import logs
-from fairlane.cli.common import Parser, connection_options, json_option, print_json
+from fairlane.cli.common import (
+    Parser,
+    connection_options,
+    global_options_everywhere,
+    json_option,
+    print_json,
+)
 from fairlane.client import Client
 from fairlane.config import schema_name
 from fairlane.connection import (
@@ -123,7 +129,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     uvloop = use_uvloop(args.loop)
     settle_heap()
     anyio.run(_run_worker, worker, args.burst, backend_options={"use_uvloop": uvloop})
-    print(json.dumps(worker.stats.as_dict()))
+    if args.json:
+        # The last line logged says the same; this is for a script to read.
+        print(json.dumps(worker.stats.as_dict()))
     return 0
 
 
@@ -373,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
         except ModuleNotFoundError as missing:
             if not (missing.name and module.startswith(missing.name)):
                 raise
+    global_options_everywhere(parser)
     return parser
 
 
@@ -396,6 +405,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # or a database that is not there: classified like the clients' errors.
         failure = unavailable(error, sent=True) or connect_failure(error, SCHEMA_REVISION)
         return _refused(failure or error, args.verbose)
+    except BrokenPipeError:
+        # The reader went away (`fairlane runs list | head`): stop as a command killed by
+        # SIGPIPE would, without a message, and without Python's own at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except (FairlaneError, OSError) as error:
         return _refused(error, args.verbose)
 

@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from fairlane.cli import run_view
 from fairlane.cli.common import connection_options, json_option, print_json
 from fairlane.client import Client
 from fairlane.control import RunFilter
@@ -21,11 +22,15 @@ def _client(args: argparse.Namespace) -> Client:
 def cmd_show(args: argparse.Namespace) -> int:
     with _client(args) as client:
         run = client.get_run(args.run_id)
-        document = _document(run)
-        if run.status is RunStatus.WAITING:
-            # Children (RUN), times (DATETIME), tokens (MANUAL) and batches (BATCH), by the
-            # handler's call position.
-            document["waits_on"] = [asdict(wait) for wait in client.waits_on(run.id)]
+        # Children (RUN), times (DATETIME), tokens (MANUAL) and batches (BATCH), by the
+        # handler's call position.
+        waits = client.waits_on(run.id) if run.status is RunStatus.WAITING else []
+    if not args.json:
+        print(run_view.render(run, waits), end="")
+        return 0
+    document = _document(run)
+    if run.status is RunStatus.WAITING:
+        document["waits_on"] = [asdict(wait) for wait in waits]
     print(json.dumps(document, default=str, indent=2))
     return 0
 
@@ -178,7 +183,9 @@ def add_parser(commands: Any) -> None:
         parser.set_defaults(func=func)
         return parser
 
-    action("show", "one run, whole", cmd_show).add_argument("run_id", type=int)
+    p = action("show", "one run, whole: state, times, payload, result, attempt errors", cmd_show)
+    p.add_argument("run_id", type=int)
+    json_option(p)
     p = action("list", "runs, newest first, filtered", cmd_list)
     _filters(p)
     p.add_argument("--limit", type=int, default=50)

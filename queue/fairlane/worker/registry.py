@@ -219,10 +219,28 @@ class TaskRegistry:
 def import_registry(spec: str) -> TaskRegistry:
     """``package.module:attribute`` (attribute default ``tasks``) naming a TaskRegistry."""
     module_name, _, attribute = spec.partition(":")
-    registry = getattr(importlib.import_module(module_name), attribute or "tasks", None)
+    if not module_name:
+        raise ConfigurationError(f"{spec!r} names no module: give package.module:attribute")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as missing:
+        # The spec's own module (or a package on its path) is not there: a mistyped spec, or
+        # the wrong folder. A module missing inside the user's code keeps its traceback.
+        if missing.name is None or not _on_path(missing.name, module_name):
+            raise
+        raise ConfigurationError(
+            f"cannot import {module_name} (from {spec}): no module named {missing.name!r};"
+            " run from the project's folder or put it on PYTHONPATH"
+        ) from None
+    registry = getattr(module, attribute or "tasks", None)
     if not isinstance(registry, TaskRegistry):
         raise ConfigurationError(f"{spec} is not a fairlane TaskRegistry")
     return registry
+
+
+def _on_path(missing: str, module_name: str) -> bool:
+    """Whether ``missing`` is ``module_name`` or one of the packages it is inside."""
+    return module_name == missing or module_name.startswith(missing + ".")
 
 
 def _check_defaults(definition: TaskDefinition) -> None:
