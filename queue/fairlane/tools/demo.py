@@ -185,6 +185,15 @@ STATUS_SHORT = {
 LINE_WIDTH = 79
 
 
+def fit(text: str, width: int) -> str:
+    """``text`` within ``width`` columns, cut between words (never inside a number), with an
+    ellipsis where it was cut."""
+    if len(text) <= width:
+        return text
+    cut = text.rfind(" ", 0, width)
+    return (text[:cut] if cut > 0 else text[: width - 1]).rstrip(" |") + "\u2026"
+
+
 def status_totals(counts: Counts) -> Counter[str]:
     totals: Counter[str] = Counter()
     for (_env, status), tally in counts.items():
@@ -221,14 +230,14 @@ class Progress:
             merged[STATUS_SHORT[status]] += totals[status]
         statuses = [f"{name} {count}" for name, count in merged.items() if count]
         rate = finished(counts) / elapsed if elapsed > 0 else 0.0
-        text = f"{elapsed:5.1f}s {' '.join(done)} | {' '.join(statuses)} | {rate:.0f}/s"
-        return text[:LINE_WIDTH]
+        text = f"{elapsed:5.1f}s {rate:.0f}/s | {' '.join(done)} | {' '.join(statuses)}"
+        return fit(text, LINE_WIDTH)
 
     def show(self, counts: Counts, elapsed: float, *, force: bool = False) -> None:
         text = self.line(counts, elapsed)
         if self.live:
             width = min(shutil.get_terminal_size((80, 20)).columns - 1, LINE_WIDTH)
-            self.out.write("\r\x1b[K" + text[:width])
+            self.out.write("\r\x1b[K" + fit(text, width))
             self.out.flush()
         elif force or time.monotonic() - self._last_print >= 1.0:
             self._last_print = time.monotonic()
