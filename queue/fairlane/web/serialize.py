@@ -37,6 +37,8 @@ def run_json(run: Run) -> dict[str, Any]:
         "status": str(run.status),
         "is_final": run.status.is_final,
         "payload": run.payload,
+        "result": run.result,
+        # The run's result under its earlier name, for one release (README, HTTP API).
         "output": run.result,
         "error": run.error,
         "priority": run.priority,

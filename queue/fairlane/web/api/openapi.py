@@ -210,7 +210,11 @@ SCHEMAS: dict[str, Any] = {
             "status": {"enum": [status.value for status in RunStatus]},
             "is_final": {"type": "boolean"},
             "payload": {},
-            "output": {},
+            "result": {"description": "what the handler returned (null until it completed)"},
+            "output": {
+                "deprecated": True,
+                "description": "the result under its earlier name; removed in the next release",
+            },
             "error": {"type": ["object", "null"]},
             "priority": {"type": "integer"},
             "attempts": {"type": "integer"},
