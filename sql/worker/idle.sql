@@ -11,3 +11,18 @@ SELECT EXISTS (
       AND (%(environments)s::text[] IS NULL OR r.environment = ANY(%(environments)s::text[]))
       AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
 ) AS due;
+
+-- name: advance_delayed_runs
+-- params: environments text[], queues text[]
+-- For tests (fairlane_worker.drain(include_delayed=True)): every DELAYED run of these
+-- environments and queues (NULL: any) becomes due now, as if its delay or its retry's backoff
+-- had passed; the promotion job then queues it. Returns how many were advanced.
+WITH advanced AS (
+    UPDATE {schema}.runs AS r
+    SET available_at = now()
+    WHERE r.status = 'DELAYED' AND r.available_at > now()
+      AND (%(environments)s::text[] IS NULL OR r.environment = ANY(%(environments)s::text[]))
+      AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+    RETURNING 1
+)
+SELECT count(*)::integer AS advanced FROM advanced;

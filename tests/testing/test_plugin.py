@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TASKS = """
 from dataclasses import dataclass
 
-from fairlane import AbortRun, RunContext, TaskRegistry
+from fairlane import AbortRun, Backoff, RunContext, TaskRegistry
 
 tasks = TaskRegistry()
 
@@ -40,6 +40,11 @@ def charge(ctx: RunContext, payload: Order) -> dict:
         raise AbortRun("nothing to charge", code="EMPTY")
     ctx.metadata.update(charged=payload.total_cents)
     return {"order": payload.id, "charged": payload.total_cents}
+
+
+@tasks.task(max_attempts=3, backoff=Backoff(min_s=3600, max_s=3600))
+def flaky(ctx: RunContext, payload: None) -> None:
+    raise ConnectionError(f"down on attempt {ctx.attempt}")
 
 
 @tasks.task()
@@ -76,6 +81,22 @@ def test_trigger_then_drain(fairlane_client, fairlane_worker):
     assert run.result == {"order": 1, "charged": 500}
     assert run.metadata == {"charged": 500}
     assert stats.completed == 1
+
+
+def test_a_drain_can_run_the_delayed_retries_too(fairlane_client, fairlane_worker):
+    from shop.tasks import flaky, tasks
+
+    run_id = flaky.trigger(fairlane_client, None)
+    fairlane_worker.drain(tasks)  # the registry given in code
+    first = fairlane_client.get_run(run_id)
+    assert (first.status, first.attempts) == (RunStatus.DELAYED, 1)  # an hour's backoff
+    stats = fairlane_worker.drain(tasks, include_delayed=True)
+    run = fairlane_client.get_run(run_id)
+    assert (run.status, run.attempts) == (RunStatus.FAILED, 3)
+    assert [e.error["message"] for e in run.attempt_errors] == [
+        f"down on attempt {n}" for n in (1, 2, 3)
+    ]
+    assert (stats.retried, stats.failed) == (1, 1)
 
 
 def test_every_test_has_a_fresh_database(fairlane_client):
@@ -163,7 +184,7 @@ def test_a_sample_project_uses_the_plugin(tmp_path: Path, postgresql_server: Any
         output, _ = process.communicate(timeout=100)
     finally:
         process.kill()
-    assert _outcome(output) == {"passed": 4, "failed": 1}, output
+    assert _outcome(output) == {"passed": 5, "failed": 1}, output
     assert "FAILED test_shop.py::test_a_run_that_failed_fails_the_test" in output, output
     assert "deliberately failing: EMPTY" in output, output
 

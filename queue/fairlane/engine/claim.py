@@ -53,3 +53,13 @@ class Claim(Section):
             "queues": list(queues) if queues else None,
         }
         return self._statement("due_delayed_runs", params, scalar)
+
+    def advance_delayed(
+        self, environments: Sequence[str] | None, queues: Sequence[str] | None
+    ) -> Statement[int]:
+        """For tests: every DELAYED run there becomes due now; how many did."""
+        params = {
+            "environments": list(environments) if environments else None,
+            "queues": list(queues) if queues else None,
+        }
+        return self._statement("advance_delayed_runs", params, scalar)

@@ -6,7 +6,11 @@ from functools import partial
 from typing import Any
 
 import anyio
+import psycopg
 
+from fairlane.config import schema_name
+from fairlane.engine import engine
+from fairlane.engine.statement import first_async
 from fairlane.errors import ConfigurationError
 from fairlane.testing.records import run_blocking
 from fairlane.worker import TaskRegistry, Worker, WorkerStats
@@ -57,21 +61,47 @@ class WorkerFixture:
         self,
         registry: TaskRegistry | None = None,
         *,
+        include_delayed: bool = False,
         within: float = DRAIN_WITHIN_S,
         **options: Any,
     ) -> WorkerStats:
         """Run a worker until nothing is due (``Worker.run_until_idle``); returns its counters.
+        With ``include_delayed``, DELAYED runs (a delay, a retry's backoff) are made due and
+        drained too, until none is left: a test sees a failing run through all its attempts.
         Raises ``TimeoutError`` after ``within`` seconds."""
-        return run_blocking(partial(self.drain_async, registry, within=within, **options))
+        return run_blocking(
+            partial(
+                self.drain_async,
+                registry,
+                include_delayed=include_delayed,
+                within=within,
+                **options,
+            )
+        )
 
     async def drain_async(
         self,
         registry: TaskRegistry | None = None,
         *,
+        include_delayed: bool = False,
         within: float = DRAIN_WITHIN_S,
         **options: Any,
     ) -> WorkerStats:
         """The async twin of ``drain``."""
-        worker = self.worker(registry, **options)
+        total = WorkerStats()
         with anyio.fail_after(within):
-            return await worker.run_until_idle()
+            while True:
+                worker = self.worker(registry, **options)
+                drained = await worker.run_until_idle()
+                for name, count in drained.as_dict().items():
+                    setattr(total, name, getattr(total, name) + count)
+                if not include_delayed or not await self._advance_delayed(worker):
+                    return total
+
+    async def _advance_delayed(self, worker: Worker) -> int:
+        """Make the DELAYED runs the worker serves due now; how many there were."""
+        statement = engine(schema_name(self.schema)).claim.advance_delayed(
+            worker.environments, worker.queues
+        )
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            return await first_async(conn, statement) or 0
