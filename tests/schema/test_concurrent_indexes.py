@@ -33,7 +33,7 @@ GRANDFATHERED = "0022"
 
 
 def runner(conn: psycopg.Connection[Any]) -> Run:
-    def run(statement: sql.Composable) -> list[tuple[Any, ...]]:
+    def run(statement: sql.Composed) -> list[tuple[Any, ...]]:
         cursor = conn.execute(statement)
         return cursor.fetchall() if cursor.description else []
 
@@ -138,7 +138,8 @@ def test_a_plain_build_holds_up_every_trigger_and_a_concurrent_one_none(
         build_pid, trigger_pid = builder.info.backend_pid, producer.info.backend_pid
         with connect(dsn) as writer:
             trigger(writer, "in-flight", environment="acme")  # its transaction stays open
-            plain = pool.submit(builder.execute, "CREATE INDEX runs_task_idx ON fairlane.runs (task)")
+            plain_build = "CREATE INDEX runs_task_idx ON fairlane.runs (task)"
+            plain = pool.submit(builder.execute, plain_build)
             poll(lambda: ("ShareLock", False) in _locks(db, build_pid), within=30, what="queued")
             held_up = pool.submit(trigger, producer, "after", environment="acme")
             poll(lambda: _blocked_by(db, trigger_pid) == [build_pid], within=30, what="held up")

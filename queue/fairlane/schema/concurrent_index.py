@@ -28,7 +28,7 @@ from psycopg import sql
 
 from fairlane.errors import IndexBuildError
 
-Run = Callable[[sql.Composable], Sequence[tuple[Any, ...]]]
+Run = Callable[[sql.Composed], Sequence[tuple[Any, ...]]]
 
 # Tables whose rows grow with traffic: a revision indexes them only through this module
 # (tests/schema/test_concurrent_indexes.py holds every revision after the grandfathered ones
@@ -102,9 +102,7 @@ def build_index(run: Run, index: IndexDefinition) -> bool:
 def drop_index(run: Run, schema: str, name: str) -> None:
     """``DROP INDEX CONCURRENTLY IF EXISTS``: waits for the transactions using it, blocks none."""
     _check_name(name)
-    run(
-        sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(schema, name))
-    )
+    run(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(schema, name)))
 
 
 def replace_index(run: Run, index: IndexDefinition) -> None:

@@ -102,7 +102,7 @@ def _autocommit() -> Iterator[Run]:
     ``run`` that executes one statement on its connection."""
     from alembic import op
 
-    def run(statement: sql.Composable) -> Sequence[tuple[Any, ...]]:
+    def run(statement: sql.Composed) -> Sequence[tuple[Any, ...]]:
         result = op.get_bind().exec_driver_sql(statement.as_string(None))
         return [tuple(row) for row in result] if result.returns_rows else []
 
