@@ -508,6 +508,29 @@ class SchemaObjectError(SchemaError):
         super().__init__(f"SQL object {name}: {reason}")
 
 
+class SchemaLockTimeoutError(SchemaError):
+    """The install step could not take the table locks it needs (another transaction held
+    them each time it tried); nothing of it was kept. Run ``fairlane migrate`` again."""
+
+    def __init__(self, schema: str, attempts: int, lock_timeout_s: float) -> None:
+        self.schema = schema
+        self.attempts = attempts
+        self.lock_timeout_s = lock_timeout_s
+        super().__init__(
+            f"schema {schema}: could not take a table lock within {lock_timeout_s:g} s in "
+            f"{attempts} attempts (a long transaction holds it); run `fairlane migrate` again"
+        )
+
+
+class IndexBuildError(SchemaError):
+    """A revision's concurrent index build did not leave a valid index (or cannot be named)."""
+
+    def __init__(self, index: str, reason: str) -> None:
+        self.index = index
+        self.reason = reason
+        super().__init__(f"index {index}: {reason}")
+
+
 class SchemaMismatchError(SchemaError):
     """The database's schema is not the one this fairlane was built for.
 

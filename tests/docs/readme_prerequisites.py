@@ -137,6 +137,9 @@ with _Client() as _client:
     assert _rows[("acme", "images")]["queue_size_limit"] is None
 """,
     ),
+    # A revision's body: alembic calls upgrade() in a migration's context, which
+    # tests/schema/test_concurrent_indexes.py gives the same helpers.
+    "Developing #1": Prerequisites(then="assert callable(upgrade)\n"),
     "HTTP API and dashboard #1": Prerequisites(
         then="""
 import anyio

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from fairlane.engine.sqlfiles import parse_entries
+from fairlane.errors import SchemaLockTimeoutError
 from fairlane.schema import migrate
 from fairlane.schema.install import install_objects
 from fairlane.schema.objects import SqlObject, build_objects, manifest
@@ -224,3 +225,28 @@ def test_an_object_an_older_release_made_is_dropped_when_it_leaves_sql(
         " AND pronamespace = 'fairlane'::regnamespace"
     ).fetchone()
     assert left == (0,)
+
+
+def _checksums(conn: psycopg.Connection[Any]) -> dict[str, str]:
+    return dict(conn.execute("SELECT name, checksum FROM probe.schema_objects").fetchall())
+
+
+def test_a_trigger_lock_held_by_a_long_transaction_is_waited_for_in_short_attempts(
+    probe: psycopg.Connection[Any], dsn: str
+) -> None:
+    """Making a trigger again needs ACCESS EXCLUSIVE on its table. Behind a transaction that
+    holds the table, each attempt gives up after lock_timeout (its queued request would hold up
+    every statement on the table after it) and leaves nothing half done."""
+    changed = objects(BASE.replace("BEFORE INSERT ON", "BEFORE INSERT OR UPDATE ON"))
+    before = _checksums(probe)
+    with psycopg.connect(dsn) as long_transaction:
+        long_transaction.execute("INSERT INTO probe.items VALUES (1)")
+        with pytest.raises(SchemaLockTimeoutError, match=r"within 0\.05 s in 3 attempts"):
+            install_objects(probe, PROBE, changed, lock_timeout_s=0.05, attempts=3)
+        assert _checksums(probe) == before
+        # No lock request was left queued: a writer after the attempts goes straight through.
+        with psycopg.connect(dsn, autocommit=True) as writer:
+            writer.execute("INSERT INTO probe.items VALUES (2)")
+    result = install_objects(probe, PROBE, changed)
+    assert result.replaced == ["items_touched"]
+    assert _checksums(probe) != before

@@ -17,6 +17,7 @@ TRIGGER``, which PostgreSQL will not replace) is dropped and created.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from fairlane.errors import SchemaObjectError
+from fairlane.errors import SchemaLockTimeoutError, SchemaObjectError
 from fairlane.schema.catalog import (
     catalog_objects,
     drop_statement,
@@ -37,6 +38,13 @@ from fairlane.schema.catalog import (
 from fairlane.schema.objects import UNRECORDED_LEGACY, SqlObject, manifest
 
 Conn = psycopg.Connection[Any]
+
+# How long the install step waits for a table lock (a trigger made again) before it lets go and
+# tries again: well under what a trigger or claim may wait. The pauses between attempts grow.
+LOCK_TIMEOUT_S = 0.5
+LOCK_ATTEMPTS = 30
+LOCK_PAUSE_S = 0.2
+LOCK_PAUSE_MAX_S = 2.0
 
 
 @dataclass(slots=True)
@@ -62,13 +70,39 @@ def migration_lock(schema: str, function: str = "pg_advisory_xact_lock") -> sql.
 
 
 def install_objects(
-    conn: Conn, schema: str, objects: Sequence[SqlObject] | None = None
+    conn: Conn,
+    schema: str,
+    objects: Sequence[SqlObject] | None = None,
+    *,
+    lock_timeout_s: float = LOCK_TIMEOUT_S,
+    attempts: int = LOCK_ATTEMPTS,
 ) -> InstallResult:
     """Bring the schema's functions, triggers and views to ``objects`` (default: ``sql/``), in
-    one transaction. Returns what changed."""
+    one transaction. Returns what changed.
+
+    Making a trigger again locks its table ACCESS EXCLUSIVE, and a lock request that waits
+    behind a running transaction makes every later statement on the table wait behind it: each
+    lock is waited for at most ``lock_timeout_s``, and the transaction is tried again (up to
+    ``attempts`` times, a pause between) rather than holding up the table's writes."""
     wanted = list(objects if objects is not None else manifest(schema))
+    for attempt in range(1, attempts + 1):
+        try:
+            return _install_once(conn, schema, wanted, lock_timeout_s)
+        except psycopg.errors.LockNotAvailable as error:
+            if attempt == attempts:
+                raise SchemaLockTimeoutError(schema, attempts, lock_timeout_s) from error
+            time.sleep(min(LOCK_PAUSE_S * attempt, LOCK_PAUSE_MAX_S))
+    raise AssertionError("unreachable")
+
+
+def _install_once(
+    conn: Conn, schema: str, wanted: list[SqlObject], lock_timeout_s: float
+) -> InstallResult:
     with conn.transaction():
         conn.execute(migration_lock(schema))
+        conn.execute(
+            "SELECT set_config('lock_timeout', %s, true)", (f"{round(lock_timeout_s * 1000)}ms",)
+        )
         # Catalog names (regprocedure, regclass) come out schema-qualified whatever the role's
         # search_path, so recorded identities compare and drop the same from any session.
         conn.execute("SET LOCAL search_path = pg_catalog")

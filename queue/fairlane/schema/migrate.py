@@ -8,6 +8,7 @@ forward-only: the only downgrade is to ``base``, which drops every object and ta
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -30,9 +31,12 @@ HEAD = "head"
 BASE = "base"
 
 
-def alembic_config(url: str | None = None, schema: str | None = None) -> Config:
+def alembic_config(
+    url: str | None = None, schema: str | None = None, migrations: Path | None = None
+) -> Config:
+    """``migrations``: another copy of the alembic script folder (tests add revisions to one)."""
     config = Config()
-    config.set_main_option("script_location", str(migrations_dir()))
+    config.set_main_option("script_location", str(migrations or migrations_dir()))
     config.attributes[URL_ATTRIBUTE] = database_url(url)
     config.attributes[SCHEMA_ATTRIBUTE] = schema_name(schema)
     return config
@@ -73,7 +77,11 @@ class _MigrationLock:
 
 
 def upgrade(
-    url: str | None = None, schema: str | None = None, revision: str = HEAD
+    url: str | None = None,
+    schema: str | None = None,
+    revision: str = HEAD,
+    *,
+    migrations: Path | None = None,
 ) -> InstallResult | None:
     """Run the revisions up to ``revision``; at head, install the SQL objects too. Returns what
     the install step changed (None when stopping short of head: only head is a running state)."""
@@ -81,8 +89,10 @@ def upgrade(
     ensure_database(url)
     with _MigrationLock(url, target) as conn:
         require_supported_server(conn.info.server_version)
-        command.upgrade(alembic_config(url, target), revision)
-        if revision != HEAD and revision != head_revision():
+        config = alembic_config(url, target, migrations)
+        command.upgrade(config, revision)
+        head = ScriptDirectory.from_config(config).get_current_head()
+        if revision != HEAD and revision != head:
             return None
         return install_objects(conn, target)
 

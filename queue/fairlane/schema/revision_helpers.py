@@ -14,9 +14,19 @@ in the revision itself and never read from ``sql/``.
 
 from __future__ import annotations
 
-from typing import LiteralString
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, LiteralString
 
 from psycopg import sql
+
+from fairlane.schema.concurrent_index import (
+    IndexDefinition,
+    Run,
+    build_index,
+    drop_index,
+    replace_index,
+)
 
 
 def schema() -> str:
@@ -56,3 +66,45 @@ def drop_trigger(name: LiteralString, table: LiteralString) -> None:
         sql.Identifier(name), sql.Identifier(schema(), table)
     )
     op.get_bind().exec_driver_sql(drop.as_string(None))
+
+
+# -- indexes on large tables, CONCURRENTLY (fairlane.schema.concurrent_index) ----------------
+
+
+def create_index_concurrently(
+    name: str, table: str, definition: LiteralString, *, unique: bool = False
+) -> None:
+    """``CREATE [UNIQUE] INDEX CONCURRENTLY name ON <schema>.table definition`` in alembic's
+    autocommit block, checked valid afterwards; an invalid leftover of an interrupted build is
+    dropped and built again, a valid index of the name kept."""
+    with _autocommit() as run:
+        build_index(run, IndexDefinition(schema(), name, table, definition, unique))
+
+
+def replace_index_concurrently(
+    name: str, table: str, definition: LiteralString, *, unique: bool = False
+) -> None:
+    """Replace the index ``name`` by one of ``definition``: built concurrently under a
+    temporary name, then the old one dropped concurrently and the new one renamed."""
+    with _autocommit() as run:
+        replace_index(run, IndexDefinition(schema(), name, table, definition, unique))
+
+
+def drop_index_concurrently(name: str) -> None:
+    """``DROP INDEX CONCURRENTLY IF EXISTS <schema>.name`` in alembic's autocommit block."""
+    with _autocommit() as run:
+        drop_index(run, schema(), name)
+
+
+@contextmanager
+def _autocommit() -> Iterator[Run]:
+    """Alembic's autocommit block (the revision's transaction so far is committed), with a
+    ``run`` that executes one statement on its connection."""
+    from alembic import op
+
+    def run(statement: sql.Composed) -> Sequence[tuple[Any, ...]]:
+        result = op.get_bind().exec_driver_sql(statement.as_string(None))
+        return [tuple(row) for row in result] if result.returns_rows else []
+
+    with op.get_context().autocommit_block():
+        yield run
