@@ -22,7 +22,7 @@ from fairlane.cli import main
 from fairlane.connection import ABORT_GRACE_S
 from fairlane.connection.pools import CHECK_TIMEOUT_S
 from fairlane.errors import ConfigurationError, DatabaseTimeout, RunWaitTimeoutError
-from fairlane.watching_threads import RunWatcher
+from fairlane.watching import RunWatcher
 from tests.helpers import wait_until
 from tests.helpers.faults import (
     backend_pids,
