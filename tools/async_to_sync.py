@@ -56,7 +56,6 @@ NAMES = {
     "__aiter__": "__iter__",
     "__anext__": "__next__",
     "StopAsyncIteration": "StopIteration",
-    "SAAsyncConnection": "SAConnection",
 }
 
 # Dotted names mapped before the name rules: anyio's primitives and their threading or time
@@ -72,7 +71,7 @@ DOTTED = {
 # top of the module already: SQLAlchemy's asyncio classes, imported where they are used).
 IMPORTS = {
     "import anyio": "import threading",
-    "from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection": "",
+    "from sqlalchemy.ext.asyncio import AsyncConnection as AsyncSAConnection": "",
     "from sqlalchemy.ext.asyncio import AsyncSession": "",
 }
 

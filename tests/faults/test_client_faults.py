@@ -388,6 +388,9 @@ def test_the_run_watcher_gives_up_on_a_silent_server_within_the_connect_timeout(
         target = at_port(dsn, silent)
         watcher = RunWatcher(target, "fairlane", client.options.kwargs(target))
         started = time.monotonic()
-        with pytest.raises(psycopg.OperationalError):
-            watcher.start()
-        assert time.monotonic() - started < 2 + SLACK_S
+        try:
+            with pytest.raises(psycopg.OperationalError):
+                watcher.start()
+            assert time.monotonic() - started < 2 + SLACK_S
+        finally:
+            watcher.close()

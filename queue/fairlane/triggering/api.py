@@ -31,10 +31,10 @@ from fairlane.triggering.request import TriggerRequest, environment_of, insert_p
 
 if TYPE_CHECKING:
     # SQLAlchemy's asyncio extension needs greenlet; only callers who use it must have it.
-    from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
+    from sqlalchemy.ext.asyncio import AsyncConnection as AsyncSAConnection
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    AsyncConnectionLike: TypeAlias = psycopg.AsyncConnection[Any] | SAAsyncConnection | AsyncSession
+    AsyncConnectionLike: TypeAlias = psycopg.AsyncConnection[Any] | AsyncSAConnection | AsyncSession
 
 ConnectionLike = psycopg.Connection[Any] | SAConnection | Session
 
@@ -124,12 +124,12 @@ async def _trigger_many_async(
     if isinstance(conn, psycopg.AsyncConnection):
         with boundary_errors():
             return ids_in_order(requests, await rows_async(conn, statement))
-    from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
+    from sqlalchemy.ext.asyncio import AsyncConnection as AsyncSAConnection
     from sqlalchemy.ext.asyncio import AsyncSession
 
     if isinstance(conn, AsyncSession):
         conn = await conn.connection()
-    if isinstance(conn, SAAsyncConnection):
+    if isinstance(conn, AsyncSAConnection):
         with boundary_errors():
             result = await conn.exec_driver_sql(statement.sql, statement.params)
         return ids_in_order(requests, _sa_rows(statement, result))
