@@ -60,7 +60,7 @@ lint: install ## ruff (lint and format check) and mypy
 	$(BIN)/mypy
 
 # tests/unit/test_generated_sync.py (in `make test`) fails when a generated file is stale.
-generate: install ## write the sync modules generated from their async sources (client.py, ...)
+generate: install ## write the sync code generated from its async source (client.py, sync sections, ...)
 	$(BIN)/python tools/async_to_sync.py
 
 # pytest exits 5 when it collected no test: that fails here like any other non-zero status.

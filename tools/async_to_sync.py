@@ -1,9 +1,18 @@
-"""Generate fairlane's sync modules from their async sources.
+"""Generate fairlane's sync code from its async source.
 
 The async code is written once; its sync twin is this script's output, checked in, and
 ``tests/unit/test_generated_sync.py`` fails when a checked-in file is not what the script
-makes of its source (run ``make generate`` after changing a source). The conversion works on
-tokens, so the comments and docstrings stay where they are:
+makes of its source (run ``make generate`` after changing a source). Two shapes:
+
+- a whole module (``MODULES``: ``async_client.py`` → ``client.py``), for a class whose sync
+  twin is a module of its own;
+- a section of a module (``SECTION_START`` ... ``SECTION_SYNC`` ... ``SECTION_END``), for
+  the functions of a module that offers both spellings under one import path
+  (``fairlane.limits.set_queue`` / ``set_queue_async``): the async section is the source, the
+  sync section after it is generated. Every module under ``queue/`` holding a marker is
+  found, so a new one needs no registration here.
+
+The conversion works on tokens, so the comments and docstrings stay where they are:
 
 - ``async def``, ``async with``, ``async for`` lose ``async``; ``await`` goes;
 - a name in ``NAMES`` becomes its sync name, else a name ``AsyncX`` becomes ``X`` and a name
@@ -17,7 +26,8 @@ tokens, so the comments and docstrings stay where they are:
   whole import lines whose sync names live in another module, ``LITERALS`` the few strings
   that differ.
 
-Then ruff sorts the imports, drops the unused ones and formats the file. Every generated file
+Then ruff sorts the imports, drops the unused ones and formats the file (a module with sections
+is only formatted: its imports are written by hand, for both sections). Every generated file
 starts with a comment naming its source.
 """
 
@@ -27,6 +37,7 @@ import io
 import re
 import subprocess
 import sys
+import textwrap
 import tokenize
 from pathlib import Path
 
@@ -45,7 +56,6 @@ NAMES = {
     "__aiter__": "__iter__",
     "__anext__": "__next__",
     "StopAsyncIteration": "StopIteration",
-    "recording_async_connection": "recording_connection",
 }
 
 # Dotted names mapped before the name rules: anyio's primitives and their threading or time
@@ -57,13 +67,12 @@ DOTTED = {
     "anyio.sleep": "time.sleep",
 }
 
-# Whole import lines whose sync names live elsewhere.
+# Whole import lines whose sync names live elsewhere (or, mapped to nothing, are imported at the
+# top of the module already: SQLAlchemy's asyncio classes, imported where they are used).
 IMPORTS = {
     "import anyio": "import threading",
-    "from fairlane.watching import POLL_INTERVAL_S, AsyncRunWatcher": (
-        "from fairlane.watching import POLL_INTERVAL_S\n"
-        "from fairlane.watching_threads import RunWatcher"
-    ),
+    "from sqlalchemy.ext.asyncio import AsyncConnection as AsyncSAConnection": "",
+    "from sqlalchemy.ext.asyncio import AsyncSession": "",
 }
 
 # Names that a docstring or comment keeps (a module's docstring names both clients).
@@ -73,6 +82,11 @@ KEEP_IN_TEXT = {"AsyncClient"}
 LITERALS = {'"fairlane-async-client"': '"fairlane-client"'}
 
 HEADER = "# Generated from {source} by tools/async_to_sync.py: do not edit.\n"
+# The lines that frame a generated section (indented as the code they frame).
+SECTION_START = "# -- async, written once: the sync section below is generated from it"
+SECTION_SYNC = "# -- sync, generated from the async section above by tools/async_to_sync.py"
+SECTION_END = "# -- end of the generated sync section"
+PACKAGE = "queue"
 UNWRAP = "# sync: unwrap"
 UNWRAP_COMMENTED = "# sync: unwrap, with the comment above"
 NOQA_ASYNC = re.compile(r"\s*# noqa: ASYNC\d+[^\n]*")
@@ -163,12 +177,14 @@ def _module(path: str) -> str:
     return path.removeprefix("queue/").removesuffix(".py").replace("/", ".")
 
 
-def convert(source: str, source_path: str) -> str:
-    """The sync module made of ``source`` (before ruff)."""
+def _convert_code(source: str) -> str:
+    """The sync code made of async ``source`` (before ruff)."""
     lines = []
     for line in source.splitlines(keepends=True):
         stripped = line.strip()
-        lines.append(line.replace(stripped, IMPORTS[stripped]) if stripped in IMPORTS else line)
+        if stripped in IMPORTS:
+            line = line.replace(stripped, IMPORTS[stripped]) if IMPORTS[stripped] else ""
+        lines.append(line)
     text = "".join(_unwrap(lines))
     for module_source, module_target in MODULES.items():
         text = text.replace(
@@ -179,8 +195,48 @@ def convert(source: str, source_path: str) -> str:
     text = DOTTED_PATTERN.sub(lambda found: DOTTED[found.group(1)], text)
     text = _tokens(text)
     text = _drop_awaitable(text)
-    text = NOQA_ASYNC.sub("", text)
-    return HEADER.format(source=source_path.removeprefix("queue/")) + text
+    return NOQA_ASYNC.sub("", text)
+
+
+def convert(source: str, source_path: str) -> str:
+    """The sync module made of ``source`` (before ruff)."""
+    return HEADER.format(source=source_path.removeprefix("queue/")) + _convert_code(source)
+
+
+def _section_bounds(lines: list[str], path: str) -> list[tuple[int, int, int]]:
+    """The line numbers of each section's three markers, checked to come in order."""
+    bounds: list[tuple[int, int, int]] = []
+    found: list[int] = []
+    for number, line in enumerate(lines):
+        stripped = line.strip()
+        for marker in (SECTION_START, SECTION_SYNC, SECTION_END):
+            if stripped.startswith(marker):
+                expected = (SECTION_START, SECTION_SYNC, SECTION_END)[len(found)]
+                if marker != expected:
+                    raise ValueError(f"{path}:{number + 1}: {expected!r} expected here")
+                found.append(number)
+        if len(found) == 3:
+            bounds.append((found[0], found[1], found[2]))
+            found = []
+    if found:
+        raise ValueError(f"{path}: a section opened at line {found[0] + 1} is not closed")
+    return bounds
+
+
+def convert_sections(source: str, path: str) -> str:
+    """``source`` with each sync section made anew from the async section above it (before
+    ruff); the rest of the module as it is."""
+    lines = source.splitlines(keepends=True)
+    kept: list[str] = []
+    done = 0
+    for start, sync, end in _section_bounds(lines, path):
+        kept.extend(lines[done : sync + 1])
+        indent = lines[sync][: len(lines[sync]) - len(lines[sync].lstrip())]
+        code = textwrap.dedent("".join(lines[start + 1 : sync])).strip("\n") + "\n"
+        kept.append(f"\n\n{textwrap.indent(_convert_code(code), indent)}\n\n")
+        done = end
+    kept.extend(lines[done:])
+    return "".join(kept)
 
 
 def _ruff(args: list[str], text: str, target: str) -> str:
@@ -202,9 +258,29 @@ def generate(source_path: str, target_path: str) -> str:
     return _ruff(["format"], text, target_path)
 
 
+def section_modules() -> list[str]:
+    """Every module of the package with a generated section, relative to the root."""
+    return sorted(
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / PACKAGE).rglob("*.py")
+        if SECTION_SYNC in path.read_text()
+    )
+
+
+def generate_sections(path: str) -> str:
+    """The text of module ``path`` with its sync sections generated (nothing written)."""
+    return _ruff(["format"], convert_sections((ROOT / path).read_text(), path), path)
+
+
+def generated() -> dict[str, str]:
+    """Every generated file's path and the text it should have."""
+    texts = {target: generate(source, target) for source, target in MODULES.items()}
+    texts.update((path, generate_sections(path)) for path in section_modules())
+    return texts
+
+
 def main() -> int:
-    for source_path, target_path in MODULES.items():
-        text = generate(source_path, target_path)
+    for target_path, text in generated().items():
         target = ROOT / target_path
         if not target.exists() or target.read_text() != text:
             target.write_text(text)

@@ -75,7 +75,7 @@ from fairlane.connection.pools import (
     ConnectFailures,
     RecentAnswers,
     closed_while_idle,
-    recording_async_connection,
+    recording_connection_async,
 )
 from fairlane.control import BulkResult, CancelResult, RunFilter
 from fairlane.durations import Duration
@@ -150,7 +150,7 @@ class AsyncClient:
             assert self.dsn is not None
             self._pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 self.dsn,
-                connection_class=recording_async_connection(self._connect_failures),
+                connection_class=recording_connection_async(self._connect_failures),
                 kwargs=self.options.kwargs(self.dsn),
                 min_size=0,
                 max_size=max_connections,

@@ -90,8 +90,7 @@ from fairlane.triggering import api as triggering
 from fairlane.triggering import eager
 from fairlane.triggering.boundary import boundary_errors
 from fairlane.triggering.request import TriggerRequest
-from fairlane.watching import POLL_INTERVAL_S
-from fairlane.watching_threads import RunWatcher
+from fairlane.watching import POLL_INTERVAL_S, RunWatcher
 
 __all__ = ["DEFAULT_MAX_CONNECTIONS", "Client"]
 

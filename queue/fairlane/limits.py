@@ -21,7 +21,7 @@ from fairlane.errors import SettingError
 from fairlane.models import EnvironmentSettings, QueueSettings, SchedulerSettings
 
 UNCHANGED: Any = object()
-SyncConn = psycopg.Connection[Any]
+Conn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
 
 
@@ -170,11 +170,59 @@ def _limits_table(schema: str | None) -> Operation[list[dict[str, Any]]]:
     return (yield engine(schema_name(schema)).limits.table())
 
 
-# -- sync ------------------------------------------------------------------------------------
+# -- async, written once: the sync section below is generated from it ----------------------
+
+
+async def set_environment_async(
+    conn: AsyncConn, name: str, *, schema: str | None = None, **settings: Unpack[EnvironmentChange]
+) -> EnvironmentSettings:
+    """Change an environment's settings; those left out keep their value.
+
+    ``concurrency_limit`` (int or None), ``burst_factor`` (at least 1), ``paused``, and
+    ``size_limit``: a hard cap on the runs waiting to start (QUEUED or DELAYED) in all its
+    queues together; a trigger past it raises ``QueueSizeLimitExceeded``. None: unlimited.
+    """
+    return await drive_async(conn, _environment(name, schema, **settings))
+
+
+async def set_queue_async(
+    conn: AsyncConn,
+    environment: str,
+    name: str,
+    *,
+    schema: str | None = None,
+    **settings: Unpack[QueueChange],
+) -> QueueSettings:
+    """Change a queue's settings (``concurrency_limit``, ``paused``, ``size_limit``); those
+    left out keep their value. The queue's size limit caps its runs waiting to start."""
+    return await drive_async(conn, _queue(environment, name, schema, **settings))
+
+
+async def set_scheduler_async(
+    conn: AsyncConn, *, schema: str | None = None, **settings: Unpack[SchedulerChange]
+) -> SchedulerSettings:
+    """Change the DRR ``quantum`` and ``max_deficit``, the ``global_concurrency_limit`` or the
+    global rate limit. ``rate_limit_per_s=None`` turns the rate limit off; setting it refills
+    the bucket to ``rate_burst`` (default: one second's worth of runs)."""
+    return await drive_async(conn, _scheduler(schema, **settings))
+
+
+async def scheduler_settings_async(
+    conn: AsyncConn, *, schema: str | None = None
+) -> SchedulerSettings:
+    return await drive_async(conn, _read_scheduler(schema))
+
+
+async def limits_table_async(conn: AsyncConn, *, schema: str | None = None) -> list[dict[str, Any]]:
+    """Every queue with its caps, size limits and its running, queued and delayed counts."""
+    return await drive_async(conn, _limits_table(schema))
+
+
+# -- sync, generated from the async section above by tools/async_to_sync.py: do not edit ----
 
 
 def set_environment(
-    conn: SyncConn, name: str, *, schema: str | None = None, **settings: Unpack[EnvironmentChange]
+    conn: Conn, name: str, *, schema: str | None = None, **settings: Unpack[EnvironmentChange]
 ) -> EnvironmentSettings:
     """Change an environment's settings; those left out keep their value.
 
@@ -186,7 +234,7 @@ def set_environment(
 
 
 def set_queue(
-    conn: SyncConn,
+    conn: Conn,
     environment: str,
     name: str,
     *,
@@ -199,7 +247,7 @@ def set_queue(
 
 
 def set_scheduler(
-    conn: SyncConn, *, schema: str | None = None, **settings: Unpack[SchedulerChange]
+    conn: Conn, *, schema: str | None = None, **settings: Unpack[SchedulerChange]
 ) -> SchedulerSettings:
     """Change the DRR ``quantum`` and ``max_deficit``, the ``global_concurrency_limit`` or the
     global rate limit. ``rate_limit_per_s=None`` turns the rate limit off; setting it refills
@@ -207,46 +255,13 @@ def set_scheduler(
     return drive(conn, _scheduler(schema, **settings))
 
 
-def scheduler_settings(conn: SyncConn, *, schema: str | None = None) -> SchedulerSettings:
+def scheduler_settings(conn: Conn, *, schema: str | None = None) -> SchedulerSettings:
     return drive(conn, _read_scheduler(schema))
 
 
-def limits_table(conn: SyncConn, *, schema: str | None = None) -> list[dict[str, Any]]:
+def limits_table(conn: Conn, *, schema: str | None = None) -> list[dict[str, Any]]:
     """Every queue with its caps, size limits and its running, queued and delayed counts."""
     return drive(conn, _limits_table(schema))
 
 
-# -- async -----------------------------------------------------------------------------------
-
-
-async def set_environment_async(
-    conn: AsyncConn, name: str, *, schema: str | None = None, **settings: Unpack[EnvironmentChange]
-) -> EnvironmentSettings:
-    return await drive_async(conn, _environment(name, schema, **settings))
-
-
-async def set_queue_async(
-    conn: AsyncConn,
-    environment: str,
-    name: str,
-    *,
-    schema: str | None = None,
-    **settings: Unpack[QueueChange],
-) -> QueueSettings:
-    return await drive_async(conn, _queue(environment, name, schema, **settings))
-
-
-async def set_scheduler_async(
-    conn: AsyncConn, *, schema: str | None = None, **settings: Unpack[SchedulerChange]
-) -> SchedulerSettings:
-    return await drive_async(conn, _scheduler(schema, **settings))
-
-
-async def scheduler_settings_async(
-    conn: AsyncConn, *, schema: str | None = None
-) -> SchedulerSettings:
-    return await drive_async(conn, _read_scheduler(schema))
-
-
-async def limits_table_async(conn: AsyncConn, *, schema: str | None = None) -> list[dict[str, Any]]:
-    return await drive_async(conn, _limits_table(schema))
+# -- end of the generated sync section -------------------------------------------------------

@@ -22,7 +22,7 @@ from fairlane.cli import main
 from fairlane.connection import ABORT_GRACE_S
 from fairlane.connection.pools import CHECK_TIMEOUT_S
 from fairlane.errors import ConfigurationError, DatabaseTimeout, RunWaitTimeoutError
-from fairlane.watching_threads import RunWatcher
+from fairlane.watching import RunWatcher
 from tests.helpers import wait_until
 from tests.helpers.faults import (
     backend_pids,
@@ -388,6 +388,9 @@ def test_the_run_watcher_gives_up_on_a_silent_server_within_the_connect_timeout(
         target = at_port(dsn, silent)
         watcher = RunWatcher(target, "fairlane", client.options.kwargs(target))
         started = time.monotonic()
-        with pytest.raises(psycopg.OperationalError):
-            watcher.start()
-        assert time.monotonic() - started < 2 + SLACK_S
+        try:
+            with pytest.raises(psycopg.OperationalError):
+                watcher.start()
+            assert time.monotonic() - started < 2 + SLACK_S
+        finally:
+            watcher.close()

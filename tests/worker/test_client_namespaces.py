@@ -152,10 +152,10 @@ def test_closing_a_client_closes_its_batches_connection(
     client.batches.create("default", 1)
     loop = client.batches._loop
     assert loop is not None
-    assert loop.is_alive()
+    assert loop.thread.is_alive()
     assert batch_backends() == 1
     client.close()
-    assert not loop.is_alive()
+    assert not loop.thread.is_alive()
     poll(lambda: batch_backends() == 0, within=10, what="the batches connection closed")
 
 

@@ -166,6 +166,26 @@ async def test_sync_client_waits_from_threads(dsn: str, client: AsyncClient) -> 
     }
 
 
+def test_sync_clients_reader_stops_when_nobody_waits(dsn: str) -> None:
+    """``Client``'s watcher runs ``AsyncRunWatcher`` on an event loop thread: its reader task
+    goes with the last wait, a later wait starts another, and ``close`` ends the thread."""
+    client = Client(dsn)
+    try:
+        for _ in range(2):
+            with pytest.raises(RunWaitTimeoutError):
+                client.wait_for_run(client.trigger("nobody"), timeout=0.2, poll_interval=NO_POLL)
+            watcher = client._watcher
+            assert watcher is not None
+            assert watcher._watcher._reader is None, "a reader outlived its waits"
+        assert watcher is not None
+        loop = watcher._loop
+        assert loop is not None
+        assert loop.thread.is_alive()
+    finally:
+        client.close()
+    assert not loop.thread.is_alive()
+
+
 def test_only_watched_runs_are_announced(db: psycopg.Connection[Any], dsn: str) -> None:
     """The finished channel carries runs somebody waits on, not every run that ends."""
     with psycopg.connect(dsn, autocommit=True) as listener, Client(dsn) as client:

@@ -4,11 +4,11 @@ first use and checked against the schema; ``client.batches`` of an ``AsyncClient
 ``BatchClient``, ``client.batches`` of a ``Client``, is the same client for sync code: an
 ingest streams, pipelined on an event loop (one slice in flight while the next is parsed), so
 rather than a second, sequential copy of that pipeline the sync client runs the async one on
-an event loop thread of its own (started on first use, stopped by ``close``)."""
+an event loop thread of its own (``loop_thread.py``; started on first use, stopped by
+``close``)."""
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from functools import partial
@@ -19,7 +19,6 @@ from typing import Any, Self, TypeVar
 import anyio
 import anyio.to_thread
 import psycopg
-from anyio.from_thread import BlockingPortal
 
 from fairlane.batches.api import (
     batch_items_async,
@@ -30,6 +29,7 @@ from fairlane.batches.api import (
 from fairlane.batches.ingest import Progress, file_chunks, ingest_items_async
 from fairlane.config import database_url, psycopg_dsn, schema_name
 from fairlane.connection import DEFAULT_PREPARE_THRESHOLD, ConnectionOptions
+from fairlane.loop_thread import LoopThread
 from fairlane.models import Batch, IngestResult, ItemRow
 from fairlane.schema.check import check_schema_async
 
@@ -166,19 +166,18 @@ class BatchClient:
         self.dsn, self.schema = self._client.dsn, self._client.schema
         self.options = self._client.options
         self._lock = threading.Lock()
-        self._loop: threading.Thread | None = None
-        self._portal: BlockingPortal | None = None
+        self._loop: LoopThread | None = None
 
     def _call(self, work: Callable[[], Awaitable[T]]) -> T:
         with self._lock:
-            if self._portal is None:
-                self._loop, self._portal = _event_loop_thread()
-            portal = self._portal
+            if self._loop is None:
+                self._loop = LoopThread("fairlane batches")
+            loop = self._loop
 
         async def call() -> T:
             return await work()
 
-        return portal.call(call)
+        return loop.portal.call(call)
 
     def create(
         self,
@@ -246,14 +245,12 @@ class BatchClient:
     def close(self) -> None:
         """Close the connection and stop the event loop thread."""
         with self._lock:
-            loop, portal = self._loop, self._portal
-            self._loop = self._portal = None
-        if loop is not None and portal is not None:
+            loop, self._loop = self._loop, None
+        if loop is not None:
             try:
-                portal.call(self._client.close)
+                loop.portal.call(self._client.close)
             finally:
-                portal.call(portal.stop)
-                loop.join()
+                loop.stop()
 
     def __enter__(self) -> Self:
         return self
@@ -265,31 +262,6 @@ class BatchClient:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def _event_loop_thread() -> tuple[threading.Thread, BlockingPortal]:
-    """A thread running an event loop, and the portal that hands it calls. A daemon: a client
-    left unclosed does not hold the interpreter's exit up (anyio's own portal thread would)."""
-    started: queue.SimpleQueue[BlockingPortal | BaseException] = queue.SimpleQueue()
-
-    async def serve() -> None:
-        async with BlockingPortal() as portal:
-            started.put(portal)
-            await portal.sleep_until_stopped()
-
-    def run() -> None:
-        try:
-            anyio.run(serve)
-        except BaseException as error:
-            started.put(error)
-            raise
-
-    thread = threading.Thread(target=run, name="fairlane batches", daemon=True)
-    thread.start()
-    portal = started.get()
-    if isinstance(portal, BaseException):
-        raise portal
-    return thread, portal
 
 
 _DONE = object()

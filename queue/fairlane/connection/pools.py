@@ -89,7 +89,32 @@ class ConnectFailures:
         return None
 
 
+# -- async, written once: the sync section below is generated from it ----------------------
+
+
+def recording_connection_async(failures: ConnectFailures) -> type[psycopg.AsyncConnection[Any]]:
+    """A connection class whose connects report to ``failures``."""
+
+    class AsyncRecordingConnection(psycopg.AsyncConnection[Any]):
+        @classmethod
+        async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+            try:
+                conn = await super().connect(conninfo, **kwargs)
+            except psycopg.Error as error:
+                failures.failed(error)
+                raise
+            failures.succeeded()
+            return conn
+
+    return AsyncRecordingConnection
+
+
+# -- sync, generated from the async section above by tools/async_to_sync.py: do not edit ----
+
+
 def recording_connection(failures: ConnectFailures) -> type[psycopg.Connection[Any]]:
+    """A connection class whose connects report to ``failures``."""
+
     class RecordingConnection(psycopg.Connection[Any]):
         @classmethod
         def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
@@ -104,19 +129,7 @@ def recording_connection(failures: ConnectFailures) -> type[psycopg.Connection[A
     return RecordingConnection
 
 
-def recording_async_connection(failures: ConnectFailures) -> type[psycopg.AsyncConnection[Any]]:
-    class RecordingAsyncConnection(psycopg.AsyncConnection[Any]):
-        @classmethod
-        async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
-            try:
-                conn = await super().connect(conninfo, **kwargs)
-            except psycopg.Error as error:
-                failures.failed(error)
-                raise
-            failures.succeeded()
-            return conn
-
-    return RecordingAsyncConnection
+# -- end of the generated sync section -------------------------------------------------------
 
 
 def closed_while_idle(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:

@@ -131,10 +131,84 @@ def _now_request(schedule: Schedule) -> TriggerRequest:
     )
 
 
-# -- sync ----------------------------------------------------------------------------------
-
 Conn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
+
+
+# -- async, written once: the sync section below is generated from it ----------------------
+
+
+async def create_async(
+    conn: AsyncConn,
+    task: str | Task[Any, Any],
+    cron: str,
+    timezone: str = "UTC",
+    *,
+    external_id: str,
+    payload: Any = None,
+    environment: str = "default",
+    schema: str | None = None,
+    **options: Any,
+) -> Schedule:
+    """Create (or update) the schedule ``external_id`` of ``environment``: every tick of
+    ``cron`` (5 fields, or 6 with seconds first) in ``timezone`` triggers ``task`` (a name or a
+    handle: then its defaults apply and the payload is validated) with ``payload`` and the
+    trigger ``options`` (queue, priority, max_attempts, max_duration, ttl, tags, metadata,
+    machine). Updating keeps the next tick unless the cron or time zone changed."""
+    params = schedule_params(
+        task,
+        cron,
+        timezone=timezone,
+        key=external_id,
+        payload=payload,
+        environment=environment,
+        **options,
+    )
+    return await drive_async(conn, _create(schema_name(schema), params))
+
+
+async def get_async(
+    conn: AsyncConn, external_id: str, *, environment: str = "default", schema: str | None = None
+) -> Schedule:
+    return await drive_async(conn, _get(schema_name(schema), environment, external_id))
+
+
+async def list_schedules_async(
+    conn: AsyncConn, *, environment: str | None = None, schema: str | None = None
+) -> list[Schedule]:
+    return await drive_async(conn, _list(schema_name(schema), environment))
+
+
+async def pause_async(
+    conn: AsyncConn, external_id: str, *, environment: str = "default", schema: str | None = None
+) -> Schedule:
+    """No tick fires until ``resume_async``; the ticks in between are skipped."""
+    return await drive_async(conn, _pause(schema_name(schema), environment, external_id, True))
+
+
+async def resume_async(
+    conn: AsyncConn, external_id: str, *, environment: str = "default", schema: str | None = None
+) -> Schedule:
+    return await drive_async(conn, _pause(schema_name(schema), environment, external_id, False))
+
+
+async def delete_async(
+    conn: AsyncConn, external_id: str, *, environment: str = "default", schema: str | None = None
+) -> None:
+    await drive_async(conn, _delete(schema_name(schema), environment, external_id))
+
+
+async def trigger_async(
+    conn: AsyncConn, external_id: str, *, environment: str = "default", schema: str | None = None
+) -> int:
+    """Trigger the schedule's run now, outside its ticks (its next tick is unchanged); returns
+    the run id."""
+    schedule = await get_async(conn, external_id, environment=environment, schema=schema)
+    ids = await insert_runs_async(conn, [_now_request(schedule)], schema=schema)
+    return ids[0]
+
+
+# -- sync, generated from the async section above by tools/async_to_sync.py: do not edit ----
 
 
 def create(
@@ -203,71 +277,11 @@ def trigger(
     """Trigger the schedule's run now, outside its ticks (its next tick is unchanged); returns
     the run id."""
     schedule = get(conn, external_id, environment=environment, schema=schema)
-    return insert_runs(conn, [_now_request(schedule)], schema=schema)[0]
+    ids = insert_runs(conn, [_now_request(schedule)], schema=schema)
+    return ids[0]
 
 
-# -- async ---------------------------------------------------------------------------------
-
-
-async def create_async(
-    conn: AsyncConn,
-    task: str | Task[Any, Any],
-    cron: str,
-    timezone: str = "UTC",
-    *,
-    external_id: str,
-    payload: Any = None,
-    environment: str = "default",
-    schema: str | None = None,
-    **options: Any,
-) -> Schedule:
-    params = schedule_params(
-        task,
-        cron,
-        timezone=timezone,
-        key=external_id,
-        payload=payload,
-        environment=environment,
-        **options,
-    )
-    return await drive_async(conn, _create(schema_name(schema), params))
-
-
-async def get_async(
-    conn: AsyncConn, external_id: str, *, environment: str = "default", schema: str | None = None
-) -> Schedule:
-    return await drive_async(conn, _get(schema_name(schema), environment, external_id))
-
-
-async def list_schedules_async(
-    conn: AsyncConn, *, environment: str | None = None, schema: str | None = None
-) -> list[Schedule]:
-    return await drive_async(conn, _list(schema_name(schema), environment))
-
-
-async def pause_async(
-    conn: AsyncConn, external_id: str, *, environment: str = "default", schema: str | None = None
-) -> Schedule:
-    return await drive_async(conn, _pause(schema_name(schema), environment, external_id, True))
-
-
-async def resume_async(
-    conn: AsyncConn, external_id: str, *, environment: str = "default", schema: str | None = None
-) -> Schedule:
-    return await drive_async(conn, _pause(schema_name(schema), environment, external_id, False))
-
-
-async def delete_async(
-    conn: AsyncConn, external_id: str, *, environment: str = "default", schema: str | None = None
-) -> None:
-    await drive_async(conn, _delete(schema_name(schema), environment, external_id))
-
-
-async def trigger_async(
-    conn: AsyncConn, external_id: str, *, environment: str = "default", schema: str | None = None
-) -> int:
-    schedule = await get_async(conn, external_id, environment=environment, schema=schema)
-    return (await insert_runs_async(conn, [_now_request(schedule)], schema=schema))[0]
+# -- end of the generated sync section -------------------------------------------------------
 
 
 # -- declared on tasks ---------------------------------------------------------------------

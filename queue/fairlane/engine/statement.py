@@ -22,7 +22,7 @@ from psycopg.rows import BaseRowFactory
 
 T = TypeVar("T")
 Row = Mapping[str, Any]
-SyncConn = psycopg.Connection[Any]
+Conn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
 
 
@@ -126,38 +126,18 @@ def _factory(make: Callable[[Row], T]) -> BaseRowFactory[T]:
     return factory
 
 
-# -- sync ------------------------------------------------------------------------------------
+# -- operations: several statements, driven on a sync or an async connection ----------------
+
+# An operation yields the statements it needs one at a time and is sent back each one's rows;
+# what it returns is its result. The same operation serves sync and async callers.
+Operation = Generator[Statement[Any], list[Any], T]
 
 
-def rows(conn: SyncConn, statement: Statement[T]) -> list[T]:
-    """Every row; none for a statement that returns no rows (an INSERT without RETURNING)."""
-    with conn.cursor(row_factory=_factory(statement.row)) as cursor:
-        cursor.execute(statement.sql, statement.params)
-        return cursor.fetchall() if _returns_rows(cursor) else []
-
-
-def first(conn: SyncConn, statement: Statement[T]) -> T | None:
-    with conn.cursor(row_factory=_factory(statement.row)) as cursor:
-        cursor.execute(statement.sql, statement.params)
-        return cursor.fetchone()
-
-
-def one(conn: SyncConn, statement: Statement[T]) -> T:
-    """The row of a statement that always returns one (a function call, an aggregate)."""
-    found = first(conn, statement)
-    if found is None:
-        raise LookupError(f"statement {statement.name} returned no row")
-    return found
-
-
-def run(conn: SyncConn, statement: Statement[Any]) -> None:
-    conn.execute(statement.sql, statement.params)
-
-
-# -- async -----------------------------------------------------------------------------------
+# -- async, written once: the sync section below is generated from it ----------------------
 
 
 async def rows_async(conn: AsyncConn, statement: Statement[T]) -> list[T]:
+    """Every row; none for a statement that returns no rows (an INSERT without RETURNING)."""
     async with conn.cursor(row_factory=_factory(statement.row)) as cursor:
         await cursor.execute(statement.sql, statement.params)
         return await cursor.fetchall() if _returns_rows(cursor) else []
@@ -170,6 +150,7 @@ async def first_async(conn: AsyncConn, statement: Statement[T]) -> T | None:
 
 
 async def one_async(conn: AsyncConn, statement: Statement[T]) -> T:
+    """The row of a statement that always returns one (a function call, an aggregate)."""
     found = await first_async(conn, statement)
     if found is None:
         raise LookupError(f"statement {statement.name} returned no row")
@@ -180,14 +161,44 @@ async def run_async(conn: AsyncConn, statement: Statement[Any]) -> None:
     await conn.execute(statement.sql, statement.params)
 
 
-# -- operations: several statements, driven on a sync or an async connection ----------------
+async def drive_async(conn: AsyncConn, operation: Operation[T]) -> T:
+    try:
+        statement = next(operation)
+        while True:
+            statement = operation.send(await rows_async(conn, statement))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
-# An operation yields the statements it needs one at a time and is sent back each one's rows;
-# what it returns is its result. The same operation serves sync and async callers.
-Operation = Generator[Statement[Any], list[Any], T]
+
+# -- sync, generated from the async section above by tools/async_to_sync.py: do not edit ----
 
 
-def drive(conn: SyncConn, operation: Operation[T]) -> T:
+def rows(conn: Conn, statement: Statement[T]) -> list[T]:
+    """Every row; none for a statement that returns no rows (an INSERT without RETURNING)."""
+    with conn.cursor(row_factory=_factory(statement.row)) as cursor:
+        cursor.execute(statement.sql, statement.params)
+        return cursor.fetchall() if _returns_rows(cursor) else []
+
+
+def first(conn: Conn, statement: Statement[T]) -> T | None:
+    with conn.cursor(row_factory=_factory(statement.row)) as cursor:
+        cursor.execute(statement.sql, statement.params)
+        return cursor.fetchone()
+
+
+def one(conn: Conn, statement: Statement[T]) -> T:
+    """The row of a statement that always returns one (a function call, an aggregate)."""
+    found = first(conn, statement)
+    if found is None:
+        raise LookupError(f"statement {statement.name} returned no row")
+    return found
+
+
+def run(conn: Conn, statement: Statement[Any]) -> None:
+    conn.execute(statement.sql, statement.params)
+
+
+def drive(conn: Conn, operation: Operation[T]) -> T:
     try:
         statement = next(operation)
         while True:
@@ -196,10 +207,4 @@ def drive(conn: SyncConn, operation: Operation[T]) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-async def drive_async(conn: AsyncConn, operation: Operation[T]) -> T:
-    try:
-        statement = next(operation)
-        while True:
-            statement = operation.send(await rows_async(conn, statement))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+# -- end of the generated sync section -------------------------------------------------------

@@ -21,7 +21,7 @@ from fairlane.maintenance.jobs import JOBS, JOBS_BY_NAME, SETTINGS
 from fairlane.maintenance.template import JobSpec, SettingSpec
 from fairlane.models import PeriodicJob, Setting
 
-SyncConn = psycopg.Connection[Any]
+Conn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
 
 
@@ -65,46 +65,7 @@ def _set_setting(name: str, value: Any, schema: str | None) -> Operation[Setting
     return found[0]  # type: ignore[no-any-return]
 
 
-# -- sync ------------------------------------------------------------------------------------
-
-
-def list_jobs(conn: SyncConn, *, schema: str | None = None) -> list[PeriodicJob]:
-    return drive(conn, _list_jobs(schema))
-
-
-def run_due(conn: SyncConn, *, schema: str | None = None) -> dict[str, Any]:
-    """Run every due job once, each in its own transaction, as a worker's tick does; returns
-    each job's result by name."""
-    return drive(conn, _run_due(schema))
-
-
-def run_now(conn: SyncConn, name: str, *, schema: str | None = None) -> Any:
-    """Run job ``name`` now; its result, or None when a worker holds it at this moment."""
-    return drive(conn, _run_now(name, schema))
-
-
-def configure_job(
-    conn: SyncConn,
-    name: str,
-    *,
-    interval_s: float | None = None,
-    enabled: bool | None = None,
-    schema: str | None = None,
-) -> None:
-    drive(conn, _configure(name, interval_s, enabled, schema))
-
-
-def list_settings(conn: SyncConn, *, schema: str | None = None) -> list[Setting]:
-    return drive(conn, _list_settings(schema))
-
-
-def set_setting(conn: SyncConn, name: str, value: Any, *, schema: str | None = None) -> Setting:
-    """Set an engine setting; a value out of its range raises ``SettingError`` and changes
-    nothing."""
-    return drive(conn, _set_setting(name, value, schema))
-
-
-# -- async -----------------------------------------------------------------------------------
+# -- async, written once: the sync section below is generated from it ----------------------
 
 
 async def list_jobs_async(conn: AsyncConn, *, schema: str | None = None) -> list[PeriodicJob]:
@@ -112,10 +73,13 @@ async def list_jobs_async(conn: AsyncConn, *, schema: str | None = None) -> list
 
 
 async def run_due_async(conn: AsyncConn, *, schema: str | None = None) -> dict[str, Any]:
+    """Run every due job once, each in its own transaction, as a worker's tick does; returns
+    each job's result by name."""
     return await drive_async(conn, _run_due(schema))
 
 
 async def run_now_async(conn: AsyncConn, name: str, *, schema: str | None = None) -> Any:
+    """Run job ``name`` now; its result, or None when a worker holds it at this moment."""
     return await drive_async(conn, _run_now(name, schema))
 
 
@@ -137,7 +101,51 @@ async def list_settings_async(conn: AsyncConn, *, schema: str | None = None) -> 
 async def set_setting_async(
     conn: AsyncConn, name: str, value: Any, *, schema: str | None = None
 ) -> Setting:
+    """Set an engine setting; a value out of its range raises ``SettingError`` and changes
+    nothing."""
     return await drive_async(conn, _set_setting(name, value, schema))
+
+
+# -- sync, generated from the async section above by tools/async_to_sync.py: do not edit ----
+
+
+def list_jobs(conn: Conn, *, schema: str | None = None) -> list[PeriodicJob]:
+    return drive(conn, _list_jobs(schema))
+
+
+def run_due(conn: Conn, *, schema: str | None = None) -> dict[str, Any]:
+    """Run every due job once, each in its own transaction, as a worker's tick does; returns
+    each job's result by name."""
+    return drive(conn, _run_due(schema))
+
+
+def run_now(conn: Conn, name: str, *, schema: str | None = None) -> Any:
+    """Run job ``name`` now; its result, or None when a worker holds it at this moment."""
+    return drive(conn, _run_now(name, schema))
+
+
+def configure_job(
+    conn: Conn,
+    name: str,
+    *,
+    interval_s: float | None = None,
+    enabled: bool | None = None,
+    schema: str | None = None,
+) -> None:
+    drive(conn, _configure(name, interval_s, enabled, schema))
+
+
+def list_settings(conn: Conn, *, schema: str | None = None) -> list[Setting]:
+    return drive(conn, _list_settings(schema))
+
+
+def set_setting(conn: Conn, name: str, value: Any, *, schema: str | None = None) -> Setting:
+    """Set an engine setting; a value out of its range raises ``SettingError`` and changes
+    nothing."""
+    return drive(conn, _set_setting(name, value, schema))
+
+
+# -- end of the generated sync section -------------------------------------------------------
 
 
 __all__ = [

@@ -85,16 +85,25 @@ def _version_text(number: int) -> str:
     return f"{number // 10000}.{number // 100 % 100}.{number % 100}"
 
 
+# -- async, written once: the sync section below is generated from it ----------------------
+
+
+async def check_schema_async(conn: psycopg.AsyncConnection[Any], schema: str) -> None:
+    """The start-up check (on an autocommit connection, or inside any transaction)."""
+    require_supported_server(conn.info.server_version)
+    await drive_async(conn, _check(schema))
+
+
+# -- sync, generated from the async section above by tools/async_to_sync.py: do not edit ----
+
+
 def check_schema(conn: psycopg.Connection[Any], schema: str) -> None:
-    """The start-up check on a sync connection (autocommit, or inside any transaction)."""
+    """The start-up check (on an autocommit connection, or inside any transaction)."""
     require_supported_server(conn.info.server_version)
     drive(conn, _check(schema))
 
 
-async def check_schema_async(conn: psycopg.AsyncConnection[Any], schema: str) -> None:
-    """``check_schema`` on an async connection."""
-    require_supported_server(conn.info.server_version)
-    await drive_async(conn, _check(schema))
+# -- end of the generated sync section -------------------------------------------------------
 
 
 def connect_checked(dsn: str | None = None, schema: str | None = None) -> psycopg.Connection[Any]:

@@ -113,9 +113,7 @@ class EagerRuns:
     # -- triggering (what the public trigger calls hand over) ------------------------------
 
     def trigger_many(self, requests: Sequence[TriggerRequest]) -> list[int]:
-        records, fresh = self._accept(requests, None)
-        run_blocking(partial(self._execute_all, fresh, self._propagating()))
-        return [record.id for record in records]
+        return run_blocking(partial(self.trigger_many_async, requests))
 
     async def trigger_many_async(self, requests: Sequence[TriggerRequest]) -> list[int]:
         records, fresh = self._accept(requests, None)

@@ -31,12 +31,12 @@ from fairlane.triggering.request import TriggerRequest, environment_of, insert_p
 
 if TYPE_CHECKING:
     # SQLAlchemy's asyncio extension needs greenlet; only callers who use it must have it.
-    from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
+    from sqlalchemy.ext.asyncio import AsyncConnection as AsyncSAConnection
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    AsyncConnectionLike: TypeAlias = psycopg.AsyncConnection[Any] | SAAsyncConnection | AsyncSession
+    AsyncConnectionLike: TypeAlias = psycopg.AsyncConnection[Any] | AsyncSAConnection | AsyncSession
 
-SyncConnection = psycopg.Connection[Any] | SAConnection | Session
+ConnectionLike = psycopg.Connection[Any] | SAConnection | Session
 
 
 def trigger_statement(
@@ -90,62 +90,14 @@ def _sa_rows(statement: Statement[TriggerRow], result: Any) -> list[TriggerRow]:
     return [statement.row(row._mapping) for row in result.fetchall()]
 
 
-def trigger_many(
-    conn: SyncConnection, requests: Sequence[TriggerRequest], *, schema: str | None = None
-) -> list[int]:
-    """Create every run in ``requests`` with one statement; returns their ids in order. In
-    eager mode (``fairlane.testing.eager``) the runs are executed in-process instead."""
-    mode = eager.active()
-    if mode is not None and requests:
-        return mode.trigger_many(requests)
-    return insert_runs(conn, requests, schema=schema)
-
-
-def insert_runs(
-    conn: SyncConnection, requests: Sequence[TriggerRequest], *, schema: str | None = None
-) -> list[int]:
-    """``trigger_many`` always on the database, even in eager mode (for fairlane's own
-    triggers: a worker's children, schedule ticks, batch items)."""
-    if not requests:
-        return []
-    with tracing.trigger_span(requests) as sent:
-        ids = _trigger_many(conn, sent, schema)
-        tracing.record_run_ids(ids)
-        return ids
-
-
-def _trigger_many(
-    conn: SyncConnection, requests: Sequence[TriggerRequest], schema: str | None
-) -> list[int]:
-    statement = trigger_statement(requests, schema=schema)
-    if isinstance(conn, psycopg.Connection):
-        with boundary_errors():
-            return ids_in_order(requests, rows(conn, statement))
-    if isinstance(conn, Session):
-        conn = conn.connection()
-    if isinstance(conn, SAConnection):
-        with boundary_errors():
-            result = conn.exec_driver_sql(statement.sql, statement.params)
-        return ids_in_order(requests, _sa_rows(statement, result))
-    raise UnsupportedConnectionError(conn)
-
-
-def trigger(
-    conn: SyncConnection,
-    task: str,
-    payload: Any = None,
-    *,
-    schema: str | None = None,
-    **options: Any,
-) -> int:
-    """Create one run inside the caller's transaction; returns its id."""
-    return trigger_many(conn, [TriggerRequest(task, payload, **options)], schema=schema)[0]
+# -- async, written once: the sync section below is generated from it ----------------------
 
 
 async def trigger_many_async(
     conn: AsyncConnectionLike, requests: Sequence[TriggerRequest], *, schema: str | None = None
 ) -> list[int]:
-    """The async twin of ``trigger_many``: same statement, same checks, same eager mode."""
+    """Create every run in ``requests`` with one statement; returns their ids in order. In
+    eager mode (``fairlane.testing.eager``) the runs are executed in-process instead."""
     mode = eager.active()
     if mode is not None and requests:
         return await mode.trigger_many_async(requests)
@@ -155,7 +107,8 @@ async def trigger_many_async(
 async def insert_runs_async(
     conn: AsyncConnectionLike, requests: Sequence[TriggerRequest], *, schema: str | None = None
 ) -> list[int]:
-    """The async twin of ``insert_runs``: always the database."""
+    """``trigger_many_async`` always on the database, even in eager mode (for fairlane's own
+    triggers: a worker's children, schedule ticks, batch items)."""
     if not requests:
         return []
     with tracing.trigger_span(requests) as sent:
@@ -171,12 +124,12 @@ async def _trigger_many_async(
     if isinstance(conn, psycopg.AsyncConnection):
         with boundary_errors():
             return ids_in_order(requests, await rows_async(conn, statement))
-    from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
+    from sqlalchemy.ext.asyncio import AsyncConnection as AsyncSAConnection
     from sqlalchemy.ext.asyncio import AsyncSession
 
     if isinstance(conn, AsyncSession):
         conn = await conn.connection()
-    if isinstance(conn, SAAsyncConnection):
+    if isinstance(conn, AsyncSAConnection):
         with boundary_errors():
             result = await conn.exec_driver_sql(statement.sql, statement.params)
         return ids_in_order(requests, _sa_rows(statement, result))
@@ -191,6 +144,68 @@ async def trigger_async(
     schema: str | None = None,
     **options: Any,
 ) -> int:
-    """Create one run inside the caller's async transaction; returns its id."""
+    """Create one run inside the caller's transaction; returns its id."""
     requests = [TriggerRequest(task, payload, **options)]
-    return (await trigger_many_async(conn, requests, schema=schema))[0]
+    ids = await trigger_many_async(conn, requests, schema=schema)
+    return ids[0]
+
+
+# -- sync, generated from the async section above by tools/async_to_sync.py: do not edit ----
+
+
+def trigger_many(
+    conn: ConnectionLike, requests: Sequence[TriggerRequest], *, schema: str | None = None
+) -> list[int]:
+    """Create every run in ``requests`` with one statement; returns their ids in order. In
+    eager mode (``fairlane.testing.eager``) the runs are executed in-process instead."""
+    mode = eager.active()
+    if mode is not None and requests:
+        return mode.trigger_many(requests)
+    return insert_runs(conn, requests, schema=schema)
+
+
+def insert_runs(
+    conn: ConnectionLike, requests: Sequence[TriggerRequest], *, schema: str | None = None
+) -> list[int]:
+    """``trigger_many`` always on the database, even in eager mode (for fairlane's own
+    triggers: a worker's children, schedule ticks, batch items)."""
+    if not requests:
+        return []
+    with tracing.trigger_span(requests) as sent:
+        ids = _trigger_many(conn, sent, schema)
+        tracing.record_run_ids(ids)
+        return ids
+
+
+def _trigger_many(
+    conn: ConnectionLike, requests: Sequence[TriggerRequest], schema: str | None
+) -> list[int]:
+    statement = trigger_statement(requests, schema=schema)
+    if isinstance(conn, psycopg.Connection):
+        with boundary_errors():
+            return ids_in_order(requests, rows(conn, statement))
+
+    if isinstance(conn, Session):
+        conn = conn.connection()
+    if isinstance(conn, SAConnection):
+        with boundary_errors():
+            result = conn.exec_driver_sql(statement.sql, statement.params)
+        return ids_in_order(requests, _sa_rows(statement, result))
+    raise UnsupportedConnectionError(conn)
+
+
+def trigger(
+    conn: ConnectionLike,
+    task: str,
+    payload: Any = None,
+    *,
+    schema: str | None = None,
+    **options: Any,
+) -> int:
+    """Create one run inside the caller's transaction; returns its id."""
+    requests = [TriggerRequest(task, payload, **options)]
+    ids = trigger_many(conn, requests, schema=schema)
+    return ids[0]
+
+
+# -- end of the generated sync section -------------------------------------------------------

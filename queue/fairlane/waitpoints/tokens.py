@@ -48,15 +48,48 @@ def _get(token_id: int, schema: str | None) -> Operation[Token]:
     return found[0]  # type: ignore[no-any-return]
 
 
-def get_token(conn: psycopg.Connection[Any], token_id: int, *, schema: str | None = None) -> Token:
-    """A token as it stands; ``WaitpointNotFoundError`` if there is no such token."""
-    return drive(conn, _get(token_id, schema))
+# -- async, written once: the sync section below is generated from it ----------------------
 
 
 async def get_token_async(
     conn: psycopg.AsyncConnection[Any], token_id: int, *, schema: str | None = None
 ) -> Token:
+    """A token as it stands; ``WaitpointNotFoundError`` if there is no such token."""
     return await drive_async(conn, _get(token_id, schema))
+
+
+async def create_token_async(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    idempotency_key: str | None = None,
+    idempotency_ttl: Duration | None = None,
+    timeout: Duration | None = None,  # noqa: ASYNC109 - stored on the token
+    schema: str | None = None,
+) -> int:
+    """A token for ``wait_for_token``; the same live idempotency key returns the same token."""
+    return await drive_async(conn, _create(idempotency_key, idempotency_ttl, timeout, schema))
+
+
+async def complete_token_async(
+    conn: psycopg.AsyncConnection[Any],
+    token_id: int,
+    output: Any = None,
+    *,
+    schema: str | None = None,
+) -> bool:
+    """Complete a token and wake whoever waits on it; False if it was already complete.
+
+    In a transaction, the waiting runs wake when it commits (with those of every token it
+    completed, in one lock order: docs/concurrency.md)."""
+    return await drive_async(conn, _complete(token_id, output, schema))
+
+
+# -- sync, generated from the async section above by tools/async_to_sync.py: do not edit ----
+
+
+def get_token(conn: psycopg.Connection[Any], token_id: int, *, schema: str | None = None) -> Token:
+    """A token as it stands; ``WaitpointNotFoundError`` if there is no such token."""
+    return drive(conn, _get(token_id, schema))
 
 
 def create_token(
@@ -72,7 +105,11 @@ def create_token(
 
 
 def complete_token(
-    conn: psycopg.Connection[Any], token_id: int, output: Any = None, *, schema: str | None = None
+    conn: psycopg.Connection[Any],
+    token_id: int,
+    output: Any = None,
+    *,
+    schema: str | None = None,
 ) -> bool:
     """Complete a token and wake whoever waits on it; False if it was already complete.
 
@@ -81,22 +118,4 @@ def complete_token(
     return drive(conn, _complete(token_id, output, schema))
 
 
-async def create_token_async(
-    conn: psycopg.AsyncConnection[Any],
-    *,
-    idempotency_key: str | None = None,
-    idempotency_ttl: Duration | None = None,
-    timeout: Duration | None = None,  # noqa: ASYNC109 - stored on the token
-    schema: str | None = None,
-) -> int:
-    return await drive_async(conn, _create(idempotency_key, idempotency_ttl, timeout, schema))
-
-
-async def complete_token_async(
-    conn: psycopg.AsyncConnection[Any],
-    token_id: int,
-    output: Any = None,
-    *,
-    schema: str | None = None,
-) -> bool:
-    return await drive_async(conn, _complete(token_id, output, schema))
+# -- end of the generated sync section -------------------------------------------------------

@@ -86,43 +86,10 @@ def _authenticate(source: Engine, presented: str) -> Operation[ApiKey | None]:
     return found[0] if found else None
 
 
-SyncConn = psycopg.Connection[Any]
+Conn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
 
-# -- sync ------------------------------------------------------------------------------------
-
-
-def create_key(
-    conn: SyncConn,
-    environment: str | None,
-    *,
-    name: str | None = None,
-    admin: bool = False,
-    schema: str | None = None,
-) -> tuple[ApiKey, str]:
-    """A new key: its stored record, and the key itself (shown once, never stored)."""
-    return drive(conn, _create(schema, environment, name, admin))
-
-
-def list_keys(
-    conn: SyncConn,
-    environment: str | None = None,
-    *,
-    include_revoked: bool = False,
-    schema: str | None = None,
-) -> list[ApiKey]:
-    return drive(conn, _list(schema, environment, include_revoked))
-
-
-def revoke_key(
-    conn: SyncConn, key_id: int, *, environment: str | None = None, schema: str | None = None
-) -> ApiKey:
-    """Revoke a key at once (a no-op on a revoked one), ending the dashboard sessions it
-    opened; ``ApiKeyNotFoundError`` when no key has this id (in ``environment``, when given)."""
-    return drive(conn, _revoke(schema, key_id, environment))
-
-
-# -- async -----------------------------------------------------------------------------------
+# -- async, written once: the sync section below is generated from it ----------------------
 
 
 async def create_key_async(
@@ -133,6 +100,7 @@ async def create_key_async(
     admin: bool = False,
     schema: str | None = None,
 ) -> tuple[ApiKey, str]:
+    """A new key: its stored record, and the key itself (shown once, never stored)."""
     return await drive_async(conn, _create(schema, environment, name, admin))
 
 
@@ -149,7 +117,48 @@ async def list_keys_async(
 async def revoke_key_async(
     conn: AsyncConn, key_id: int, *, environment: str | None = None, schema: str | None = None
 ) -> ApiKey:
+    """Revoke a key at once (a no-op on a revoked one), ending the dashboard sessions it
+    opened; ``ApiKeyNotFoundError`` when no key has this id (in ``environment``, when given)."""
     return await drive_async(conn, _revoke(schema, key_id, environment))
+
+
+# -- sync, generated from the async section above by tools/async_to_sync.py: do not edit ----
+
+
+def create_key(
+    conn: Conn,
+    environment: str | None,
+    *,
+    name: str | None = None,
+    admin: bool = False,
+    schema: str | None = None,
+) -> tuple[ApiKey, str]:
+    """A new key: its stored record, and the key itself (shown once, never stored)."""
+    return drive(conn, _create(schema, environment, name, admin))
+
+
+def list_keys(
+    conn: Conn,
+    environment: str | None = None,
+    *,
+    include_revoked: bool = False,
+    schema: str | None = None,
+) -> list[ApiKey]:
+    return drive(conn, _list(schema, environment, include_revoked))
+
+
+def revoke_key(
+    conn: Conn, key_id: int, *, environment: str | None = None, schema: str | None = None
+) -> ApiKey:
+    """Revoke a key at once (a no-op on a revoked one), ending the dashboard sessions it
+    opened; ``ApiKeyNotFoundError`` when no key has this id (in ``environment``, when given)."""
+    return drive(conn, _revoke(schema, key_id, environment))
+
+
+# -- end of the generated sync section -------------------------------------------------------
+
+
+# -- async only ------------------------------------------------------------------------------
 
 
 async def authenticate_async(conn: AsyncConn, presented: str, *, schema: str) -> ApiKey | None:

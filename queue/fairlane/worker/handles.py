@@ -20,7 +20,7 @@ from fairlane.worker.registry import TaskDefinition
 if TYPE_CHECKING:
     from fairlane.async_client import AsyncClient
     from fairlane.client import Client
-    from fairlane.triggering.api import AsyncConnectionLike, SyncConnection
+    from fairlane.triggering.api import AsyncConnectionLike, ConnectionLike
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -55,24 +55,7 @@ class Task(Generic[P, R]):
             self.name, self.encode(payload), **{**self.definition.trigger_defaults(), **given}
         )
 
-    def trigger(
-        self,
-        target: SyncConnection | Client,
-        payload: P,
-        *,
-        schema: str | None = None,
-        **options: Any,
-    ) -> int:
-        """Trigger a run of this task; returns its id. ``target`` is a ``Client`` (committed on
-        return) or your own connection or session (the run joins your transaction), as for
-        ``fairlane.trigger``. ``options`` are ``TriggerRequest``'s."""
-        from fairlane.client import Client
-        from fairlane.triggering.api import trigger_many
-
-        request = self.request(payload, **options)
-        if isinstance(target, Client):
-            return target.trigger_many([request])[0]
-        return trigger_many(target, [request], schema=schema)[0]
+    # -- async, written once: the sync section below is generated from it ------------------
 
     async def trigger_async(
         self,
@@ -82,15 +65,43 @@ class Task(Generic[P, R]):
         schema: str | None = None,
         **options: Any,
     ) -> int:
-        """The async twin of ``trigger``: an ``AsyncClient`` or your async connection or
-        session."""
+        """Trigger a run of this task; returns its id. ``target`` is a client (committed on
+        return) or your own connection or session (the run joins your transaction), as for
+        ``fairlane.trigger_async``. ``options`` are ``TriggerRequest``'s."""
         from fairlane.async_client import AsyncClient
         from fairlane.triggering.api import trigger_many_async
 
-        request = self.request(payload, **options)
+        requests = [self.request(payload, **options)]
         if isinstance(target, AsyncClient):
-            return (await target.trigger_many([request]))[0]
-        return (await trigger_many_async(target, [request], schema=schema))[0]
+            ids = await target.trigger_many(requests)
+        else:
+            ids = await trigger_many_async(target, requests, schema=schema)
+        return ids[0]
+
+    # -- sync, generated from the async section above by tools/async_to_sync.py: do not edit
+
+    def trigger(
+        self,
+        target: ConnectionLike | Client,
+        payload: P,
+        *,
+        schema: str | None = None,
+        **options: Any,
+    ) -> int:
+        """Trigger a run of this task; returns its id. ``target`` is a client (committed on
+        return) or your own connection or session (the run joins your transaction), as for
+        ``fairlane.trigger``. ``options`` are ``TriggerRequest``'s."""
+        from fairlane.client import Client
+        from fairlane.triggering.api import trigger_many
+
+        requests = [self.request(payload, **options)]
+        if isinstance(target, Client):
+            ids = target.trigger_many(requests)
+        else:
+            ids = trigger_many(target, requests, schema=schema)
+        return ids[0]
+
+    # -- end of the generated sync section ---------------------------------------------------
 
     def requests(self, payloads: Sequence[P], **options: Any) -> list[TriggerRequest]:
         """One request per payload, for ``trigger_many`` or ``ctx.batch_trigger_and_wait``."""

@@ -35,13 +35,23 @@ def sizes_of(row: tuple[Any, ...] | None) -> dict[str, int]:
     return {"table_bytes": int(table_bytes), "index_bytes": int(index_bytes)}
 
 
-def measure(conn: psycopg.Connection[Any]) -> dict[str, int]:
-    return sizes_of(conn.execute(SIZES_SQL).fetchone())
+# -- async, written once: the sync section below is generated from it ----------------------
 
 
 async def measure_async(conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
     cursor = await conn.execute(SIZES_SQL)
     return sizes_of(await cursor.fetchone())
+
+
+# -- sync, generated from the async section above by tools/async_to_sync.py: do not edit ----
+
+
+def measure(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    cursor = conn.execute(SIZES_SQL)
+    return sizes_of(cursor.fetchone())
+
+
+# -- end of the generated sync section -------------------------------------------------------
 
 
 # How long the maintenance waits for other sessions to leave and for a held pruning job.
