@@ -45,7 +45,7 @@ FROM {schema}.workers w
 ORDER BY live DESC, w.started_at, w.id;
 
 -- name: unserved_tasks
--- params: head integer, max_rows integer
+-- params: head bigint, max_rows bigint
 -- The tasks, per environment, with QUEUED runs that no live worker serves: none has a handler
 -- for the task AND serves the run's environment and queue (NULL environments or queues: all).
 --
