@@ -11,7 +11,7 @@ from fairlane.engine.statement import Row, Statement, scalar
 from fairlane.models import UnservedTask, WorkerInfo
 
 # How many runs at the head of each queue the unserved view reads (sql/worker/registry.sql).
-UNSERVED_HEAD = 1000
+UNSERVED_HEAD = 100
 
 
 @dataclass(frozen=True, slots=True)
