@@ -18,9 +18,7 @@ REGISTER = (
 )
 
 
-def test_live_workers_by_version_and_unserved_tasks(
-    dsn: str, db: psycopg.Connection[Any]
-) -> None:
+def test_live_workers_by_version_and_unserved_tasks(dsn: str, db: psycopg.Connection[Any]) -> None:
     db.execute(REGISTER, ("a", "1.0", ["mail"], None, "1 second"))
     db.execute(REGISTER, ("b", "1.0", ["mail"], ["acme"], "1 second"))
     db.execute(REGISTER, ("c", "1.1", ["report"], None, "1 second"))
@@ -48,9 +46,12 @@ def test_live_workers_by_version_and_unserved_tasks(
         found, "fairlane_unserved_task_oldest_queued_seconds", environment="acme", task="bill"
     )
     assert 90 <= waited < 3600
-    assert labelled(
-        found, "fairlane_unserved_task_oldest_queued_seconds", environment="other", task="bill"
-    ) < waited
+    assert (
+        labelled(
+            found, "fairlane_unserved_task_oldest_queued_seconds", environment="other", task="bill"
+        )
+        < waited
+    )
     unserved = [name for name, _ in found if name.startswith("fairlane_unserved_task_oldest")]
     assert len(unserved) == 2
 

@@ -3,6 +3,7 @@ removes the rows of workers that are gone, and the tasks with queued runs no wor
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import psycopg
@@ -46,11 +47,13 @@ async def test_a_worker_registers_what_it_serves_and_leaves_at_a_clean_stop(dsn:
             found = (await listed(client))[worker.worker_id]
             assert {"mail", "bill"} <= set(found.tasks)
             assert found.environments == ["acme"]
-            assert found.queues is not None and "fast" in found.queues
+            assert found.queues is not None
+            assert "fast" in found.queues
             assert found.concurrency == 7
             assert found.version == fairlane_version() != ""
-            assert found.pid == __import__("os").getpid()
-            assert found.live and not found.stopping
+            assert found.pid == os.getpid()
+            assert found.live
+            assert not found.stopping
         assert worker.worker_id not in await listed(client)
 
 
@@ -58,7 +61,8 @@ async def test_an_unrestricted_worker_registers_null_environments_and_queues(dsn
     worker = Worker(registry_of("mail"), dsn, poll_interval=0.1)
     async with AsyncClient(dsn) as client, running(worker):
         found = (await listed(client))[worker.worker_id]
-        assert found.environments is None and found.queues is None
+        assert found.environments is None
+        assert found.queues is None
 
 
 async def test_the_heartbeat_tick_advances_last_seen(dsn: str) -> None:
@@ -91,13 +95,15 @@ async def test_the_job_removes_a_row_not_seen_within_its_bound(
 ) -> None:
     insert = (
         "INSERT INTO fairlane.workers (id, host, pid, version, tasks, concurrency,"
-        " stale_after_s, last_seen_at) VALUES (%s, 'h', 1, 'v', '{mail}', 1, 30, now() - %s::interval)"
+        " stale_after_s, last_seen_at)"
+        " VALUES (%s, 'h', 1, 'v', '{mail}', 1, 30, now() - %s::interval)"
     )
     db.execute(insert, ("gone", "31 seconds"))
     db.execute(insert, ("recent", "29 seconds"))
     async with AsyncClient(dsn) as client:
         before = await listed(client)
-        assert not before["gone"].live and before["recent"].live
+        assert not before["gone"].live
+        assert before["recent"].live
         speed_up_periodic_jobs(db, 0.05)
         async with running(Worker(registry_of("mail"), dsn, periodic_interval=0.05)):
 
@@ -109,7 +115,9 @@ async def test_the_job_removes_a_row_not_seen_within_its_bound(
     result = db.execute(
         "SELECT last_result FROM fairlane.periodic_jobs WHERE name = 'prune_dead_workers'"
     ).fetchone()
-    assert result is not None and result[0] is not None and "pruned" in result[0]
+    assert result is not None
+    assert result[0] is not None
+    assert "pruned" in result[0]
 
 
 async def test_unserved_tasks_show_until_a_worker_serving_them_registers(dsn: str) -> None:
@@ -119,10 +127,13 @@ async def test_unserved_tasks_show_until_a_worker_serving_them_registers(dsn: st
         unserved = await client.workers.unserved()
         assert {(t.environment, t.task) for t in unserved} == {("acme", "report"), ("acme", "mail")}
         report = next(t for t in unserved if t.task == "report")
-        assert report.queues == ["slow"] and report.runs == 1
+        assert report.queues == ["slow"]
+        assert report.runs == 1
 
         # A worker of another environment, and one of another queue, serve neither run.
-        elsewhere = Worker(registry_of("report"), dsn, environments=["other"], run_periodic_jobs=False)
+        elsewhere = Worker(
+            registry_of("report"), dsn, environments=["other"], run_periodic_jobs=False
+        )
         other_queue = Worker(registry_of("report"), dsn, queues=["fast"], run_periodic_jobs=False)
         for worker in (elsewhere, other_queue):
             worker.store.claim = _never_claims  # type: ignore[method-assign]

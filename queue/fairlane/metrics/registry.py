@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -32,7 +32,7 @@ def read_registry(conn: psycopg.Connection[Any], schema: str) -> RegistrySeries:
     return RegistrySeries(
         rows(conn, workers.list()),
         rows(conn, workers.unserved(UNSERVED_SERIES)),
-        datetime.now(timezone.utc),
+        datetime.now(UTC),
     )
 
 
@@ -43,8 +43,8 @@ def registry_families(series: RegistrySeries) -> list[Metric]:
         labels=["version"],
     )
     versions = Counter(w.version for w in series.workers if w.live and not w.stopping)
-    for version, count in sorted(versions.items()):
-        live.add_metric([version], count)
+    for version, workers in sorted(versions.items()):
+        live.add_metric([version], workers)
     registered = GaugeMetricFamily(
         "fairlane_workers_registered", "Rows of the workers registry, live or not"
     )
@@ -58,9 +58,9 @@ def registry_families(series: RegistrySeries) -> list[Metric]:
     for task in series.unserved:
         waited = (series.read_at - task.oldest_queued_at).total_seconds()
         unserved.add_metric([task.environment, task.task], max(waited, 0.0))
-    count = GaugeMetricFamily(
+    tasks = GaugeMetricFamily(
         "fairlane_unserved_tasks",
         f"Tasks with queued runs that no live worker serves (counted up to {UNSERVED_SERIES})",
     )
-    count.add_metric([], len(series.unserved))
-    return [live, registered, unserved, count]
+    tasks.add_metric([], len(series.unserved))
+    return [live, registered, unserved, tasks]
