@@ -51,6 +51,7 @@ class Heartbeater:
         self.paused = False
         # The worker's registry row, refreshed every tick whether or not it holds runs.
         self.presence = presence
+        self.beat_failed = False
         self._outage = Outage("heartbeat", log)
 
     async def run(self, connection: LoopConnection) -> None:
@@ -60,11 +61,14 @@ class Heartbeater:
                 await anyio.sleep(self.interval)
                 if not self.paused:
                     await self.beat(connection)
-                    if self.presence is not None:
+                    # After a beat that failed, the next beat goes first: the registry row
+                    # waits a tick rather than delay it by another connect attempt.
+                    if self.presence is not None and not self.beat_failed:
                         await self.presence.tick(connection)
 
     async def beat(self, connection: LoopConnection) -> set[int]:
         """Extend every held lease; stop the handlers whose lease is lost. Returns those."""
+        self.beat_failed = False
         sent_at = time.monotonic()
         active = [run for run in self._held.values() if self._keep_alive(run, sent_at)]
         if not active:
@@ -75,6 +79,7 @@ class Heartbeater:
         except psycopg.Error as error:
             # Leases hold until their deadline; the deadline clock stops what lapses.
             self._outage.failed(error)
+            self.beat_failed = True
             await connection.discard()
             return set()
         self._outage.recovered()

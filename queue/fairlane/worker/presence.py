@@ -101,7 +101,11 @@ class Presence:
             await first_async(conn, self._workers.touch(self.registration.id, stopping=True))
 
     async def leave(self, connection: LoopConnection) -> None:
-        """Delete the row at a clean stop. A failure leaves it to ``prune_dead_workers``."""
+        """Delete the row at a clean stop. A failure leaves it to ``prune_dead_workers``, and
+        so does a connection an outage took: a stop never waits for a reconnect to leave."""
+        if connection.current is None:
+            log.info("worker %s: left to the registry's pruning (no connection)", self.id)
+            return
         try:
             async with connection.use() as conn:
                 await first_async(conn, self._workers.deregister(self.registration.id))
