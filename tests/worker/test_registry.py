@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
 
@@ -157,3 +158,29 @@ def test_the_sync_client_lists_workers(dsn: str) -> None:
     with fairlane.Client(dsn) as client:
         assert client.workers.list() == []
         assert client.workers.unserved(limit=1) == []
+
+
+async def test_a_stopping_worker_says_so_and_serves_nothing_more(dsn: str) -> None:
+    tasks = TaskRegistry()
+    release = anyio.Event()
+
+    @tasks.task("hold")
+    async def hold(ctx: RunContext, payload: Any) -> None:
+        await release.wait()
+
+    worker = Worker(tasks, dsn, lease_seconds=0.6, poll_interval=0.1, shutdown_grace=60)
+    signals = worker.enable_test_signals()
+    async with AsyncClient(dsn) as client:
+        async with running(worker):
+            await client.trigger("hold", {})
+            await signals.started.next()
+            worker.stop()
+
+            async def stopping() -> bool:
+                return (await listed(client))[worker.worker_id].stopping
+
+            await wait_until(stopping, within=10, what="the row to say the worker is stopping")
+            await client.trigger("hold", {})
+            assert [t.task for t in await client.workers.unserved()] == ["hold"]
+            release.set()
+        assert worker.worker_id not in await listed(client)
