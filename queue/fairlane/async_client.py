@@ -1,9 +1,10 @@
 """The clients: trigger runs, read them back and act on them, from async code
 (``AsyncClient``, fairlane.async_client) or sync code (``Client``, fairlane.client, which
 tools/async_to_sync.py generates from fairlane.async_client: the same methods without
-``await``, threads where the async client has tasks). Limits, schedules, tokens and batches
-are the namespaces ``client.limits``, ``client.schedules``, ``client.tokens`` and
-``client.batches`` (fairlane.async_namespaces, generated into fairlane.namespaces).
+``await``, threads where the async client has tasks). Limits, schedules, tokens, workers and
+batches are the namespaces ``client.limits``, ``client.schedules``, ``client.tokens``,
+``client.workers`` and ``client.batches`` (fairlane.async_namespaces, generated into
+fairlane.namespaces).
 
 A client draws its connections from a psycopg_pool ``AsyncConnectionPool``: its own (at most
 ``max_connections``, opened on first use), or one of the caller's (``pool=``). Every call
@@ -45,7 +46,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from fairlane import control, tracing
-from fairlane.async_namespaces import AsyncLimits, AsyncSchedules, AsyncTokens
+from fairlane.async_namespaces import AsyncLimits, AsyncSchedules, AsyncTokens, AsyncWorkers
 from fairlane.batches.client import AsyncBatchClient
 from fairlane.client_common import (
     DEFAULT_MAX_CONNECTIONS,
@@ -171,6 +172,7 @@ class AsyncClient:
         self.limits = AsyncLimits(self)
         self.schedules = AsyncSchedules(self)
         self.tokens = AsyncTokens(self)
+        self.workers = AsyncWorkers(self)
         # Batches keep a connection of their own, without the statement timeout: an ingest
         # slice is as long as the caller's chunks make it. Opened on first use.
         self.batches = AsyncBatchClient(

@@ -2,9 +2,10 @@
 """The clients: trigger runs, read them back and act on them, from async code
 (``AsyncClient``, fairlane.async_client) or sync code (``Client``, fairlane.client, which
 tools/async_to_sync.py generates from fairlane.async_client: the same methods without
-``await``, threads where the async client has tasks). Limits, schedules, tokens and batches
-are the namespaces ``client.limits``, ``client.schedules``, ``client.tokens`` and
-``client.batches`` (fairlane.async_namespaces, generated into fairlane.namespaces).
+``await``, threads where the async client has tasks). Limits, schedules, tokens, workers and
+batches are the namespaces ``client.limits``, ``client.schedules``, ``client.tokens``,
+``client.workers`` and ``client.batches`` (fairlane.async_namespaces, generated into
+fairlane.namespaces).
 
 A client draws its connections from a psycopg_pool ``ConnectionPool``: its own (at most
 ``max_connections``, opened on first use), or one of the caller's (``pool=``). Every call
@@ -84,7 +85,7 @@ from fairlane.engine.statement import Operation, drive, rows
 from fairlane.engine.waits import WaitsOn
 from fairlane.errors import DatabaseUnavailable, RunWaitTimeoutError
 from fairlane.models import Run
-from fairlane.namespaces import Limits, Schedules, Tokens
+from fairlane.namespaces import Limits, Schedules, Tokens, Workers
 from fairlane.schema.check import SCHEMA_REVISION, check_schema
 from fairlane.triggering import api as triggering
 from fairlane.triggering import eager
@@ -172,6 +173,7 @@ class Client:
         self.limits = Limits(self)
         self.schedules = Schedules(self)
         self.tokens = Tokens(self)
+        self.workers = Workers(self)
         # Batches keep a connection of their own, without the statement timeout: an ingest
         # slice is as long as the caller's chunks make it. Opened on first use.
         self.batches = BatchClient(

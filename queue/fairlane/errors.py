@@ -136,6 +136,14 @@ class RunFilterError(InputError, ValueError):
         super().__init__(f"{field}={_shown(value)}: {reason}")
 
 
+class ListLimitError(InputError, ValueError):
+    """A list's ``limit`` is not a whole number of at least 1; nothing was read."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+        super().__init__(f"limit={_shown(value)}: must be a whole number >= 1")
+
+
 class PayloadError(InputError):
     """A payload, result or metadata value cannot be stored as PostgreSQL jsonb.
 

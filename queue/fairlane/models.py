@@ -331,3 +331,37 @@ class ItemRow:
     state: str
     run_id: int | None
     error: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A registered worker (the workers registry): what it serves, where it runs, and when
+    its heartbeat last reached the database. ``environments`` and ``queues`` None: all.
+    ``live`` is False once it was not seen within its bound (its lease): gone or hung, its row
+    stays until the ``prune_dead_workers`` job deletes it."""
+
+    id: str
+    host: str
+    pid: int
+    version: str
+    tasks: list[str]
+    environments: list[str] | None
+    queues: list[str] | None
+    concurrency: int
+    stopping: bool
+    started_at: datetime
+    last_seen_at: datetime
+    live: bool
+
+
+@dataclass(frozen=True, slots=True)
+class UnservedTask:
+    """A task with QUEUED runs in ``environment`` that no live worker serves: none has its
+    handler and serves those runs' environment and queue. ``runs`` and ``oldest_queued_at``
+    count the heads of its ``queues`` (sql/worker/registry.sql, ``unserved_tasks``)."""
+
+    environment: str
+    task: str
+    queues: list[str]
+    runs: int
+    oldest_queued_at: datetime

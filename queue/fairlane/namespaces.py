@@ -1,6 +1,7 @@
 # Generated from fairlane/async_namespaces.py by tools/async_to_sync.py: do not edit.
-"""The namespaces of a client: ``client.limits``, ``client.schedules`` and ``client.tokens``,
-the functions of fairlane.limits, fairlane.schedules and fairlane.waitpoints.tokens
+"""The namespaces of a client: ``client.limits``, ``client.schedules``, ``client.tokens`` and
+``client.workers``, the functions of fairlane.limits, fairlane.schedules,
+fairlane.waitpoints.tokens and fairlane.workers
 on the client's pool, with its guarantees (bounded, committed on return, a read or a change
 that is safe to repeat repeated once on another connection after an outage).
 
@@ -14,17 +15,25 @@ from __future__ import annotations
 import builtins
 from typing import TYPE_CHECKING, Any, Unpack
 
-from fairlane import limits, schedules
+from fairlane import limits, schedules, workers
 from fairlane.durations import Duration
 from fairlane.limits import EnvironmentChange, QueueChange, SchedulerChange
-from fairlane.models import EnvironmentSettings, QueueSettings, Schedule, SchedulerSettings, Token
+from fairlane.models import (
+    EnvironmentSettings,
+    QueueSettings,
+    Schedule,
+    SchedulerSettings,
+    Token,
+    UnservedTask,
+    WorkerInfo,
+)
 from fairlane.waitpoints import tokens
 
 if TYPE_CHECKING:
     from fairlane.client import Client
     from fairlane.worker.handles import Task
 
-__all__ = ["Limits", "Schedules", "Tokens"]
+__all__ = ["Limits", "Schedules", "Tokens", "Workers"]
 
 
 class Limits:
@@ -201,4 +210,30 @@ class Tokens:
         schema = self._client.schema
         return self._client._call(
             lambda conn: tokens.get_token(conn, token_id, schema=schema), repeatable=True
+        )
+
+
+class Workers:
+    """The workers registry (fairlane.workers): the workers that registered, and the tasks
+    with queued runs that no live worker serves."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def list(self) -> builtins.list[WorkerInfo]:
+        """Every registered worker, live ones first."""
+        schema = self._client.schema
+        return self._client._call(
+            lambda conn: workers.list_workers(conn, schema=schema), repeatable=True
+        )
+
+    def unserved(
+        self, *, limit: int = workers.DEFAULT_UNSERVED_LIMIT
+    ) -> builtins.list[UnservedTask]:
+        """The tasks, per environment, with QUEUED runs that no live worker serves, longest
+        waiting first: at most ``limit``."""
+        schema = self._client.schema
+        return self._client._call(
+            lambda conn: workers.unserved_tasks(conn, limit=limit, schema=schema),
+            repeatable=True,
         )

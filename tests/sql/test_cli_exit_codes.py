@@ -63,7 +63,9 @@ def test_read_commands_print_json(
     trigger_many(db, [TriggerRequest("t", environment="acme", queue="mail")])
     db.commit()
     assert main(["status", "--json", "--dsn", dsn]) == 0
-    assert json.loads(capsys.readouterr().out) == {"QUEUED": 1}
+    status = json.loads(capsys.readouterr().out)
+    assert status["QUEUED"] == 1
+    assert [(t["environment"], t["task"]) for t in status["unserved_tasks"]] == [("acme", "t")]
     assert main(["--json", "limits", "queue", "acme", "mail", "--pause", "--dsn", dsn]) == 0
     shown = json.loads(capsys.readouterr().out)
     (queue,) = [row for row in shown["queues"] if row["queue"] == "mail"]

@@ -144,6 +144,8 @@ API: list[Hostile] = [
     Hostile("GET", "/api/v1/runs?before_id=%C2%B2", None, "before_id"),
     Hostile("GET", f"/api/v1/runs?before_id={TWENTY}", None, "before_id"),
     Hostile("GET", "/api/v1/runs?limit=%D9%A3", None, "limit"),
+    Hostile("GET", "/api/v1/workers?limit=%D9%A3", None, "limit", admin=True),
+    Hostile("GET", f"/api/v1/workers?limit={HUGE}", None, "limit", admin=True),
     Hostile("GET", f"/api/v1/batches/1/items?after_index={HUGE}", None, "after_index"),
     Hostile("GET", f"/api/v1/runs/{TWENTY}", None, "id"),
     Hostile("POST", f"/api/v1/runs/{TWENTY}/cancel", None, "id"),

@@ -110,6 +110,7 @@ def test_every_page_opens_styled(driver: Chrome, base_url: str, seeded: Seeded) 
         (f"/batches/{seeded.batch_open}", f"Batch {seeded.batch_open}", "batch-open"),
         ("/queues", "Queues & limits", "queues"),
         ("/maintenance", "Maintenance", "maintenance"),
+        ("/workers", "Workers", "workers"),
         ("/runs/999999999", "Nothing here", "not-found"),
     ]
     console_errors(driver)  # the sign-in's
@@ -239,3 +240,34 @@ def test_an_open_page_goes_to_sign_in_once_its_session_ends(
     wait_for(lambda: _path(driver) == "/login", what="the open overview to go to sign-in")
     assert "next=%2F" in driver.current_url
     screenshot(driver, "session-ended")
+
+
+REGISTER = (
+    "INSERT INTO fairlane.workers (id, host, pid, version, tasks, environments, concurrency,"
+    " stale_after_s, last_seen_at) VALUES (%s, 'box-1', 4242, '1.2.3', %s, %s, 8, 30,"
+    " now() - %s::interval)"
+)
+
+
+def test_the_workers_page_names_the_tasks_no_worker_serves(
+    driver: Chrome, base_url: str, db: psycopg.Connection[Any]
+) -> None:
+    db.execute(REGISTER, ("web-1", ["send_welcome"], ["acme"], "2 seconds"))
+    db.execute(REGISTER, ("gone-1", ["nightly_report"], None, "1 hour"))
+    trigger_many(db, [TriggerRequest("nightly_report", environment="initech")])
+    db.commit()
+    _open(driver, base_url + "/workers", "Workers")
+    _styled(driver)
+    screenshot(driver, "workers")
+    live = _text(driver, "[data-testid='worker-web-1']")
+    assert "live" in live
+    assert "send_welcome" in live
+    assert "acme" in live
+    assert "stale" in _text(driver, "[data-testid='worker-gone-1']")
+    assert "nightly_report" in _text(driver, "[data-testid='unserved-initech-nightly_report']")
+    # A worker that serves it registers: the task is served, the next load says so.
+    db.execute(REGISTER, ("night-1", ["nightly_report"], ["initech"], "0 seconds"))
+    db.commit()
+    _open(driver, base_url + "/workers", "Workers")
+    assert _text(driver, "[data-testid='unserved-initech-nightly_report']") == ""
+    assert "live" in _text(driver, "[data-testid='worker-night-1']")

@@ -38,6 +38,7 @@ async def test_pages_need_an_admin_session(
         "/batches",
         "/queues",
         "/maintenance",
+        "/workers",
         "/partials/overview",
     ):
         answer = await http.get(path)
@@ -111,6 +112,7 @@ async def test_every_page_renders(
     assert f"/batches/{batch['id']}" in (await http.get("/batches")).text
     assert "No failed items" in (await http.get(f"/batches/{batch['id']}")).text
     assert "promote_delayed_runs" in (await http.get("/maintenance")).text
+    assert "no worker is registered" in (await http.get("/workers")).text
     assert "pause-env-a-mail" in (await http.get("/queues")).text
     css = await http.get("/static/style.css")
     assert css.status_code == 200

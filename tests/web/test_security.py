@@ -117,6 +117,7 @@ async def test_limits_of_another_environment_are_forbidden(
         ("POST", "/api/v1/environments/env-b/queues/q/pause"),
         ("GET", "/api/v1/scheduler"),
         ("PUT", "/api/v1/scheduler"),
+        ("GET", "/api/v1/workers"),
     ):
         answer = await as_a.request(method, path, json={})
         assert answer.status_code == 403, path

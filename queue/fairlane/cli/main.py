@@ -1,5 +1,5 @@
-"""The ``fairlane`` command: migrate, worker, trigger, status, runs, limits, maintenance, batches,
-keys, serve, bench, demo."""
+"""The ``fairlane`` command: migrate, worker, trigger, status, runs, limits, maintenance,
+workers, batches, keys, serve, bench, demo."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from fairlane.cli.common import (
     json_option,
     print_json,
 )
+from fairlane.cli.workers import print_unserved, unserved_json
 from fairlane.client import Client
 from fairlane.config import schema_name
 from fairlane.connection import (
@@ -185,12 +186,17 @@ def cmd_trigger(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     with Client(args.dsn, schema=args.schema) as client:
         counts = client.count_by_status()
+        unserved = client.workers.unserved()
     if args.json:
-        print_json(counts)
+        # The counts by status as before, and the unserved tasks under a key of their own.
+        print_json({**counts, "unserved_tasks": unserved_json(unserved)})
         return 0
     print(f"{'status':<16}{'runs':>10}")
     for status, count in counts.items():
         print(f"{status:<16}{count:>10}")
+    if unserved:
+        print()
+        print_unserved(unserved)
     return 0
 
 
@@ -355,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--idempotency-key", help="a second trigger with this key returns the run")
     p.set_defaults(func=cmd_trigger)
 
-    p = commands.add_parser("status", help="runs per status")
+    p = commands.add_parser("status", help="runs per status, and tasks no live worker serves")
     _common(p)
     json_option(p)
     p.set_defaults(func=cmd_status)
@@ -370,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
         "fairlane.cli.limits",
         "fairlane.cli.schedules",
         "fairlane.cli.maintenance",
+        "fairlane.cli.workers",
         "fairlane.cli.batches",
         "fairlane.cli.bench",
         "fairlane.cli.keys",

@@ -34,6 +34,7 @@ from fairlane.engine.statement import (
 from fairlane.engine.triggers import Triggers
 from fairlane.engine.waits import Waits
 from fairlane.engine.web import Web
+from fairlane.engine.workers import Workers
 
 
 class Engine:
@@ -52,6 +53,7 @@ class Engine:
         self.listen = Listen(schema)
         self.web = Web(schema)
         self.cron = Cron(schema)
+        self.workers = Workers(schema)
 
 
 @cache

@@ -85,6 +85,13 @@ JOBS: tuple[JobSpec, ...] = (
         " key.",
         (count("prune_batch_size"),),
     ),
+    JobSpec(
+        "prune_dead_workers",
+        "prune_dead_workers",
+        "workers.sql",
+        "Deletes the registry rows of workers not seen within their bound (their lease, at"
+        " least three heartbeat intervals): crashed, killed or hung.",
+    ),
 )
 
 # Settings read outside the periodic jobs: by the trigger, the batch path and the lease.

@@ -591,6 +591,33 @@ def _schedule_fires(metadata: MetaData) -> Table:
     )
 
 
+def _workers(metadata: MetaData) -> Table:
+    return Table(
+        "workers",
+        metadata,
+        # The id the worker claims under (runs.worker_id).
+        Column("id", Text, primary_key=True),
+        Column("host", Text, nullable=False),
+        Column("pid", Integer, nullable=False),
+        Column("version", Text, nullable=False),
+        # The tasks it has a handler for; environments and queues it serves, NULL: all.
+        Column("tasks", ARRAY(Text), nullable=False, server_default="{}"),
+        Column("environments", ARRAY(Text)),
+        Column("queues", ARRAY(Text)),
+        Column("concurrency", Integer, nullable=False),
+        # Not seen for this long (its lease, at least three heartbeats), the worker is gone or
+        # hung: it serves nothing, and prune_dead_workers deletes its row.
+        Column("stale_after_s", Double, nullable=False),
+        # Asked to stop: it claims nothing more.
+        Column("stopping", Boolean, nullable=False, server_default=text("false")),
+        Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        Column(
+            "last_seen_at", DateTime(timezone=True), nullable=False, server_default=text("now()")
+        ),
+        CheckConstraint("stale_after_s > 0", name="workers_stale_after_check"),
+    )
+
+
 @cache
 def build_metadata(schema: str) -> MetaData:
     """The MetaData of every fairlane table, placed in ``schema``."""
@@ -613,4 +640,5 @@ def build_metadata(schema: str) -> MetaData:
     _dashboard_sessions(metadata)
     _schedules(metadata)
     _schedule_fires(metadata)
+    _workers(metadata)
     return metadata

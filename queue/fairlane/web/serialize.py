@@ -1,4 +1,4 @@
-"""Values as JSON documents: runs, batches, tokens, limits, keys."""
+"""Values as JSON documents: runs, batches, tokens, limits, keys, workers."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from fairlane.models import (
     Run,
     SchedulerSettings,
     Token,
+    UnservedTask,
+    WorkerInfo,
 )
 
 
@@ -172,4 +174,31 @@ def limits_row_json(row: dict[str, Any]) -> dict[str, Any]:
         "running": row["running"],
         "queued": row["queued"],
         "delayed": row["delayed"],
+    }
+
+
+def worker_json(worker: WorkerInfo) -> dict[str, Any]:
+    return {
+        "id": worker.id,
+        "host": worker.host,
+        "pid": worker.pid,
+        "version": worker.version,
+        "tasks": worker.tasks,
+        "environments": worker.environments,
+        "queues": worker.queues,
+        "concurrency": worker.concurrency,
+        "live": worker.live,
+        "stopping": worker.stopping,
+        "started_at": when(worker.started_at),
+        "last_seen_at": when(worker.last_seen_at),
+    }
+
+
+def unserved_json(task: UnservedTask) -> dict[str, Any]:
+    return {
+        "environment": task.environment,
+        "task": task.task,
+        "queues": task.queues,
+        "runs": task.runs,
+        "oldest_queued_at": when(task.oldest_queued_at),
     }

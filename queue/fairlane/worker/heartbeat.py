@@ -22,6 +22,7 @@ import psycopg
 from fairlane.connection import Outage
 from fairlane.worker.connections import LoopConnection
 from fairlane.worker.lease_store import LeaseStore
+from fairlane.worker.presence import Presence
 from fairlane.worker.run_state import ActiveRun
 from fairlane.worker.runs import RunTable
 
@@ -36,6 +37,7 @@ class Heartbeater:
         *,
         interval: float,
         outcome_timeout: float | None = None,
+        presence: Presence | None = None,
     ) -> None:
         self._store = store
         # What it finds is reported to the run table: a lease lost, an outcome abandoned.
@@ -47,6 +49,9 @@ class Heartbeater:
         # then its lease may lapse, and the run table is told when it has.
         self.outcome_timeout = outcome_timeout
         self.paused = False
+        # The worker's registry row, refreshed every tick whether or not it holds runs.
+        self.presence = presence
+        self.beat_failed = False
         self._outage = Outage("heartbeat", log)
 
     async def run(self, connection: LoopConnection) -> None:
@@ -56,9 +61,14 @@ class Heartbeater:
                 await anyio.sleep(self.interval)
                 if not self.paused:
                     await self.beat(connection)
+                    # After a beat that failed, the next beat goes first: the registry row
+                    # waits a tick rather than delay it by another connect attempt.
+                    if self.presence is not None and not self.beat_failed:
+                        await self.presence.tick(connection)
 
     async def beat(self, connection: LoopConnection) -> set[int]:
         """Extend every held lease; stop the handlers whose lease is lost. Returns those."""
+        self.beat_failed = False
         sent_at = time.monotonic()
         active = [run for run in self._held.values() if self._keep_alive(run, sent_at)]
         if not active:
@@ -69,6 +79,7 @@ class Heartbeater:
         except psycopg.Error as error:
             # Leases hold until their deadline; the deadline clock stops what lapses.
             self._outage.failed(error)
+            self.beat_failed = True
             await connection.discard()
             return set()
         self._outage.recovered()

@@ -51,6 +51,7 @@ from fairlane.worker.connections import LoopConnection
 from fairlane.worker.context import RunContext
 from fairlane.worker.lease_store import Lease, LeaseStore
 from fairlane.worker.outcomes import OutcomeWriter
+from fairlane.worker.presence import Presence, stale_after
 from fairlane.worker.primitives import GENERIC, Primitives, of_running_backend
 from fairlane.worker.registry import TaskRegistry
 from fairlane.worker.run_state import STOP_SHUTDOWN, ActiveRun
@@ -159,10 +160,21 @@ class Worker:
         # Every held run's state and the slot accounting (worker/runs.py): the components
         # below report their events to it.
         self.runs = RunTable(concurrency, self.stats, on_written=self._outcomes_written)
+        # Its row in the workers registry, kept by the heartbeat (worker/presence.py).
+        self.presence = Presence(
+            self.schema,
+            self.worker_id,
+            tasks=registry.names(),
+            environments=self.environments,
+            queues=self.queues,
+            concurrency=concurrency,
+            stale_after_s=stale_after(lease_seconds, heartbeat_interval),
+        )
         self.heartbeater = heartbeat.Heartbeater(
             self.store,
             self.runs,
             interval=heartbeat_interval,
+            presence=self.presence,
             # One whole write attempt, the abandoning of a hung connection included.
             outcome_timeout=self.connection_options.answer_within or lease_seconds,
         )
@@ -236,6 +248,7 @@ class Worker:
             if self._grace is not None:
                 self._grace.cancel()
         self._stopping = True
+        self.presence.stopping = True
         self._stop_event.set()
         self._wake.set()
         self.runs.wake_slot_waiters()
@@ -369,6 +382,8 @@ class Worker:
             reconnected=self.waits.wake_all,
         )
         try:
+            # Registered before the first claim; a failure is tried again every beat.
+            await self.presence.tick(beat_conn)
             async with anyio.create_task_group() as background:
                 background.start_soon(self._write_loop, write_conn)
                 background.start_soon(self.heartbeater.run, beat_conn)
@@ -388,6 +403,8 @@ class Worker:
                 await self._flush_outcomes(write_conn)
                 background.cancel_scope.cancel()
         finally:
+            if self.presence.registered:
+                await self.presence.leave(beat_conn)
             for conn in (claim_conn, beat_conn, write_conn, listen_conn, tick_conn):
                 await conn.close()
             await self.waits.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-from fairlane.web.api import batches, limits, openapi, runs, tasks, tokens
+from fairlane.web.api import batches, limits, openapi, runs, tasks, tokens, workers
 
 
 def routes() -> list[BaseRoute]:
@@ -14,5 +14,6 @@ def routes() -> list[BaseRoute]:
         *tokens.routes,
         *batches.routes,
         *limits.routes,
+        *workers.routes,
         *openapi.routes,
     ]

@@ -333,6 +333,40 @@ SCHEMAS: dict[str, Any] = {
             "rate_burst": RATE_BURST,
         },
     },
+    "Worker": {
+        "type": "object",
+        "properties": {
+            "id": TEXT,
+            "host": TEXT,
+            "pid": {"type": "integer"},
+            "version": TEXT,
+            "tasks": {"type": "array", "items": TEXT},
+            "environments": {"type": ["array", "null"], "items": TEXT},
+            "queues": {"type": ["array", "null"], "items": TEXT},
+            "concurrency": {"type": "integer"},
+            "live": {"type": "boolean"},
+            "stopping": {"type": "boolean"},
+            "started_at": {"type": "string", "format": "date-time"},
+            "last_seen_at": {"type": "string", "format": "date-time"},
+        },
+    },
+    "UnservedTask": {
+        "type": "object",
+        "properties": {
+            "environment": TEXT,
+            "task": TEXT,
+            "queues": {"type": "array", "items": TEXT},
+            "runs": {"type": "integer"},
+            "oldest_queued_at": {"type": "string", "format": "date-time"},
+        },
+    },
+    "Workers": {
+        "type": "object",
+        "properties": {
+            "workers": {"type": "array", "items": ref("Worker")},
+            "unserved_tasks": {"type": "array", "items": ref("UnservedTask")},
+        },
+    },
     "LimitsOverview": {
         "type": "object",
         "properties": {
@@ -667,6 +701,23 @@ def _paths() -> dict[str, Any]:
                     }
                 ),
             ),
+        },
+        "/workers": {
+            "get": operation(
+                "The registered workers, and the tasks with queued runs that no live worker"
+                " serves (admin key)",
+                ref("Workers"),
+                400,
+                403,
+                tag="workers",
+                parameters=[
+                    query(
+                        "limit",
+                        {"type": "integer", "minimum": 1, "maximum": 1000},
+                        "the most unserved tasks listed (default 100)",
+                    )
+                ],
+            )
         },
         "/openapi.json": {
             "get": operation("This document", {"type": "object"}, secured=False, tag="meta")

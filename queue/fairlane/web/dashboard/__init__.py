@@ -9,7 +9,7 @@ from pathlib import Path
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from fairlane.web.dashboard import views
+from fairlane.web.dashboard import views, workers
 
 
 def routes() -> list[BaseRoute]:
@@ -28,6 +28,7 @@ def routes() -> list[BaseRoute]:
         Route("/batches/{id:bigint}", views.batch, name="batch"),
         Route("/queues", views.queues, name="queues"),
         Route("/queues/{action}", views.queue_action, methods=["POST"], name="queue_action"),
+        Route("/workers", workers.workers, name="workers"),
         Route("/maintenance", views.maintenance, name="maintenance"),
         Mount("/static", app=static, name="static"),
     ]

@@ -1,7 +1,7 @@
 """The dashboard's pages: overview, runs, run detail, batches, queues and limits,
-maintenance. Server-rendered (jinja2); the overview and a running run's page refresh their
-live part by polling a fragment. Every page needs an admin session (``session.py``); every
-form carries its CSRF token.
+maintenance (the workers page is workers.py). Server-rendered (jinja2); the overview and a
+running run's page refresh their live part by polling a fragment. Every page needs an admin
+session (``session.py``); every form carries its CSRF token.
 """
 
 from __future__ import annotations

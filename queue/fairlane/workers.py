@@ -1,0 +1,54 @@
+"""The workers registry, read: the workers that registered (fairlane.worker.presence keeps a
+worker's row) and the tasks with queued runs that no live worker serves.
+
+Each function takes a psycopg connection, sync or (the ``_async`` twin) async; they only read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from fairlane.config import schema_name
+from fairlane.engine import engine
+from fairlane.engine.statement import rows, rows_async
+from fairlane.errors import ListLimitError
+from fairlane.models import UnservedTask, WorkerInfo
+
+SyncConn = psycopg.Connection[Any]
+AsyncConn = psycopg.AsyncConnection[Any]
+
+# The most unserved tasks a call returns (and a metric scrape reports).
+DEFAULT_UNSERVED_LIMIT = 100
+
+
+def _checked_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ListLimitError(limit)
+    return limit
+
+
+def list_workers(conn: SyncConn, *, schema: str | None = None) -> list[WorkerInfo]:
+    """Every registered worker, live ones first (``WorkerInfo.live``)."""
+    return rows(conn, engine(schema_name(schema)).workers.list())
+
+
+def unserved_tasks(
+    conn: SyncConn, *, limit: int = DEFAULT_UNSERVED_LIMIT, schema: str | None = None
+) -> list[UnservedTask]:
+    """The tasks, per environment, with QUEUED runs that no live worker serves (none has the
+    task's handler and serves the runs' environment and queue), longest waiting first."""
+    statement = engine(schema_name(schema)).workers.unserved(_checked_limit(limit))
+    return rows(conn, statement)
+
+
+async def list_workers_async(conn: AsyncConn, *, schema: str | None = None) -> list[WorkerInfo]:
+    return await rows_async(conn, engine(schema_name(schema)).workers.list())
+
+
+async def unserved_tasks_async(
+    conn: AsyncConn, *, limit: int = DEFAULT_UNSERVED_LIMIT, schema: str | None = None
+) -> list[UnservedTask]:
+    statement = engine(schema_name(schema)).workers.unserved(_checked_limit(limit))
+    return await rows_async(conn, statement)

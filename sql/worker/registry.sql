@@ -1,0 +1,81 @@
+-- The workers registry: one row per running worker (fairlane.worker.presence). A worker
+-- registers at start, refreshes its row with every heartbeat tick and deletes it at a clean
+-- stop; prune_dead_workers (sql/maintenance/workers.sql) deletes the rows of the others.
+--
+-- A worker is live while its row was seen within its own stale_after_s (its lease, at least
+-- three heartbeat intervals) and it is not stopping: past that, every lease it held has lapsed
+-- too, and it claims nothing.
+
+-- name: register_worker
+-- params: id text, host text, pid integer, version text, tasks text[], environments text[]
+-- params: queues text[], concurrency integer, stale_after_s double precision
+-- Also when the row is there already (a worker whose row was pruned while it was cut off
+-- registers again): what it serves is its own to say.
+INSERT INTO {schema}.workers AS w
+    (id, host, pid, version, tasks, environments, queues, concurrency, stale_after_s)
+VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, %(tasks)s::text[], %(environments)s::text[],
+        %(queues)s::text[], %(concurrency)s, %(stale_after_s)s)
+ON CONFLICT (id) DO UPDATE
+SET host = excluded.host, pid = excluded.pid, version = excluded.version,
+    tasks = excluded.tasks, environments = excluded.environments, queues = excluded.queues,
+    concurrency = excluded.concurrency, stale_after_s = excluded.stale_after_s,
+    stopping = false, last_seen_at = now()
+RETURNING w.id;
+
+-- name: touch_worker
+-- params: stopping boolean, id text
+-- One heartbeat tick. No row: the worker's row was pruned (it was cut off for longer than
+-- its bound) and it registers again.
+UPDATE {schema}.workers
+SET last_seen_at = now(), stopping = %(stopping)s
+WHERE id = %(id)s
+RETURNING id;
+
+-- name: deregister_worker
+-- params: id text
+DELETE FROM {schema}.workers WHERE id = %(id)s
+RETURNING id;
+
+-- name: list_workers
+-- Every registered worker, live ones first; a row past its bound shows until pruned.
+SELECT w.id, w.host, w.pid, w.version, w.tasks, w.environments, w.queues, w.concurrency,
+       w.stopping, w.started_at, w.last_seen_at,
+       w.last_seen_at > now() - make_interval(secs => w.stale_after_s) AS live
+FROM {schema}.workers w
+ORDER BY live DESC, w.started_at, w.id;
+
+-- name: unserved_tasks
+-- params: head bigint, max_rows bigint
+-- The tasks, per environment, with QUEUED runs that no live worker serves: none has a handler
+-- for the task AND serves the run's environment and queue (NULL environments or queues: all).
+--
+-- It reads the first `head` runs of each queue in claim order (runs_queued_idx, one index
+-- range per row of `queues`), never the whole backlog: a run no worker serves is passed over
+-- by every claim, so it reaches its queue's head and shows there. Behind a backlog deeper than
+-- `head` a new unserved task shows once the backlog has drained to it. `runs` counts what those
+-- heads hold. DELAYED runs are left out: promotion queues the due ones within a tick.
+WITH live AS MATERIALIZED (
+    SELECT w.tasks, w.environments, w.queues
+    FROM {schema}.workers w
+    WHERE NOT w.stopping
+      AND w.last_seen_at > now() - make_interval(secs => w.stale_after_s)
+)
+SELECT q.environment, head.task, array_agg(DISTINCT q.name ORDER BY q.name) AS queues,
+       count(*) AS runs, min(head.queued_at) AS oldest_queued_at
+FROM {schema}.queues q
+CROSS JOIN LATERAL (
+    SELECT r.task, r.queued_at
+    FROM {schema}.runs r
+    WHERE r.status = 'QUEUED' AND r.environment = q.environment AND r.queue = q.name
+    ORDER BY r.queue_order, r.id
+    LIMIT %(head)s
+) AS head
+WHERE NOT EXISTS (
+    SELECT 1 FROM live w
+    WHERE head.task = ANY(w.tasks)
+      AND (w.environments IS NULL OR q.environment = ANY(w.environments))
+      AND (w.queues IS NULL OR q.name = ANY(w.queues))
+)
+GROUP BY q.environment, head.task
+ORDER BY min(head.queued_at), q.environment, head.task
+LIMIT %(max_rows)s;
