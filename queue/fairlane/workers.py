@@ -16,7 +16,7 @@ from fairlane.engine.statement import rows, rows_async
 from fairlane.errors import ListLimitError
 from fairlane.models import UnservedTask, WorkerInfo
 
-SyncConn = psycopg.Connection[Any]
+Conn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
 
 # The most unserved tasks a call returns (and a metric scrape reports).
@@ -29,13 +29,33 @@ def _checked_limit(limit: int) -> int:
     return limit
 
 
-def list_workers(conn: SyncConn, *, schema: str | None = None) -> list[WorkerInfo]:
+# -- async, written once: the sync section below is generated from it ----------------------
+
+
+async def list_workers_async(conn: AsyncConn, *, schema: str | None = None) -> list[WorkerInfo]:
+    """Every registered worker, live ones first (``WorkerInfo.live``)."""
+    return await rows_async(conn, engine(schema_name(schema)).workers.list())
+
+
+async def unserved_tasks_async(
+    conn: AsyncConn, *, limit: int = DEFAULT_UNSERVED_LIMIT, schema: str | None = None
+) -> list[UnservedTask]:
+    """The tasks, per environment, with QUEUED runs that no live worker serves (none has the
+    task's handler and serves the runs' environment and queue), longest waiting first."""
+    statement = engine(schema_name(schema)).workers.unserved(_checked_limit(limit))
+    return await rows_async(conn, statement)
+
+
+# -- sync, generated from the async section above by tools/async_to_sync.py: do not edit ----
+
+
+def list_workers(conn: Conn, *, schema: str | None = None) -> list[WorkerInfo]:
     """Every registered worker, live ones first (``WorkerInfo.live``)."""
     return rows(conn, engine(schema_name(schema)).workers.list())
 
 
 def unserved_tasks(
-    conn: SyncConn, *, limit: int = DEFAULT_UNSERVED_LIMIT, schema: str | None = None
+    conn: Conn, *, limit: int = DEFAULT_UNSERVED_LIMIT, schema: str | None = None
 ) -> list[UnservedTask]:
     """The tasks, per environment, with QUEUED runs that no live worker serves (none has the
     task's handler and serves the runs' environment and queue), longest waiting first."""
@@ -43,12 +63,4 @@ def unserved_tasks(
     return rows(conn, statement)
 
 
-async def list_workers_async(conn: AsyncConn, *, schema: str | None = None) -> list[WorkerInfo]:
-    return await rows_async(conn, engine(schema_name(schema)).workers.list())
-
-
-async def unserved_tasks_async(
-    conn: AsyncConn, *, limit: int = DEFAULT_UNSERVED_LIMIT, schema: str | None = None
-) -> list[UnservedTask]:
-    statement = engine(schema_name(schema)).workers.unserved(_checked_limit(limit))
-    return await rows_async(conn, statement)
+# -- end of the generated sync section -------------------------------------------------------
