@@ -94,13 +94,13 @@ async def sample(
     """A line every ``--sample-s`` until ``--minutes`` have passed."""
     count = max(1, round(args.minutes * 60 / args.sample_s))
     started = time.perf_counter()
-    deleted = (await read_table(probe))["deleted_total"]
+    before = await read_table(probe)
     for number in range(1, count + 1):
         await anyio.sleep(max(0.0, started + number * args.sample_s - time.perf_counter()))
         window, soak.window = soak.window, Window()
         table = await read_table(probe)
-        line = sample_line(number, time.perf_counter() - started, table, deleted, window)
-        deleted = table["deleted_total"]
+        line = sample_line(number, time.perf_counter() - started, table, before, window)
+        before = table
         soak.samples.append(line)
         write(line, out)
 

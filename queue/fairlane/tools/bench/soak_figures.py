@@ -4,7 +4,7 @@ A sample is the runs table as the server sees it at the end of a window (``--sam
 minute by default): its rows, heap and index bytes, and the dead tuples the statistics count
 (``n_dead_tup``, which autovacuum resets when it runs: ``autovacuums`` says how many times it
 has so far), beside what the window saw: runs produced, handler calls finished, rows deleted,
-and the pickups' p50 and p99 (trigger call to handler start).
+pruning ticks run, and the pickups' p50 and p99 (trigger call to handler start).
 
 The verdict reads the last ``PLATEAU_SAMPLES`` samples (five minutes at the default window):
 the rows, heap and index bytes each stay within ``PLATEAU_TOLERANCE`` of their mean there, and
@@ -30,7 +30,8 @@ TABLE_SQL = f"""
 SELECT (SELECT count(*) FROM {SCHEMA}.runs),
        pg_relation_size('{SCHEMA}.runs'),
        pg_indexes_size('{SCHEMA}.runs'),
-       s.n_dead_tup, s.n_tup_del, s.autovacuum_count, s.autoanalyze_count
+       s.n_dead_tup, s.n_tup_del, s.autovacuum_count, s.autoanalyze_count,
+       (SELECT j.run_count FROM {SCHEMA}.periodic_jobs j WHERE j.name = 'prune_finished_runs')
 FROM pg_stat_user_tables s
 WHERE s.schemaname = '{SCHEMA}' AND s.relname = 'runs'
 """
@@ -50,7 +51,7 @@ async def read_table(conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
     # A fresh snapshot of the statistics, not the one this session cached at its first read.
     await conn.execute("SELECT pg_stat_clear_snapshot()")
     row = await (await conn.execute(TABLE_SQL)).fetchone()
-    rows, heap, index, dead, deleted, autovacuums, autoanalyzes = row or (0,) * 7
+    rows, heap, index, dead, deleted, autovacuums, autoanalyzes, ticks = row or (0,) * 8
     return {
         "rows": int(rows),
         "heap_bytes": int(heap),
@@ -59,13 +60,18 @@ async def read_table(conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
         "deleted_total": int(deleted),
         "autovacuums": int(autovacuums),
         "autoanalyzes": int(autoanalyzes),
+        "prune_ticks_total": int(ticks),
     }
 
 
 def sample_line(
-    number: int, elapsed_s: float, table: dict[str, int], deleted_before: int, window: Window
+    number: int,
+    elapsed_s: float,
+    table: dict[str, int],
+    before: dict[str, int],
+    window: Window,
 ) -> dict[str, Any]:
-    """One sample's JSON line."""
+    """One sample's JSON line; ``before`` is the table's figures at the window's start."""
     pickups = window.pickups_ms
     return {
         "scenario": "soak",
@@ -77,7 +83,8 @@ def sample_line(
         "dead_tuples": table["dead_tuples"],
         "autovacuums": table["autovacuums"],
         "autoanalyzes": table["autoanalyzes"],
-        "deleted": table["deleted_total"] - deleted_before,
+        "deleted": table["deleted_total"] - before["deleted_total"],
+        "prune_ticks": table["prune_ticks_total"] - before["prune_ticks_total"],
         "produced": window.produced,
         "finished": window.finished,
         "pickup_p50_ms": round(percentile(pickups, 50), 1) if pickups else None,
