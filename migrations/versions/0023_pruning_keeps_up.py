@@ -3,7 +3,9 @@
 ``prune_budget_s`` is the time a ``prune_finished_runs`` tick may spend deleting; a tick that
 stops with work left is due again at once (sql/maintenance/runner.sql). ``prune_max_batches``
 stays as a cap on the statements of one tick, raised from 10 to 100 where it was left at its
-default, so the budget is what normally ends a tick that is behind (docs/decisions.md).
+default, so the budget is what normally ends a tick that is behind. The job runs every 10 s
+instead of every 60 s where its interval was left at the default: the table then holds the
+retention and at most 10 s more, and each tick deletes a sixth as much (docs/decisions.md).
 
 Revision ID: 0023
 Revises: 0022
@@ -36,9 +38,21 @@ def upgrade() -> None:
         WHERE name = 'prune_max_batches'
         """  # noqa: E501
     )
+    execute(
+        """
+        UPDATE {schema}.periodic_jobs SET interval_s = 10
+        WHERE name = 'prune_finished_runs' AND interval_s = 60
+        """
+    )
 
 
 def downgrade() -> None:
+    execute(
+        """
+        UPDATE {schema}.periodic_jobs SET interval_s = 60
+        WHERE name = 'prune_finished_runs' AND interval_s = 10
+        """
+    )
     execute("DELETE FROM {schema}.settings WHERE name = 'prune_budget_s'")
     execute(
         """

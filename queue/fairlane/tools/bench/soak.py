@@ -218,7 +218,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prune-interval-s",
         type=float,
-        help="prune_finished_runs's interval (default: the job's own, 60 s)",
+        help="prune_finished_runs's interval (default: the job's own, 10 s)",
     )
     p.add_argument(
         "--set",
