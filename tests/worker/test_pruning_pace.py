@@ -71,8 +71,7 @@ def test_a_tick_that_is_behind_runs_again_at_the_next_call_on_its_grid(
     maintenance.set_setting(db, "prune_max_batches", 1)
     db.execute("UPDATE fairlane.periodic_jobs SET next_due_at = now() WHERE name = %s", (JOB,))
     first_due = job_row(db)[0]
-    interval = maintenance.list_jobs(db)
-    interval_s = next(job.interval_s for job in interval if job.name == JOB)
+    interval_s = next(job.interval_s for job in maintenance.list_jobs(db) if job.name == JOB)
     deleted = []
     for _ in range(3):
         ran = maintenance.run_due(db)
