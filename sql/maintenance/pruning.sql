@@ -1,14 +1,19 @@
 -- Pruning: history is kept for prune_retention_s, then deleted in batches (prune_batch_size
--- rows per statement, at most prune_max_batches statements per tick), so the hot tables stay
--- small without long locks. Nothing that is still promised goes: a finished run holding an
--- active idempotency key (one that ended COMPLETED or CANCELED: the others free theirs) stays
--- until the key expires, and the retention counts from there; a waitpoint stays while a wait
--- edge points to it (a time waitpoint goes with the run it was made for, due or not).
+-- rows per statement), so the hot tables stay small without long locks. A tick deletes until
+-- it is caught up, or prune_budget_s is spent, or prune_max_batches statements ran; when it
+-- stopped with work left the runner makes it due again at once, so pruning keeps up with any
+-- rate the engine runs at (docs/decisions.md). Nothing that is still promised goes: a
+-- finished run holding an active idempotency key (one that ended COMPLETED or CANCELED: the
+-- others free theirs) stays until the key expires, and the retention counts from there; a run
+-- of a batch still in progress stays (the batch reads its runs when it ends); a waitpoint
+-- stays while a wait edge points to it (a time waitpoint goes with the run it was made for,
+-- due or not).
 
 -- function: prune_finished_runs
 -- Finished runs, their wait edges and the waitpoints only they needed (prune_runs_batch, by
 -- repeat_in_batches), then completed tokens that are due. Settings: prune_retention_s,
--- prune_batch_size runs per statement, prune_max_batches statements per tick.
+-- prune_batch_size runs per statement, prune_budget_s seconds and prune_max_batches
+-- statements per tick. `behind` when either part stopped with work left.
 CREATE OR REPLACE FUNCTION {schema}.prune_finished_runs()
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -20,13 +25,16 @@ AS $$
 DECLARE
     batch_size integer := {schema}.numeric_setting('prune_batch_size', 1000);
     outcome jsonb;
+    tokens integer;
 BEGIN
     outcome := {schema}.repeat_in_batches(
         'prune_runs_batch', batch_size,
-        {schema}.numeric_setting('prune_max_batches', 10)::integer);
+        {schema}.numeric_setting('prune_max_batches', 100)::integer,
+        {schema}.numeric_setting('prune_budget_s', 1));
+    tokens := {schema}.prune_tokens({schema}.prune_cutoff(), batch_size);
     RETURN outcome || jsonb_build_object(
-        'waitpoints', (outcome ->> 'waitpoints')::integer
-                      + {schema}.prune_tokens({schema}.prune_cutoff(), batch_size));
+        'waitpoints', (outcome ->> 'waitpoints')::integer + tokens,
+        'behind', (outcome ->> 'behind')::boolean OR tokens >= batch_size);
 END;
 $$;
 
@@ -42,7 +50,8 @@ $$;
 
 -- function: prune_runs_batch
 -- One batch of finished runs that are due, with their edges and the waitpoints only they
--- needed. The expression is the one of runs_prunable_idx, so the scan reads only what is due.
+-- needed. The expression is the one of runs_prunable_idx, so the scan reads only what is due
+-- (and the runs of batches in progress, which it skips: few, and only while their batch is).
 CREATE OR REPLACE FUNCTION {schema}.prune_runs_batch(batch_size integer)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -60,6 +69,8 @@ BEGIN
                                  AND r.status IN ('COMPLETED', 'CANCELED')
                             THEN r.idempotency_key_expires_at END) < cutoff
           AND r.finished_at IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM {schema}.batches b
+                          WHERE b.id = r.batch_id AND b.status IN ('PENDING', 'PROCESSING'))
         ORDER BY greatest(r.finished_at,
                           CASE WHEN r.idempotency_key IS NOT NULL
                                     AND r.status IN ('COMPLETED', 'CANCELED')
@@ -185,7 +196,7 @@ BEGIN
           LIMIT batch_size
           FOR UPDATE SKIP LOCKED) AS l;
     IF old IS NULL THEN
-        RETURN jsonb_build_object('batches', 0, 'items', 0);
+        RETURN jsonb_build_object('batches', 0, 'items', 0, 'behind', false);
     END IF;
     DELETE FROM {schema}.batch_items AS i WHERE i.batch_id = ANY(old);
     GET DIAGNOSTICS items = ROW_COUNT;
@@ -198,6 +209,7 @@ BEGIN
     DELETE FROM {schema}.waitpoints AS w
     WHERE w.id = ANY(waitpoints)
       AND NOT EXISTS (SELECT 1 FROM {schema}.run_waitpoints e WHERE e.waitpoint_id = w.id);
-    RETURN jsonb_build_object('batches', batches, 'items', items);
+    RETURN jsonb_build_object('batches', batches, 'items', items,
+                              'behind', cardinality(old) >= batch_size);
 END;
 $$;

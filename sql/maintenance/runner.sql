@@ -5,7 +5,7 @@
 
 -- function: run_due_periodic_jobs
 -- Runs each due job once, committing after each (so CALL it outside a transaction block; it is
--- a procedure). Returns what each job returned, by name, and how long each took in seconds
+-- a procedure); a job that is behind runs again at the next call, not in this one. Returns what each job returned, by name, and how long each took in seconds
 -- (`took`, what a worker's fairlane_periodic_job_duration_seconds observes: every tick is run,
 -- and so observed, by exactly one session).
 CREATE OR REPLACE PROCEDURE {schema}.run_due_periodic_jobs(
@@ -68,13 +68,17 @@ BEGIN
         SET last_result = NULL, last_error = SQLERRM
         WHERE name = job.name;
     END;
-    -- The next tick after now, so a job that fell behind runs once, not once per missed tick.
+    -- The next tick after now, so a job that missed ticks runs once, not once per missed tick.
+    -- A job that stopped with work left (`behind`: its time budget or batch count ran out) is
+    -- left due at the last tick instead, so the next call runs it again at once; its ticks
+    -- stay on the grid of its interval, so catching up does not shift the later ones.
     UPDATE {schema}.periodic_jobs
     SET last_started_at = now(),
         last_finished_at = clock_timestamp(),
         run_count = run_count + 1,
         next_due_at = job.next_due_at + make_interval(secs => job.interval_s * (
-            floor(extract(epoch FROM now() - job.next_due_at) / job.interval_s) + 1))
+            floor(extract(epoch FROM now() - job.next_due_at) / job.interval_s)
+            + CASE WHEN coalesce((outcome ->> 'behind')::boolean, false) THEN 0 ELSE 1 END))
     WHERE name = job.name;
     RETURN jsonb_build_object(job.name, outcome);
 END;

@@ -47,9 +47,9 @@ def test_old_finished_runs_are_deleted_in_batches(db: psycopg.Connection[Any]) -
     trigger_many(db, [TriggerRequest("t", i) for i in range(10)])  # still queued
     maintenance.set_setting(db, "prune_batch_size", 1000)
     maintenance.set_setting(db, "prune_max_batches", 2)
-    assert prune(db) == {"deleted": 2000, "waitpoints": 0, "statements": 2}
-    assert prune(db) == {"deleted": 500, "waitpoints": 0, "statements": 1}
-    assert prune(db) == {"deleted": 0, "waitpoints": 0, "statements": 1}
+    assert prune(db) == {"deleted": 2000, "waitpoints": 0, "statements": 2, "behind": True}
+    assert prune(db) == {"deleted": 500, "waitpoints": 0, "statements": 1, "behind": False}
+    assert prune(db) == {"deleted": 0, "waitpoints": 0, "statements": 1, "behind": False}
     assert statuses(db) == {"FAILED": 10, "QUEUED": 10}
 
 
@@ -159,10 +159,10 @@ async def test_wait_edges_waitpoints_tokens_and_batches_are_pruned_with_the_runs
     assert count(db, "batch_items") == 4
 
     age(db)
-    assert prune(db) == {"deleted": 6, "waitpoints": 7, "statements": 1}
+    assert prune(db) == {"deleted": 6, "waitpoints": 7, "statements": 1, "behind": False}
     row = db.execute("SELECT fairlane.prune_finished_batches()").fetchone()
     assert row is not None
-    assert row[0] == {"batches": 2, "items": 4}
+    assert row[0] == {"batches": 2, "items": 4, "behind": False}
     for table in ("runs", "run_waitpoints", "waitpoints", "batches", "batch_items"):
         assert count(db, table) == 0, table
 
@@ -207,6 +207,6 @@ def test_a_run_cancelled_while_it_waits_on_a_time_takes_the_time_with_it(
     assert waiting.fetchone() == ("WAITING",)
     db.execute(query("cancel_run", "fairlane"), {"id": parent})
     age(db)
-    assert prune(db) == {"deleted": 1, "waitpoints": 1, "statements": 1}
+    assert prune(db) == {"deleted": 1, "waitpoints": 1, "statements": 1, "behind": False}
     for table in ("runs", "run_waitpoints", "waitpoints"):
         assert count(db, table) == 0, table

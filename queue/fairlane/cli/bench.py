@@ -1,6 +1,6 @@
 """``fairlane bench enqueue|drain|latency|fairness|rate|batch|promote|retry|transitions|
-http-trigger|ndjson-ingest``: one JSON line on stdout per run; ``fairlane bench suite``: the
-side-by-side table."""
+http-trigger|ndjson-ingest``: one JSON line on stdout per run; ``fairlane bench soak``: one per
+minute and a verdict; ``fairlane bench suite``: the side-by-side table."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from fairlane.tools.bench import (
     promote,
     rate,
     retry,
+    soak,
     suite,
     transitions,
 )
@@ -30,7 +31,7 @@ def add_parser(commands: Any) -> None:
     bench = commands.add_parser(
         "bench",
         help="benchmarks on a fresh database: enqueue, drain, latency, fairness, rate, batch, "
-        "promote, retry, transitions, http-trigger, ndjson-ingest; suite: all of them beside "
+        "promote, retry, transitions, http-trigger, ndjson-ingest, soak; suite: all of them beside "
         "the peer harness, as one table",
     )
     common = argparse.ArgumentParser(add_help=False)
@@ -64,6 +65,7 @@ def add_parser(commands: Any) -> None:
         promote,
         retry,
         transitions,
+        soak,
         suite,
     )
     for module in scenario_modules:

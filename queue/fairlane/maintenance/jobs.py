@@ -53,8 +53,14 @@ JOBS: tuple[JobSpec, ...] = (
         "prune_finished_runs",
         "prune_finished_runs",
         "pruning.sql",
-        "Deletes finished runs older than the retention, with their edges and waitpoints.",
-        (seconds("prune_retention_s"), count("prune_batch_size"), count("prune_max_batches")),
+        "Deletes finished runs older than the retention, with their edges and waitpoints,"
+        " until caught up or its time budget is spent (then it runs again at once).",
+        (
+            seconds("prune_retention_s"),
+            count("prune_batch_size"),
+            seconds("prune_budget_s"),
+            count("prune_max_batches"),
+        ),
     ),
     JobSpec(
         "prune_debounce_keys",
