@@ -274,6 +274,15 @@ class UnknownTaskError(InputError):
         super().__init__(f"no handler registered for task {task!r}")
 
 
+class UnservedTaskError(InputError):
+    """``fairlane trigger --strict`` refused a task that no live worker serves where the run
+    would go (a typo, or a task not deployed yet). Nothing was written."""
+
+    def __init__(self, task: str, why: str) -> None:
+        self.task = task
+        super().__init__(why)
+
+
 class DuplicateTaskError(InputError):
     """Two handlers were registered under one task name."""
 

@@ -74,3 +74,31 @@ def test_workers_says_when_none_is_registered(dsn: str, capsys: pytest.CaptureFi
     assert capsys.readouterr().out.strip() == "no worker is registered"
     assert main(["status", "--dsn", dsn]) == 0
     assert "no live worker" not in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("registered")
+def test_trigger_warns_of_a_task_no_live_worker_serves(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A typo of a served task is queued with a warning naming the closest task; `--strict`
+    refuses it and writes nothing; a served task triggers quietly."""
+    before = db.execute("SELECT count(*) FROM fairlane.runs").fetchone()
+    assert main(["trigger", "mial", "--environment", "acme", "--dsn", dsn]) == 0
+    out, err = capsys.readouterr()
+    assert err.startswith("warning: no live worker serves task 'mial' in acme/default")
+    assert "(did you mean 'mail'?)" in err
+    assert db.execute("SELECT status FROM fairlane.runs WHERE id = %s", (int(out),)).fetchone() == (
+        "QUEUED",
+    )
+
+    # The stale worker's task does not count, nor a live one's outside its environments.
+    for task, environment in (("bill", "acme"), ("mail", "globex")):
+        assert main(["trigger", task, "--environment", environment, "--strict", "--dsn", dsn]) == 2
+        assert "nothing triggered (--strict)" in capsys.readouterr().err
+    after = db.execute("SELECT count(*) FROM fairlane.runs").fetchone()
+    assert after is not None
+    assert before is not None
+    assert after[0] == before[0] + 1
+
+    assert main(["trigger", "mail", "--environment", "acme", "--strict", "--dsn", dsn]) == 0
+    assert capsys.readouterr().err == ""

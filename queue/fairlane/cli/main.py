@@ -25,6 +25,7 @@ from fairlane.cli.common import (
     json_option,
     print_json,
 )
+from fairlane.cli.served import unserved_note
 from fairlane.cli.workers import print_unserved, unserved_json
 from fairlane.client import Client
 from fairlane.config import schema_name
@@ -36,7 +37,7 @@ from fairlane.connection import (
     connect_failure,
     unavailable,
 )
-from fairlane.errors import ConfigurationError, FairlaneError, PayloadError
+from fairlane.errors import ConfigurationError, FairlaneError, PayloadError, UnservedTaskError
 from fairlane.errors_policy import exit_code
 from fairlane.schema import migrate
 from fairlane.schema.check import SCHEMA_REVISION, connect_checked
@@ -164,6 +165,9 @@ def cmd_trigger(args: argparse.Namespace) -> int:
     payload = _json_argument("payload", args.payload)
     metadata = _json_argument("--metadata", args.metadata)
     with Client(args.dsn, schema=args.schema) as client:
+        unserved = unserved_note(client.workers.list(), args.task, args.environment, args.queue)
+        if unserved is not None and args.strict:
+            raise UnservedTaskError(args.task, f"{unserved}: nothing triggered (--strict)")
         run_id = client.trigger(
             args.task,
             payload,
@@ -179,6 +183,8 @@ def cmd_trigger(args: argparse.Namespace) -> int:
             machine=args.machine,
             idempotency_key=args.idempotency_key,
         )
+    if unserved is not None:
+        print(f"warning: {unserved}; run {run_id} waits QUEUED until one does", file=sys.stderr)
     print(run_id)
     return 0
 
@@ -359,6 +365,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metadata", help="a JSON object stored with the run")
     p.add_argument("--machine", help="a machine preset name, passed to the handler")
     p.add_argument("--idempotency-key", help="a second trigger with this key returns the run")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse a task no live worker serves in the environment and queue (exit 2); "
+        "without it, a warning",
+    )
     p.set_defaults(func=cmd_trigger)
 
     p = commands.add_parser("status", help="runs per status, and tasks no live worker serves")
