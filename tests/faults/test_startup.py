@@ -149,7 +149,7 @@ def test_worker_command_during_an_outage_logs_one_warning(dsn: str) -> None:
     later attempts are logged at debug level only; the test waits for two of them."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "queue"), str(ROOT)])}
     command = [sys.executable, "-m", "fairlane.cli", "--log-level", "debug", "worker", TASKS]
-    command += ["--dsn", at_port(dsn, closed_port())]
+    command += ["--dsn", at_port(dsn, closed_port()), "--json"]
     process = subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )

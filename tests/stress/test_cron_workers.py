@@ -107,6 +107,7 @@ class Workers:
                     "5",
                     "--shutdown-grace",
                     "5",
+                    "--json",
                 ],
                 env=self.env,
                 cwd=self.folder,

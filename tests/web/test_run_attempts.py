@@ -46,3 +46,29 @@ async def test_the_api_and_the_run_page_show_every_attempt(
     # The last attempt's failure is the run's own end, shown once as such.
     assert "attempt 3 failed" not in page.text
     assert "no luck on attempt 3" in page.text
+
+
+async def test_a_runs_return_value_is_its_result_over_the_api_and_on_its_page(
+    dsn: str, db: psycopg.Connection[Any], http: httpx.AsyncClient, keys: Keys
+) -> None:
+    """`result`, as in Python and the CLI; `output`, its earlier name, kept for a release."""
+    tasks = TaskRegistry()
+
+    @tasks.task("answer")
+    async def answer(ctx: RunContext, payload: None) -> dict[str, int]:
+        return {"answer": 42}
+
+    async with AsyncClient(dsn) as client:
+        run_id = await client.trigger("answer", environment="env-a")
+        await finish_run(dsn, db, tasks, run_id)
+
+    body = (await http.get(f"/api/v1/runs/{run_id}", headers=bearer(keys.a))).json()
+    assert body["result"] == {"answer": 42}
+    assert body["output"] == body["result"]
+
+    form = await http.get("/login")
+    csrf = form.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    await http.post("/login", data={"csrf": csrf, "key": keys.admin, "next": "/runs"})
+    page = (await http.get(f"/runs/{run_id}")).text
+    assert "<h2>Result</h2>" in page
+    assert "<h2>Output</h2>" not in page

@@ -229,6 +229,7 @@ async def test_the_worker_command_serves_its_metrics_port(
         "0.1",
         "--metrics-port",
         str(port),
+        "--json",
     ]
 
     def start() -> subprocess.Popen[str]:
