@@ -19,7 +19,7 @@ class Event:
 async def events(response: httpx.Response) -> AsyncIterator[Event]:
     """The events of an open ``text/event-stream`` response, comments (keep-alives) as
     ``Event("comment", text)``."""
-    name, data = "message", []
+    name, data = "message", list[str]()
     async for line in response.aiter_lines():
         if line == "":
             if data:

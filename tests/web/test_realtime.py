@@ -111,7 +111,7 @@ async def test_a_batch_stream_follows_the_batch_s_runs(
             assert sent.status_code == 200, sent.text
             worker = Worker(tasks, dsn, environments=[A], poll_interval=0.05)
             async with running(worker):
-                results = {}
+                results: dict[int, Any] = {}
                 while len(results) < 2:
                     done = await until(seen, "result")
                     results[done.data["id"]] = done.data["result"]
@@ -153,11 +153,11 @@ async def test_a_realtime_token_reads_its_run_and_nothing_else(
         assert (
             await anonymous.get(f"/api/v1/runs/{mine}", params={"access_token": forged})
         ).status_code == 401
-        secret = bytes(
-            db.execute(
-                "SELECT secret FROM fairlane.web_secrets WHERE name = %s", (TOKEN_SECRET,)
-            ).fetchone()[0]
-        )
+        row = db.execute(
+            "SELECT secret FROM fairlane.web_secrets WHERE name = %s", (TOKEN_SECRET,)
+        ).fetchone()
+        assert row is not None
+        secret = bytes(row[0])
         expired = issue(secret, Scope("run", mine, A), 1, now=time.time() - 10).token
         answer = await anonymous.get(
             f"/api/v1/runs/{mine}/events", params={"access_token": expired}

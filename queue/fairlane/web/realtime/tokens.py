@@ -40,7 +40,9 @@ def lifetime(value: object) -> float:
     """A token's lifetime in seconds: given (1 s to a day) or the default hour; else 422."""
     if value is None:
         return DEFAULT_LIFETIME_S
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    # An int is compared as it is: math.isfinite of one past a double's range raises.
+    finite = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+    if isinstance(value, bool) or not isinstance(value, int | float) or not finite:
         raise ApiError(422, "BadRequest", "lifetime must be a number of seconds", field="lifetime")
     if not 1 <= value <= MAX_LIFETIME_S:
         raise ApiError(
