@@ -4,6 +4,7 @@ caps, and a stream's cleanup when its client goes."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -252,3 +253,26 @@ async def test_streams_are_capped_and_cleaned_up_when_their_clients_go(
             lambda: state.streams.open == 0 and state.dispatcher.subscribers == 0,
             what="every stream's place and inbox given back",
         )
+
+
+async def test_the_run_page_follows_its_run_over_an_event_stream_under_the_session(
+    url: str, keys: dict[str, str]
+) -> None:
+    async with client(url, keys[A]) as a, client(url) as browser:
+        run = await trigger(a)
+        assert (await browser.get(f"/runs/{run}/events")).status_code == 303  # no session
+        form = await browser.get("/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf
+        signed = await browser.post(
+            "/login", data={"csrf": csrf.group(1), "key": keys["admin"], "next": "/"}
+        )
+        assert signed.status_code == 303
+        page = await browser.get(f"/runs/{run}")
+        assert f'data-events="/runs/{run}/events"' in page.text
+        async with stream(browser, f"/runs/{run}/events") as seen:
+            assert (await until(seen, "run")).data["id"] == run
+            assert (await a.post(f"/api/v1/runs/{run}/cancel")).status_code == 200
+            assert (await until(seen, "status")).data["status"] == "CANCELED"
+            assert (await until(seen, "end")).data == {"reason": "final"}
+        assert (await browser.get("/runs/1000000000000/events")).status_code == 404
