@@ -101,6 +101,10 @@ class Dispatcher:
 
     def _start(self) -> None:
         if self._task is None or self._task.done():
+            if self._task is not None:
+                # A dispatcher that died listens no more: the next subscriber waits for its
+                # successor's LISTEN.
+                self._listening = anyio.Event()
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def close(self) -> None:
