@@ -17,7 +17,11 @@ import httpx
 @dataclass(frozen=True)
 class Served:
     url: str
-    pid: int
+    process: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
 
 
 def free_port() -> int:
@@ -58,7 +62,7 @@ def serve(dsn: str, *options: str) -> Iterator[Served]:
                 assert process.poll() is None, "fairlane serve exited"
                 assert time.monotonic() < deadline, "fairlane serve did not answer"
                 time.sleep(0.1)
-        yield Served(base, process.pid)
+        yield Served(base, process)
     finally:
         process.terminate()
         process.wait(timeout=20)

@@ -3,6 +3,7 @@ process: its status changes, the metadata its handler sets, its result."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -71,3 +72,16 @@ async def test_a_run_is_followed_to_completion(
                 }
                 assert (await until(seen, "end")).data == {"reason": "final"}
                 assert [event.name async for event in seen] == []
+
+
+async def test_open_streams_do_not_hold_a_shutdown(dsn: str, db: psycopg.Connection[Any]) -> None:
+    key = create_key(db, "env-a", name="a")[1]
+    headers = {"Authorization": f"Bearer {key}"}
+    with serve(dsn, "--shutdown-timeout", "1") as server:
+        http = httpx.AsyncClient(base_url=server.url, headers=headers, timeout=30)
+        async with http, http.stream("GET", "/api/v1/tags/forever/events") as response:
+            assert response.status_code == 200  # open: it waits for runs that never come
+            server.process.terminate()
+            # uvicorn ends by raising the signal it caught again, as the default action would.
+            code = await anyio.to_thread.run_sync(lambda: server.process.wait(timeout=15))
+            assert code in (0, -signal.SIGTERM)

@@ -71,6 +71,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         proxy_headers=args.proxy_headers,
         forwarded_allow_ips=args.forwarded_allow_ips,
+        # Open event streams and uploads would hold a graceful shutdown for as long as their
+        # clients stay: past this they are cut (an EventSource reconnects elsewhere, an upload
+        # keeps what it stored).
+        timeout_graceful_shutdown=args.shutdown_timeout,
     )
     return 0
 
@@ -124,6 +128,13 @@ def add_parser(commands: Any) -> None:
         default=None,
         metavar="N",
         help="most open event streams of one environment; the next answers 429 (default 1000)",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=_positive_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="on SIGTERM, end open requests (event streams, uploads) after this long (default 10)",
     )
     p.add_argument("--log-level", default="info")
     p.add_argument("--proxy-headers", action="store_true", help="trust X-Forwarded-* headers")
