@@ -52,8 +52,10 @@ def _tag(body: dict[str, Any]) -> str:
 async def _scope(request: Request, caller: Caller, body: dict[str, Any]) -> Scope:
     named = [name for name in FIELDS if name in body]
     unknown = set(body) - {*FIELDS, "lifetime", "environment"}
-    if len(named) != 1 or unknown:
-        raise ApiError(422, "BadRequest", USAGE, field=sorted(unknown)[0] if unknown else None)
+    if unknown:
+        raise ApiError(422, "BadRequest", USAGE, field=sorted(unknown)[0])
+    if len(named) != 1:
+        raise ApiError(422, "BadRequest", USAGE)
     state = state_of(request)
     if named == ["tag"]:
         return Scope("tag", _tag(body), caller.environment(body.get("environment")))
