@@ -26,7 +26,13 @@ from fairlane.schema.objects import manifest
 # function that sql/ defines.
 TABLES = {table.name for table in build_metadata("fairlane").tables.values()} | {VERSION_TABLE}
 FUNCTIONS = {obj.name for obj in manifest("fairlane") if obj.kind == "function"}
-TRIGGERS = {"runs_complete_waitpoints", "runs_wake_waiters", "tokens_wake_at_commit"}
+TRIGGERS = {
+    "runs_complete_waitpoints",
+    "runs_notify_changed",
+    "runs_notify_created",
+    "runs_wake_waiters",
+    "tokens_wake_at_commit",
+}
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ _RUN_INSTEAD = {
     "listen_cancel_channel",
     "listen_resume_channel",
     "listen_finished_channel",
+    "listen_changes_channel",
 }
 _PROCEDURE_CALLS = {"run_due_periodic_jobs"}
 _SAMPLES: dict[Any, Any] = {

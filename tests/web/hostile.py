@@ -16,6 +16,7 @@ FLOATLESS = "9" * 400  # past a double's range: float() of it raises
 TRIGGER = "/api/v1/tasks/t/trigger"
 ENV_LIMITS = "/api/v1/environments/env-a/limits"
 QUEUE_LIMITS = "/api/v1/environments/env-a/queues/q/limits"
+REALTIME_TOKENS = "/api/v1/realtime-tokens"
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,19 @@ API: list[Hostile] = [
     Hostile("POST", f"/api/v1/runs/{TWENTY}/cancel", None, "id"),
     Hostile("GET", f"/api/v1/tokens/{HUGE}", None, "id"),
     Hostile("GET", f"/api/v1/batches/{TWENTY}", None, "id"),
+    # Realtime: token bodies, stream paths and parameters.
+    Hostile("POST", REALTIME_TOKENS, f'{{"run_id": {HUGE}}}', "run_id"),
+    Hostile("POST", REALTIME_TOKENS, f'{{"run_id": {TWENTY}}}', "run_id"),
+    Hostile("POST", REALTIME_TOKENS, f'{{"batch_id": {FLOATLESS}}}', "batch_id"),
+    Hostile("POST", REALTIME_TOKENS, '{"tag": "a\\u0000b"}', "tag"),
+    Hostile("POST", REALTIME_TOKENS, '{"tag": "x", "lifetime": NaN}', "lifetime"),
+    Hostile("POST", REALTIME_TOKENS, '{"tag": "x", "lifetime": 1e400}', "lifetime"),
+    Hostile("POST", REALTIME_TOKENS, f'{{"tag": "x", "lifetime": {FLOATLESS}}}', "lifetime"),
+    Hostile("POST", REALTIME_TOKENS, '{"tag": "x", "lifetime": 1e9}', "lifetime"),
+    Hostile("GET", "/api/v1/tags/a%00b/events", None, "path"),
+    Hostile("GET", f"/api/v1/tags/{'t' * 200}/events", None, "tag"),
+    Hostile("GET", "/api/v1/runs/1/events?once=yes", None, "once"),
+    Hostile("GET", "/api/v1/runs/1/events?once=1%00", None, "once"),
 ]
 
 

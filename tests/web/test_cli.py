@@ -139,6 +139,9 @@ def test_serve_refuses_an_idle_time_that_is_no_duration(capsys: pytest.CaptureFi
         ["--upload-idle-timeout", "soon"],
         ["--uploads-per-environment", "0"],
         ["--uploads-per-environment", "2.5"],
+        ["--max-streams", "0"],
+        ["--streams-per-environment", "-1"],
+        ["--shutdown-timeout", "0"],
     ],
 )
 def test_serve_refuses_a_bad_upload_bound(
@@ -163,3 +166,19 @@ def test_create_app_refuses_a_bad_upload_bound() -> None:
     for options in bad:
         with pytest.raises(ConfigurationError):
             create_app("postgresql://127.0.0.1:1/none", **options)
+
+
+def test_create_app_refuses_bad_stream_settings() -> None:
+    from fairlane.errors import ConfigurationError
+    from fairlane.web import create_app
+    from fairlane.web.realtime.settings import StreamSettings
+
+    bad: list[dict[str, Any]] = [
+        {"heartbeat_s": 0},
+        {"lifetime_s": float("inf")},
+        {"per_environment": 0},
+        {"total": True},
+    ]
+    for options in bad:
+        with pytest.raises(ConfigurationError):
+            create_app("postgresql://127.0.0.1:1/none", streams=StreamSettings(**options))

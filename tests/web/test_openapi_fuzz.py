@@ -24,12 +24,13 @@ from schemathesis.schemas import APIOperation
 from fairlane.web import create_app
 from fairlane.web.api.openapi import document
 from fairlane.web.keys import create_key
+from fairlane.web.realtime.settings import StreamSettings
 from tests.helpers.browser import live_server
 
 pytestmark = pytest.mark.slow
 Operation = APIOperation[Any, Any, Any, Any]
 
-# Examples per operation and mode: 26 operations x 2 modes x this, about a minute in all.
+# Examples per operation and mode: 30 operations x 2 modes x this, about a minute in all.
 EXAMPLES = 25
 # One test per tag of the document, each well inside the tests' time limit; "meta" is the
 # document itself, which schemathesis leaves out of what it tests.
@@ -51,7 +52,9 @@ def _ndjson(ctx: Any, value: Any) -> bytes:
 def served(dsn: str, db: psycopg.Connection[Any]) -> Iterator[tuple[str, str]]:
     """The base URL of a real server over the test's database, and an admin key."""
     key = create_key(db, None, admin=True, name="fuzz")[1]
-    with live_server(create_app(dsn, "fairlane", pool_size=4)) as url:
+    # Event streams end at once, so that a request the fuzzer sends to one returns.
+    streams = StreamSettings(heartbeat_s=0.05, lifetime_s=0.1)
+    with live_server(create_app(dsn, "fairlane", pool_size=4, streams=streams)) as url:
         yield url, key
 
 

@@ -45,6 +45,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from fairlane.web.app import create_app
+        from fairlane.web.realtime.settings import StreamSettings
     except ModuleNotFoundError as missing:
         raise SystemExit(
             f"fairlane serve needs the web extra ({missing.name} is missing): "
@@ -58,6 +59,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         session_idle=args.session_idle,
         upload_idle_timeout=args.upload_idle_timeout,
         uploads_per_environment=args.uploads_per_environment,
+        streams=StreamSettings(
+            per_environment=args.streams_per_environment, total=args.max_streams
+        ),
     )
     uvicorn.run(
         app,
@@ -67,6 +71,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         proxy_headers=args.proxy_headers,
         forwarded_allow_ips=args.forwarded_allow_ips,
+        # Open event streams and uploads would hold a graceful shutdown for as long as their
+        # clients stay: past this they are cut (an EventSource reconnects elsewhere, an upload
+        # keeps what it stored).
+        timeout_graceful_shutdown=args.shutdown_timeout,
     )
     return 0
 
@@ -105,6 +113,28 @@ def add_parser(commands: Any) -> None:
         default=None,
         metavar="N",
         help="most concurrent NDJSON uploads per environment; the next answers 429 (default 4)",
+    )
+    p.add_argument(
+        "--max-streams",
+        type=_at_least_one,
+        default=None,
+        metavar="N",
+        help="most open event streams (Server-Sent Events) in this server; the next answers 429"
+        " (default 5000)",
+    )
+    p.add_argument(
+        "--streams-per-environment",
+        type=_at_least_one,
+        default=None,
+        metavar="N",
+        help="most open event streams of one environment; the next answers 429 (default 1000)",
+    )
+    p.add_argument(
+        "--shutdown-timeout",
+        type=_positive_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="on SIGTERM, end open requests (event streams, uploads) after this long (default 10)",
     )
     p.add_argument("--log-level", default="info")
     p.add_argument("--proxy-headers", action="store_true", help="trust X-Forwarded-* headers")

@@ -18,6 +18,7 @@ from fairlane.engine.limits import Limits
 from fairlane.engine.listen import Listen
 from fairlane.engine.maintenance import Maintenance
 from fairlane.engine.metrics import Metrics
+from fairlane.engine.realtime import Realtime
 from fairlane.engine.runs import Runs
 from fairlane.engine.schema import SchemaState
 from fairlane.engine.statement import (
@@ -52,6 +53,7 @@ class Engine:
         self.schema_state = SchemaState(schema)
         self.listen = Listen(schema)
         self.web = Web(schema)
+        self.realtime = Realtime(schema)
         self.cron = Cron(schema)
         self.workers = Workers(schema)
 

@@ -18,7 +18,8 @@ through string formatting: ``{schema}`` is the quoted schema, ``{schema_name}`` 
 identifier; ``{cancel_channel}``/``{cancel_channel_identifier}`` and
 ``{resume_channel}``/``{resume_channel_identifier}`` are the same for the channels that announce
 cancels and resumable runs, ``{finished_channel}``/``{finished_channel_identifier}`` for the one
-that announces watched runs ending. Statements are rendered once per schema and cached.
+that announces watched runs ending, ``{changes_channel}``/``{changes_channel_identifier}`` for the
+one the HTTP server's event streams follow. Statements are rendered once per schema and cached.
 """
 
 from __future__ import annotations
@@ -196,6 +197,12 @@ def finished_channel_name(schema: str) -> str:
     return f"{schema}.finished"
 
 
+def changes_channel_name(schema: str) -> str:
+    """The channel on which runs that were created or changed status, metadata or batch are
+    announced (payload: run ids, comma-separated): the HTTP server's event streams."""
+    return f"{schema}.changes"
+
+
 @cache
 def query(name: str, schema: str) -> LiteralString:
     """The statement ``name`` with the schema composed in, ready for psycopg or SQLAlchemy."""
@@ -215,6 +222,8 @@ def render(template: str, schema: str) -> LiteralString:
         resume_channel_identifier=sql.Identifier(resume_channel_name(schema)),
         finished_channel=sql.Literal(finished_channel_name(schema)),
         finished_channel_identifier=sql.Identifier(finished_channel_name(schema)),
+        changes_channel=sql.Literal(changes_channel_name(schema)),
+        changes_channel_identifier=sql.Identifier(changes_channel_name(schema)),
     )
     # Identifiers and literals are quoted without a connection; the result is plain SQL.
     return composed.as_string(None)

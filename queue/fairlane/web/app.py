@@ -43,6 +43,7 @@ from fairlane.web.errors import (
 )
 from fairlane.web.headers import SecurityHeaders
 from fairlane.web.params import CheckedText
+from fairlane.web.realtime.settings import StreamSettings
 from fairlane.web.state import DEFAULT_POOL_SIZE, DEFAULT_SESSION_IDLE_S, WebState
 
 log = logging.getLogger("fairlane.web")
@@ -76,13 +77,15 @@ def create_app(
     session_idle: float | None = None,
     upload_idle_timeout: float | None = None,
     uploads_per_environment: int | None = None,
+    streams: StreamSettings | None = None,
 ) -> Starlette:
     """The app for the database at ``dsn`` (default ``DATABASE_URL``) and fairlane's
     ``schema``. ``max_body_bytes`` bounds JSON request bodies (default 8 MiB);
     ``upload_idle_timeout`` (seconds, default 30) ends an NDJSON upload that sends nothing for
     that long, ``uploads_per_environment`` (default 4) caps each environment's concurrent
     uploads in this process; a dashboard session idle for ``session_idle`` seconds (default 30
-    minutes) has ended; ``dashboard=False`` serves the API alone."""
+    minutes) has ended; ``streams`` sets the event streams' heartbeat, lifetime and caps
+    (``fairlane.web.realtime.settings``); ``dashboard=False`` serves the API alone."""
     state = WebState(
         dsn,
         schema,
@@ -91,6 +94,7 @@ def create_app(
         session_idle_s=DEFAULT_SESSION_IDLE_S if session_idle is None else session_idle,
         upload_idle_timeout=upload_idle_timeout,
         uploads_per_environment=uploads_per_environment,
+        streams=streams,
     )
 
     @asynccontextmanager

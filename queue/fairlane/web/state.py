@@ -25,6 +25,9 @@ from fairlane.engine import Engine, engine
 from fairlane.engine.statement import one_async
 from fairlane.errors import ConfigurationError
 from fairlane.schema.check import check_schema_async
+from fairlane.web.realtime.dispatcher import Dispatcher
+from fairlane.web.realtime.settings import StreamSettings
+from fairlane.web.realtime.slots import StreamSlots
 from fairlane.web.uploads import UploadSlots, idle_timeout
 
 AsyncConn = psycopg.AsyncConnection[Any]
@@ -45,6 +48,7 @@ class WebState:
         session_idle_s: float = DEFAULT_SESSION_IDLE_S,
         upload_idle_timeout: float | None = None,
         uploads_per_environment: int | None = None,
+        streams: StreamSettings | None = None,
     ) -> None:
         self.dsn = psycopg_dsn(database_url(dsn))
         self.schema = schema_name(schema)
@@ -55,6 +59,11 @@ class WebState:
         self.session_idle_s = _idle_seconds(session_idle_s)
         self.upload_idle_timeout_s = idle_timeout(upload_idle_timeout)
         self.uploads = UploadSlots(uploads_per_environment)
+        self.stream_settings = streams or StreamSettings()
+        self.streams = StreamSlots(self.stream_settings.per_environment, self.stream_settings.total)
+        self.dispatcher = Dispatcher(
+            self.dsn, self.engine, self.connection, listen_timeout=pool_timeout
+        )
         self._pool: AsyncConnectionPool[AsyncConn] | None = None
         self._opening: anyio.Lock | None = None
         self._secrets: dict[str, bytes] = {}
@@ -105,6 +114,7 @@ class WebState:
         return found
 
     async def close(self) -> None:
+        await self.dispatcher.close()
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.close()

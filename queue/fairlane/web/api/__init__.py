@@ -4,14 +4,26 @@ from __future__ import annotations
 
 from starlette.routing import BaseRoute
 
-from fairlane.web.api import batches, limits, openapi, runs, tasks, tokens, workers
+from fairlane.web.api import (
+    batches,
+    limits,
+    openapi,
+    realtime,
+    realtime_tokens,
+    runs,
+    tasks,
+    tokens,
+    workers,
+)
 
 
 def routes() -> list[BaseRoute]:
     return [
         *tasks.routes,
+        *realtime.routes,
         *runs.routes,
         *tokens.routes,
+        *realtime_tokens.routes,
         *batches.routes,
         *limits.routes,
         *workers.routes,

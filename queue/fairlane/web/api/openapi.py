@@ -41,8 +41,8 @@ def answers(ok: int, schema: dict[str, Any], *errors: int) -> dict[str, Any]:
         409: "the run or batch is not in a state that allows it",
         413: "the JSON body is over the size bound",
         422: "a value was refused (the error names the option, item or line)",
-        429: "a size limit, the batch token bucket or the environment's upload cap refused it "
-        "(Retry-After when known)",
+        429: "a size limit, the batch token bucket, the environment's upload cap or a cap on "
+        "open event streams refused it (Retry-After when known)",
     }
     documented: dict[str, Any] = {
         str(ok): {"description": "OK", "content": {JSON: {"schema": schema}}}
@@ -409,8 +409,12 @@ def _run_operation(summary: str) -> dict[str, Any]:
 
 
 def _paths() -> dict[str, Any]:
+    # Imported here: the realtime part builds on this module's helpers.
+    from fairlane.web.api import openapi_realtime
+
     run_ops = _run_operation
     return {
+        **openapi_realtime.paths(),
         "/tasks/{task}/trigger": {
             "post": operation(
                 "Trigger one run; answers its id (an existing run's, for an active idempotency "
@@ -747,8 +751,9 @@ def document(server_url: str = "/api/v1") -> dict[str, Any]:
         "info": {
             "title": "fairlane HTTP API",
             "version": release,
-            "description": "Trigger runs, stream batches, complete tokens and steer limits. "
-            "Authenticate with Authorization: Bearer <API key> (fairlane keys create). "
+            "description": "Trigger runs, stream batches, complete tokens, steer limits and "
+            "follow runs live (Server-Sent Events). Authenticate with Authorization: Bearer "
+            "<API key> (fairlane keys create), or a realtime token where an operation takes one. "
             'Errors answer {"error": {"type", "message", ...}}.',
         },
         "servers": [{"url": server_url}],

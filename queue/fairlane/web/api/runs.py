@@ -21,6 +21,7 @@ from fairlane.web.auth import Caller, authenticate, state_of
 from fairlane.web.bodies import read_object
 from fairlane.web.errors import ApiError
 from fairlane.web.params import MAX_ID, int_param, path_id
+from fairlane.web.realtime.access import scoped_run, token_scope
 from fairlane.web.serialize import cancel_json, run_json
 from fairlane.web.state import AsyncConn, WebState
 
@@ -37,10 +38,17 @@ async def visible_run(state: WebState, conn: AsyncConn, caller: Caller, run_id: 
 
 
 async def get_run(request: Request) -> JSONResponse:
-    caller = await authenticate(request)
+    """Under an API key, or a realtime token whose run, tag or batch holds the run."""
     state = state_of(request)
+    run_id = path_id(request)
+    scope = await token_scope(request)
+    caller = None if scope is not None else await authenticate(request)
     async with state.connection() as conn:
-        run = await visible_run(state, conn, caller, path_id(request))
+        if scope is not None:
+            run = await scoped_run(state, conn, scope, run_id)
+        else:
+            assert caller is not None
+            run = await visible_run(state, conn, caller, run_id)
     return JSONResponse(run_json(run))
 
 

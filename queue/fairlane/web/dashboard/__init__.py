@@ -23,6 +23,7 @@ def routes() -> list[BaseRoute]:
         Route("/runs", views.runs, name="runs"),
         Route("/runs/{id:bigint}", views.run, name="run"),
         Route("/runs/{id:bigint}/partial", views.run_live, name="run_live"),
+        Route("/runs/{id:bigint}/events", views.run_events, name="run_events"),
         Route("/runs/{id:bigint}/{action}", views.run_action, methods=["POST"], name="run_action"),
         Route("/batches", views.batches, name="batches"),
         Route("/batches/{id:bigint}", views.batch, name="batch"),

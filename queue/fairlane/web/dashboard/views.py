@@ -40,6 +40,8 @@ from fairlane.web.dashboard.session import (
 from fairlane.web.errors import ApiError
 from fairlane.web.keys import authenticate_async
 from fairlane.web.params import MAX_ID, int_param, path_id
+from fairlane.web.realtime.inbox import Scope
+from fairlane.web.realtime.stream import EventStream
 from fairlane.web.urls import root
 
 HERE = Path(__file__).parent
@@ -382,8 +384,19 @@ async def _run_live(request: Request, session: Session) -> Response:
     return render(request, "_run.html", session, **await _run_context(request, _run_id(request)))
 
 
+async def _run_events(request: Request, session: Session) -> Response:
+    """The run page follows its run over an event stream (fairlane.web.realtime.stream) and
+    fetches its fragment when told the run changed; an admin session sees every environment."""
+    state = state_of(request)
+    run_id = _run_id(request)
+    async with state.connection() as conn:
+        await drive_async(conn, control.get_run(state.engine, run_id))
+    return EventStream(state, Scope("run", run_id, None), state.streams.hold(None))
+
+
 run = page(_run)
 run_live = page(_run_live, poll=True)
+run_events = page(_run_events, poll=True)
 
 
 async def _run_action(request: Request, session: Session, form: dict[str, str]) -> Response:

@@ -1,0 +1,87 @@
+-- Realtime: the changes an HTTP server's event streams follow (fairlane.web.realtime). A run
+-- that changes status, metadata or batch, and every inserted run, is announced on the changes
+-- channel by its id alone; a server re-reads what it needs, coalescing bursts, with one
+-- short pooled read. Ids only: a payload is at most 8,000 bytes and carries nothing a
+-- listener of another tenant could read.
+
+-- function: notify_run_changed
+-- One notice per changed row; PostgreSQL folds equal notices of one transaction into one, so a
+-- run changed twice before its commit is announced once.
+CREATE OR REPLACE FUNCTION {schema}.notify_run_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM pg_notify({changes_channel}, NEW.id::text);
+    RETURN NULL;
+END;
+$$;
+
+-- trigger: runs_notify_changed
+-- Only the columns a stream shows: a heartbeat (lease_until) or a claim's bookkeeping columns
+-- alone fire nothing.
+CREATE TRIGGER runs_notify_changed
+AFTER UPDATE OF status, metadata, batch_id ON {schema}.runs
+FOR EACH ROW
+WHEN (OLD.status IS DISTINCT FROM NEW.status
+      OR OLD.metadata IS DISTINCT FROM NEW.metadata
+      OR OLD.batch_id IS DISTINCT FROM NEW.batch_id)
+EXECUTE FUNCTION {schema}.notify_run_changed();
+
+-- function: notify_runs_created
+-- Per statement: a bulk insert is a notice per 300 ids (a bigint is at most 20 bytes with its
+-- comma), not a notice per row.
+CREATE OR REPLACE FUNCTION {schema}.notify_runs_created()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM pg_notify({changes_channel}, chunk.ids)
+    FROM (SELECT string_agg(numbered.id::text, ',') AS ids
+          FROM (SELECT created.id, (row_number() OVER () - 1) / 300 AS part
+                FROM created_runs AS created) AS numbered
+          GROUP BY numbered.part) AS chunk;
+    RETURN NULL;
+END;
+$$;
+
+-- trigger: runs_notify_created
+CREATE TRIGGER runs_notify_created
+AFTER INSERT ON {schema}.runs
+REFERENCING NEW TABLE AS created_runs
+FOR EACH STATEMENT
+EXECUTE FUNCTION {schema}.notify_runs_created();
+
+-- name: listen_changes_channel
+LISTEN {changes_channel_identifier};
+
+-- name: route_changed_runs
+-- params: ids bigint[]
+-- Where each announced run belongs, for the streams of a tag or a batch: one index probe per id.
+SELECT id, environment, tags, batch_id
+FROM {schema}.runs
+WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: runs_by_ids
+-- params: ids bigint[], environment text
+-- The runs a stream was told changed, in the stream's environment (NULL: an admin's, any).
+SELECT id, environment, queue, task, payload, status, priority, attempts, max_attempts,
+       available_at, created_at, started_at, finished_at, lease_token, lease_until, worker_id,
+       result, error, tags, metadata, machine, max_duration_s, parent_run_id, idempotency_key,
+       idempotency_key_expires_at, queued_at, queue_order, attempt_errors
+FROM {schema}.runs
+WHERE id = ANY(%(ids)s::bigint[])
+  AND (%(environment)s::text IS NULL OR environment = %(environment)s::text)
+ORDER BY id;
+
+-- name: batch_runs
+-- params: batch_id bigint, limit bigint
+-- A batch's runs, newest first (the batch items index), for a batch stream's first state.
+SELECT id, environment, queue, task, payload, status, priority, attempts, max_attempts,
+       available_at, created_at, started_at, finished_at, lease_token, lease_until, worker_id,
+       result, error, tags, metadata, machine, max_duration_s, parent_run_id, idempotency_key,
+       idempotency_key_expires_at, queued_at, queue_order, attempt_errors
+FROM {schema}.runs
+WHERE batch_id = %(batch_id)s
+ORDER BY batch_index DESC
+LIMIT %(limit)s;
