@@ -22,6 +22,14 @@
 -- by the next claim without floors, and the worker sends none in every full scan and after
 -- any claim that came back short.
 --
+-- A claim may name tasks, those its worker has handlers for: it takes only their runs, and a
+-- run of another task waits for a worker that has it. The filter is a condition on the rows
+-- each queue's walk reads, not a key of the queued index: runs of other tasks ahead of the
+-- claimer's are read and passed over by every walk from the head (floors skip them between
+-- full scans; docs/decisions.md says why no index). Whether an environment is drained is
+-- decided on every task's runs, and only runs taken are charged, so a claimer that serves
+-- none of an environment's runs leaves it to the claimers that do.
+--
 -- The active environments are the ones with environments.drained false: an environment a scan
 -- of the queued index finds with work becomes active (charged by the claim that serves it, or
 -- marked), and the claim that leaves it empty marks it drained. A claim reads this short list

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from fairlane import AsyncClient, RunContext, RunStatus, TaskRegistry, Worker, trigger
+from fairlane import AsyncClient, RunContext, RunStatus, TaskRegistry, trigger
 from fairlane.errors import ConfigurationError, UnknownTaskError
 from fairlane.models import ClaimedRun
 from fairlane.retry import Backoff

@@ -120,7 +120,7 @@ def test_a_new_task_waits_for_the_new_release_and_runs_once(
     everything = first_a + early_b + later_a + late
     poll(lambda: all_completed(db, everything), within=60, what="every run completed")
     workers.stop()
-    assert old.returncode == 0 and new.returncode == 0, workers.logs()
+    assert (old.returncode, new.returncode) == (0, 0), workers.logs()
 
     rows = db.execute(
         "SELECT id, attempts, error, attempt_errors FROM fairlane.runs WHERE id = ANY(%s)",
