@@ -152,8 +152,8 @@ BEGIN
               -- expire_ttl_runs (exactly its condition, negated), never started. A filter on
               -- the rows the index walk reads.
               AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
-              -- The claimer's tasks: a filter on the rows the walk reads, like the TTL (see
-              -- claim_runs for what a run of another task ahead of them costs).
+              -- The claimer's tasks: a filter on the rows the walk reads, like the TTL (the
+              -- head of this file says what a run of another task ahead of them costs).
               AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
             ORDER BY r.queue_order, r.id
             LIMIT least(queue_room.room,
