@@ -22,6 +22,14 @@
 -- by the next claim without floors, and the worker sends none in every full scan and after
 -- any claim that came back short.
 --
+-- A claim may name tasks, those its worker has handlers for: it takes only their runs, and a
+-- run of another task waits for a worker that has it. The filter is a condition on the rows
+-- each queue's walk reads, not a key of the queued index: runs of other tasks ahead of the
+-- claimer's are read and passed over by every walk from the head (floors skip them between
+-- full scans; docs/decisions.md says why no index). Whether an environment is drained is
+-- decided on every task's runs, and only runs taken are charged, so a claimer that serves
+-- none of an environment's runs leaves it to the claimers that do.
+--
 -- The active environments are the ones with environments.drained false: an environment a scan
 -- of the queued index finds with work becomes active (charged by the claim that serves it, or
 -- marked), and the claim that leaves it empty marks it drained. A claim reads this short list
@@ -66,7 +74,7 @@ $$;
 -- runs' slots.
 CREATE OR REPLACE FUNCTION {schema}.pick_from_environment(
     env_name text, env_limit integer, env_burst numeric, env_paused boolean, take integer,
-    only_queues text[], floor_environments text[], floor_queues text[],
+    only_queues text[], only_tasks text[], floor_environments text[], floor_queues text[],
     floor_orders timestamptz[], floor_ids bigint[])
 RETURNS TABLE (id bigint, queue_order timestamptz)
 LANGUAGE plpgsql
@@ -144,6 +152,9 @@ BEGIN
               -- expire_ttl_runs (exactly its condition, negated), never started. A filter on
               -- the rows the index walk reads.
               AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
+              -- The claimer's tasks: a filter on the rows the walk reads, like the TTL (the
+              -- head of this file says what a run of another task ahead of them costs).
+              AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
             ORDER BY r.queue_order, r.id
             LIMIT least(queue_room.room,
                         CASE WHEN queue_room.carriers THEN take ELSE env_room END)
@@ -182,7 +193,7 @@ CREATE OR REPLACE FUNCTION {schema}.claim_runs(
     only_environments text[] DEFAULT NULL, only_queues text[] DEFAULT NULL,
     full_scan boolean DEFAULT true, floor_environments text[] DEFAULT NULL,
     floor_queues text[] DEFAULT NULL, floor_orders timestamptz[] DEFAULT NULL,
-    floor_ids bigint[] DEFAULT NULL)
+    floor_ids bigint[] DEFAULT NULL, only_tasks text[] DEFAULT NULL)
 RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
                max_attempts integer, environment text, queue text, metadata jsonb,
                machine text, max_duration_s double precision, queue_order timestamptz,
@@ -277,7 +288,8 @@ BEGIN
             INTO env_picked
             FROM {schema}.pick_from_environment(
                 names[i], env.concurrency_limit, env.burst_factor, env.paused, take,
-                only_queues, floor_environments, floor_queues, floor_orders, floor_ids) AS p;
+                only_queues, only_tasks, floor_environments, floor_queues, floor_orders,
+                floor_ids) AS p;
             claimed := cardinality(env_picked);
             picked := picked || env_picked;
             -- Charge the service it got; it is drained when it has no queued run left but the
@@ -288,8 +300,14 @@ BEGIN
             -- next claim finds nothing there. A scalar subquery keeps its ORDER BY (EXISTS
             -- would drop it), and that order matches the queued index, so even a generic plan
             -- walks the index.
+            -- The look counts the runs of every task, not only the claimer's: an environment
+            -- whose runs this claimer does not serve stays active for the workers that do, and
+            -- is charged nothing. One that was drained and is found with runs (a joiner) is
+            -- levelled as mark_environments_active would level it, so that a visit that took
+            -- nothing (tasks, caps) leaves it no credit for its idle time.
             UPDATE {schema}.environments e
             SET served = CASE WHEN claimed > 0 THEN greatest(e.served, effective_served[i]) + claimed
+                              WHEN e.drained THEN greatest(e.served, effective_served[i])
                               ELSE e.served END,
                 last_served_at = CASE WHEN claimed > 0 THEN clock_timestamp()
                                       ELSE e.last_served_at END,
@@ -432,13 +450,14 @@ $$;
 -- name: claim_runs
 -- params: limit integer, lease_s double precision, worker_id text, environments text[],
 -- params: queues text[], full_scan boolean, floor_environments text[], floor_queues text[],
--- params: floor_orders timestamp with time zone[], floor_ids bigint[]
+-- params: floor_orders timestamp with time zone[], floor_ids bigint[], tasks text[]
 -- Claim up to %(limit)s runs in one statement: fairly across environments, within every cap,
 -- each with a fresh lease token that all later writes must present (sql/leases/outcomes.sql). The
 -- attempt is counted here, so a redelivery after a lapsed lease counts as one too; its
 -- wait_attempt (the attempt whose waits it keeps) moves only when a failure is retried.
 -- %(full_scan)s: look for environments that gained work before serving the known ones.
 -- The floors (four arrays, one element per queue, or NULL): where each queue's walk starts.
+-- %(tasks)s: the tasks the claimer has handlers for (NULL: any); runs of other tasks wait.
 -- No payload (JSON null) and no metadata ({}) come back as SQL NULL, which the client reads
 -- without calling its JSON decoder (two calls per claimed run, most of them for these).
 SELECT id, lease_token, task, nullif(payload, 'null') AS payload, attempts, max_attempts,
@@ -447,4 +466,5 @@ SELECT id, lease_token, task, nullif(payload, 'null') AS payload, attempts, max_
 FROM {schema}.claim_runs(%(limit)s, %(lease_s)s, %(worker_id)s,
                          %(environments)s::text[], %(queues)s::text[], %(full_scan)s,
                          %(floor_environments)s::text[], %(floor_queues)s::text[],
-                         %(floor_orders)s::timestamptz[], %(floor_ids)s::bigint[]);
+                         %(floor_orders)s::timestamptz[], %(floor_ids)s::bigint[],
+                         %(tasks)s::text[]);

@@ -2,14 +2,15 @@
 -- finds nothing, it holds no run, and nothing it serves is about to become claimable.
 
 -- name: due_delayed_runs
--- params: environments text[], queues text[]
--- Whether DELAYED runs of these environments and queues (NULL: any) are due already (a delay or
--- a retry's backoff that has passed) and wait only for the promotion job to queue them.
+-- params: environments text[], queues text[], tasks text[]
+-- Whether DELAYED runs of these environments, queues and tasks (NULL: any) are due already (a
+-- delay or a retry's backoff that has passed) and wait only for the promotion job to queue them.
 SELECT EXISTS (
     SELECT 1 FROM {schema}.runs AS r
     WHERE r.status = 'DELAYED' AND r.available_at <= now()
       AND (%(environments)s::text[] IS NULL OR r.environment = ANY(%(environments)s::text[]))
       AND (%(queues)s::text[] IS NULL OR r.queue = ANY(%(queues)s::text[]))
+      AND (%(tasks)s::text[] IS NULL OR r.task = ANY(%(tasks)s::text[]))
 ) AS due;
 
 -- name: advance_delayed_runs

@@ -204,6 +204,7 @@ def claim_params(**given: Any) -> dict[str, Any]:
         "floor_queues": None,
         "floor_orders": None,
         "floor_ids": None,
+        "tasks": None,
     }
     params.update(given)
     return params

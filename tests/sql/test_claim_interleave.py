@@ -26,10 +26,15 @@ def claim(
     environments: list[str] | None = None,
     full_scan: bool = True,
     wait: bool = False,
+    tasks: list[str] | None = None,
 ) -> Future[Rows]:
     """Claim as a worker does; with ``wait`` the claim must first wait for another session."""
     params = claim_params(
-        limit=limit, worker_id=session.name, environments=environments, full_scan=full_scan
+        limit=limit,
+        worker_id=session.name,
+        environments=environments,
+        full_scan=full_scan,
+        tasks=tasks,
     )
     pending = session.start(CLAIM, params)
     if wait:
@@ -38,11 +43,14 @@ def claim(
 
 
 def claim_in_transaction(
-    session: Session, limit: int, environments: list[str] | None = None
+    session: Session,
+    limit: int,
+    environments: list[str] | None = None,
+    tasks: list[str] | None = None,
 ) -> Rows:
     """Claim inside a transaction left open: the session holds what the claim locked."""
     session.begin()
-    return claim(session, limit, environments=environments).result(timeout=30)
+    return claim(session, limit, environments=environments, tasks=tasks).result(timeout=30)
 
 
 def environments_of(rows: Rows) -> list[str]:
@@ -95,6 +103,24 @@ def test_a_claim_that_waited_for_a_busy_environment_takes_what_is_left(
     assert len(first) == 2
     assert len(second) == 1
     assert {row[0] for row in first}.isdisjoint(row[0] for row in second)
+
+
+def test_claimers_of_disjoint_tasks_wait_for_the_environment_and_take_only_their_own(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """Two workers with disjoint task sets over one busy tenant: the second waits for the row
+    the first holds (the filter takes no lock of its own and changes no lock order), then
+    reads the queued runs after the lock and takes its own, and only those."""
+    mine = trigger_many(db, [TriggerRequest("a", i, environment="acme") for i in range(2)])
+    theirs = trigger_many(db, [TriggerRequest("b", i, environment="acme") for i in range(3)])
+    with sessions(dsn, 2) as (a, b):
+        first = claim_in_transaction(a, 10, tasks=["a"])
+        pending = claim(b, 10, full_scan=False, wait=True, tasks=["b"])
+        assert b.blockers() == [a.pid]
+        a.commit()
+        second = pending.result(timeout=30)
+    assert sorted(row[0] for row in first) == mine
+    assert sorted(row[0] for row in second) == theirs
 
 
 def test_the_global_cap_is_counted_under_the_scheduler_row(

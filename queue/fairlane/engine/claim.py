@@ -26,9 +26,11 @@ class Claim(Section):
         queues: Sequence[str] | None,
         full_scan: bool,
         floors: ClaimFloorArrays | None = None,
+        tasks: Sequence[str] | None = None,
     ) -> Statement[ClaimedRun]:
         """``floors``: where each queue's walk starts, as four parallel arrays (environments,
-        queues, queue orders, run ids); see sql/claim/claim.sql."""
+        queues, queue orders, run ids); see sql/claim/claim.sql. ``tasks``: only runs of these
+        tasks (None: of any task)."""
         floor_environments, floor_queues, floor_orders, floor_ids = floors or (None,) * 4
         params = {
             "limit": limit,
@@ -41,16 +43,22 @@ class Claim(Section):
             "floor_queues": floor_queues,
             "floor_orders": floor_orders,
             "floor_ids": floor_ids,
+            "tasks": list(tasks) if tasks is not None else None,
         }
         return self._statement("claim_runs", params, claimed_from_row)
 
     def due_delayed(
-        self, environments: Sequence[str] | None, queues: Sequence[str] | None
+        self,
+        environments: Sequence[str] | None,
+        queues: Sequence[str] | None,
+        tasks: Sequence[str] | None = None,
     ) -> Statement[bool]:
-        """One row: whether DELAYED runs there are due and wait only for their promotion."""
+        """One row: whether DELAYED runs there (of these tasks) are due and wait only for
+        their promotion."""
         params = {
             "environments": list(environments) if environments else None,
             "queues": list(queues) if queues else None,
+            "tasks": list(tasks) if tasks is not None else None,
         }
         return self._statement("due_delayed_runs", params, scalar)
 

@@ -12,6 +12,9 @@ that comes back short drops them all, and a full scan (every notification of new
 least once per poll interval) is made without them and sets them afresh. A run behind a floor
 therefore waits at most until the next full scan, the same bound as an environment that gains
 work while the known ones keep every claim full.
+
+Claims take only runs of the worker's tasks, so a floor is the last run of those: runs of other
+tasks before it are another worker's, and the walk passes over them only in full scans.
 """
 
 from __future__ import annotations

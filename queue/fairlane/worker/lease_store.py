@@ -79,12 +79,15 @@ class LeaseStore:
         queues: Sequence[str] | None = None,
         full_scan: bool = True,
         floors: ClaimFloorArrays | None = None,
+        tasks: Sequence[str] | None = None,
     ) -> list[ClaimedRun]:
         """Claim up to ``limit`` runs. ``full_scan=False`` serves the environments already known
         to have work and looks for others only when they cannot fill the claim; a caller that
         uses it must ask for a full scan when it learns of new work (a notification).
         ``floors`` (worker/claim_floors.py) start each queue's walk after the last run claimed
-        there; a caller that sends them must also claim without them now and then."""
+        there; a caller that sends them must also claim without them now and then.
+        ``tasks``: claim only runs of these tasks (None: any); a worker sends every task it
+        has a handler for, its built-in ones included."""
         statement = self._engine.claim.runs(
             limit,
             lease_s=self.lease_seconds,
@@ -93,6 +96,7 @@ class LeaseStore:
             queues=queues,
             full_scan=full_scan,
             floors=floors,
+            tasks=tasks,
         )
         if conn not in self._claim_connections:
             set_json_loads(_loads_json, conn)
@@ -105,9 +109,11 @@ class LeaseStore:
         *,
         environments: Sequence[str] | None = None,
         queues: Sequence[str] | None = None,
+        tasks: Sequence[str] | None = None,
     ) -> bool:
         """Whether DELAYED runs there are due and only wait for the promotion job."""
-        found = await rows_async(conn, self._engine.claim.due_delayed(environments, queues))
+        statement = self._engine.claim.due_delayed(environments, queues, tasks)
+        found = await rows_async(conn, statement)
         return bool(found and found[0])
 
     async def heartbeat(self, conn: AsyncConn, leases: Sequence[Lease]) -> set[int]:

@@ -329,7 +329,7 @@ class Worker:
         if not self.run_periodic_jobs:
             return True  # promotion is someone else's: due DELAYED runs are not ours to wait for
         return not await self.store.due_delayed(
-            conn, environments=self.environments, queues=self.queues
+            conn, environments=self.environments, queues=self.queues, tasks=self.registry.names()
         )
 
     async def _check(self, conn: psycopg.AsyncConnection[Any]) -> None:
@@ -433,6 +433,10 @@ class Worker:
                         queues=self.queues,
                         full_scan=full_scan,
                         floors=self._floors.for_claim(full_scan),
+                        # Only runs of the tasks registered (the built-in batch carrier task
+                        # included): a run of another task waits QUEUED for a worker that has
+                        # its handler, instead of failing here (sql/claim/claim.sql).
+                        tasks=self.registry.names(),
                     )
                     self.metrics.claimed(time.perf_counter() - began)
                 self._floors.claimed(claimed, asked, full_scan)
