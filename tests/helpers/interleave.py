@@ -96,8 +96,16 @@ class Session:
             raise AssertionError(f"session {self.name} finished instead of waiting for a lock")
 
     def blockers(self) -> list[int]:
-        """The backend pids this session's statement waits for."""
-        row = self._monitor.execute("SELECT pg_blocking_pids(%s)", (self.pid,)).fetchone()
+        """The backend pids of this test's database that this session's statement waits for.
+        A session of another database is not one of the test's: a commit that sent
+        notifications waits for the cluster-wide lock of the notification queue, which another
+        database's committing session may hold for a moment."""
+        row = self._monitor.execute(
+            "SELECT coalesce(array_agg(activity.pid), '{}') FROM pg_stat_activity AS activity"
+            " WHERE activity.pid = ANY (pg_blocking_pids(%s))"
+            " AND activity.datname = current_database()",
+            (self.pid,),
+        ).fetchone()
         return list(row[0]) if row and row[0] else []
 
     def close(self) -> None:
