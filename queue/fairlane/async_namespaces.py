@@ -78,11 +78,15 @@ class AsyncLimits:
             lambda conn: limits.scheduler_settings_async(conn, schema=schema), repeatable=True
         )
 
-    async def table(self) -> builtins.list[dict[str, Any]]:
-        """Every queue with its caps, size limits and its running, queued and delayed counts."""
+    async def table(self, *, include_carriers: bool = False) -> builtins.list[dict[str, Any]]:
+        """Every queue with its caps, size limits and its running, queued and delayed counts;
+        the batch carriers' queue (``__batches__``) only with ``include_carriers``."""
         schema = self._client.schema
         return await self._client._call(
-            lambda conn: limits.limits_table_async(conn, schema=schema), repeatable=True
+            lambda conn: limits.limits_table_async(
+                conn, include_carriers=include_carriers, schema=schema
+            ),
+            repeatable=True,
         )
 
 

@@ -187,6 +187,8 @@ class RunFilter:
     include_carriers: bool = False
     # Only runs created within this long (bulk actions; ``list_runs`` ignores it).
     since: Duration | None = None
+    # Only the runs this batch's items made.
+    batch_id: int | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -199,6 +201,7 @@ class RunFilter:
             or self.tags
             or self.before_id
             or self.since is not None
+            or self.batch_id is not None
         )
 
     def query(self) -> RunQuery:
@@ -222,6 +225,7 @@ class RunFilter:
             include_carriers=self.include_carriers,
             limit=self.limit,
             since_s=seconds("since", self.since) if self.since is not None else None,
+            batch_id=self.batch_id,
         )
 
 

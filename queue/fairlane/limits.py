@@ -166,8 +166,8 @@ def _read_scheduler(schema: str | None) -> Operation[SchedulerSettings]:
     return found[0]  # type: ignore[no-any-return]
 
 
-def _limits_table(schema: str | None) -> Operation[list[dict[str, Any]]]:
-    return (yield engine(schema_name(schema)).limits.table())
+def _limits_table(schema: str | None, include_carriers: bool) -> Operation[list[dict[str, Any]]]:
+    return (yield engine(schema_name(schema)).limits.table(include_carriers))
 
 
 # -- async, written once: the sync section below is generated from it ----------------------
@@ -213,9 +213,12 @@ async def scheduler_settings_async(
     return await drive_async(conn, _read_scheduler(schema))
 
 
-async def limits_table_async(conn: AsyncConn, *, schema: str | None = None) -> list[dict[str, Any]]:
-    """Every queue with its caps, size limits and its running, queued and delayed counts."""
-    return await drive_async(conn, _limits_table(schema))
+async def limits_table_async(
+    conn: AsyncConn, *, include_carriers: bool = False, schema: str | None = None
+) -> list[dict[str, Any]]:
+    """Every queue with its caps, size limits and its running, queued and delayed counts; the
+    batch carriers' queue (``__batches__``, fairlane's own) only with ``include_carriers``."""
+    return await drive_async(conn, _limits_table(schema, include_carriers))
 
 
 # -- sync, generated from the async section above by tools/async_to_sync.py: do not edit ----
@@ -259,9 +262,12 @@ def scheduler_settings(conn: Conn, *, schema: str | None = None) -> SchedulerSet
     return drive(conn, _read_scheduler(schema))
 
 
-def limits_table(conn: Conn, *, schema: str | None = None) -> list[dict[str, Any]]:
-    """Every queue with its caps, size limits and its running, queued and delayed counts."""
-    return drive(conn, _limits_table(schema))
+def limits_table(
+    conn: Conn, *, include_carriers: bool = False, schema: str | None = None
+) -> list[dict[str, Any]]:
+    """Every queue with its caps, size limits and its running, queued and delayed counts; the
+    batch carriers' queue (``__batches__``, fairlane's own) only with ``include_carriers``."""
+    return drive(conn, _limits_table(schema, include_carriers))
 
 
 # -- end of the generated sync section -------------------------------------------------------

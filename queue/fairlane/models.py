@@ -182,7 +182,31 @@ class Setting:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchRuns:
+    """How the runs a batch's items made are doing (``Batch.runs``): ``failed`` counts every
+    unsuccessful end but a cancel (FAILED, CRASHED, TIMED_OUT, EXPIRED, SYSTEM_FAILURE),
+    ``running`` the EXECUTING and WAITING ones, ``queued`` the QUEUED and DELAYED ones;
+    ``not_yet_runs`` the items of the batch that have no run yet."""
+
+    succeeded: int = 0
+    failed: int = 0
+    canceled: int = 0
+    running: int = 0
+    queued: int = 0
+    not_yet_runs: int = 0
+
+    @property
+    def ended(self) -> bool:
+        return self.running == 0 and self.queued == 0 and self.not_yet_runs == 0
+
+
+@dataclass(frozen=True, slots=True)
 class Batch:
+    """A batch. ``status``, ``succeeded`` and ``failed`` are about its items: whether each
+    became a run (``succeeded``) or could not (``failed``), and ``status`` COMPLETED once every
+    item did one or the other. How those runs ended is ``runs`` (``BatchRuns``), and
+    ``outcome`` sums it up."""
+
     id: int
     environment: str
     run_count: int
@@ -198,10 +222,37 @@ class Batch:
     completed_at: datetime | None
     error: dict[str, Any] | None
     received: int
+    runs: BatchRuns = BatchRuns()
 
     @property
     def done(self) -> bool:
         return self.status in ("COMPLETED", "PARTIAL_FAILED", "ABORTED")
+
+    @property
+    def outcome(self) -> str:
+        """RUNNING while an item has no run yet or a run has not ended; then SUCCEEDED when
+        every run completed, else FAILED (a run failed or was canceled, an item could not
+        become a run, or the batch was aborted)."""
+        if self.status == "ABORTED":
+            return "FAILED"
+        if not self.runs.ended:
+            return "RUNNING"
+        if self.runs.succeeded == self.run_count:
+            return "SUCCEEDED"
+        return "FAILED"
+
+
+def batch_runs(run_count: int, outcomes: dict[str, int] | None) -> BatchRuns:
+    """``BatchRuns`` from the counts ``batch_run_outcomes`` (sql/batches/read.sql) returns."""
+    counted = outcomes or {}
+    return BatchRuns(
+        succeeded=counted.get("succeeded", 0),
+        failed=counted.get("failed", 0),
+        canceled=counted.get("canceled", 0),
+        running=counted.get("running", 0),
+        queued=counted.get("queued", 0),
+        not_yet_runs=max(run_count - counted.get("runs", 0), 0),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,11 +79,15 @@ class Limits:
             lambda conn: limits.scheduler_settings(conn, schema=schema), repeatable=True
         )
 
-    def table(self) -> builtins.list[dict[str, Any]]:
-        """Every queue with its caps, size limits and its running, queued and delayed counts."""
+    def table(self, *, include_carriers: bool = False) -> builtins.list[dict[str, Any]]:
+        """Every queue with its caps, size limits and its running, queued and delayed counts;
+        the batch carriers' queue (``__batches__``) only with ``include_carriers``."""
         schema = self._client.schema
         return self._client._call(
-            lambda conn: limits.limits_table(conn, schema=schema), repeatable=True
+            lambda conn: limits.limits_table(
+                conn, include_carriers=include_carriers, schema=schema
+            ),
+            repeatable=True,
         )
 
 

@@ -56,8 +56,9 @@ SELECT quantum, max_deficit, global_concurrency_limit, rate_limit_per_s, rate_bu
 FROM {schema}.scheduler WHERE id = 1;
 
 -- name: limits_table
+-- params: include_carriers boolean
 -- Every queue with its caps and size limits, its running, queued and delayed runs, for
--- `fairlane limits`.
+-- `fairlane limits`; the batch carriers' queue (__batches__, fairlane's own) only when asked.
 SELECT q.environment, q.name AS queue, e.concurrency_limit AS env_limit, e.burst_factor,
        e.paused AS env_paused, q.concurrency_limit AS queue_limit, q.paused AS queue_paused,
        (SELECT count(*) FROM {schema}.runs r
@@ -72,4 +73,5 @@ SELECT q.environment, q.name AS queue, e.concurrency_limit AS env_limit, e.burst
        e.size_limit AS env_size_limit, q.size_limit AS queue_size_limit
 FROM {schema}.queues q
 JOIN {schema}.environments e ON e.name = q.environment
+WHERE %(include_carriers)s OR q.name <> '__batches__'
 ORDER BY q.environment, q.name;

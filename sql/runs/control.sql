@@ -110,8 +110,8 @@ WHERE {schema}.check_trigger_request(
 RETURNING id;
 
 -- name: matching_run_ids
--- params: environment text, queue text, task text, statuses text[], tags text[], before_id bigint,
--- params: since_s double precision, include_carriers boolean, limit bigint
+-- params: environment text, queue text, task text, statuses text[], tags text[], batch_id bigint,
+-- params: before_id bigint, since_s double precision, include_carriers boolean, limit bigint
 -- One page of the ids a bulk action takes, newest first (the global lock order: runs in
 -- descending id order), with the filters of list_runs and `since_s` (created within).
 SELECT id
@@ -121,6 +121,7 @@ WHERE (%(environment)s::text IS NULL OR environment = %(environment)s::text)
   AND (%(task)s::text IS NULL OR task = %(task)s::text)
   AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
   AND (%(tags)s::text[] IS NULL OR tags @> %(tags)s::text[])
+  AND (%(batch_id)s::bigint IS NULL OR batch_id = %(batch_id)s::bigint)
   AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
   AND (%(since_s)s::float8 IS NULL OR created_at >= now() - make_interval(secs => %(since_s)s::float8))
   AND (%(include_carriers)s::boolean OR queue <> '__batches__')

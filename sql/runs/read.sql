@@ -16,9 +16,10 @@ GROUP BY status
 ORDER BY status;
 
 -- name: list_runs
--- params: environment text, queue text, task text, statuses text[], tags text[], before_id bigint,
--- params: include_carriers boolean, limit bigint
+-- params: environment text, queue text, task text, statuses text[], tags text[], batch_id bigint,
+-- params: before_id bigint, include_carriers boolean, limit bigint
 -- Newest first, every filter optional (NULL: any). `tags` matches runs carrying all of them;
+-- `batch_id` the runs a batch's items made;
 -- `before_id` pages: pass the last id of the previous page. Batch carrier runs (the reserved
 -- `__batches__` queue) are left out unless `include_carriers`. The scan walks the primary key
 -- backwards, filtering, so a rare filter value reads far; it is an operator's view, not a hot path.
@@ -32,6 +33,7 @@ WHERE (%(environment)s::text IS NULL OR environment = %(environment)s::text)
   AND (%(task)s::text IS NULL OR task = %(task)s::text)
   AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
   AND (%(tags)s::text[] IS NULL OR tags @> %(tags)s::text[])
+  AND (%(batch_id)s::bigint IS NULL OR batch_id = %(batch_id)s::bigint)
   AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
   AND (%(include_carriers)s::boolean OR queue <> '__batches__')
 ORDER BY id DESC

@@ -9,6 +9,8 @@
 SELECT date_trunc('minute', finished_at) AS minute, environment, status, count(*) AS runs
 FROM {schema}.runs
 WHERE finished_at IS NOT NULL
+  -- Batch carriers are fairlane's own work, not the tenant's.
+  AND queue <> '__batches__'
   AND GREATEST(finished_at,
       CASE
           WHEN idempotency_key IS NOT NULL AND (status = ANY (ARRAY['COMPLETED'::text, 'CANCELED'::text]))
@@ -63,7 +65,7 @@ SELECT batch_id, batch_index FROM {schema}.runs WHERE id = %(id)s;
 -- Newest first; `environment` NULL: every one.
 SELECT b.id, b.environment, b.run_count, b.status, b.sealed, b.succeeded, b.failed,
        b.parent_run_id, b.waitpoint_id, b.idempotency_key, b.created_at, b.sealed_at,
-       b.completed_at, b.received
+       b.completed_at, b.received, {schema}.batch_run_outcomes(b.id) AS run_outcomes
 FROM {schema}.batches b
 WHERE (%(environment)s::text IS NULL OR b.environment = %(environment)s::text)
   AND (%(before_id)s::bigint IS NULL OR b.id < %(before_id)s::bigint)

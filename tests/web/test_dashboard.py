@@ -110,7 +110,9 @@ async def test_every_page_renders(
     assert "data-final" in (await http.get(f"/runs/{child}/partial")).text
     assert (await http.get("/runs/999999")).status_code == 404
     assert f"/batches/{batch['id']}" in (await http.get("/batches")).text
-    assert "No failed items" in (await http.get(f"/batches/{batch['id']}")).text
+    batch_page = (await http.get(f"/batches/{batch['id']}")).text
+    assert "Every item received became a run." in batch_page
+    assert f"/runs?batch={batch['id']}" in batch_page
     assert "promote_delayed_runs" in (await http.get("/maintenance")).text
     assert "no worker is registered" in (await http.get("/workers")).text
     assert "pause-env-a-mail" in (await http.get("/queues")).text

@@ -30,6 +30,8 @@ def summary(batch: Batch) -> dict[str, Any]:
         "received": batch.received,
         "succeeded": batch.succeeded,
         "failed": batch.failed,
+        "outcome": batch.outcome,
+        "runs": asdict(batch.runs),
         "parent_run_id": batch.parent_run_id,
         "created_at": batch.created_at.isoformat(),
         "sealed_at": batch.sealed_at.isoformat() if batch.sealed_at else None,

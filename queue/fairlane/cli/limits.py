@@ -25,7 +25,7 @@ def _paused(args: argparse.Namespace) -> bool | None:
     return paused
 
 
-def _show(conn: psycopg.Connection[Any], schema: str | None) -> None:
+def _show(conn: psycopg.Connection[Any], schema: str | None, include_carriers: bool) -> None:
     settings = limits.scheduler_settings(conn, schema=schema)
     rate = f"{settings.rate_limit_per_s}/s" if settings.rate_limit_per_s else "off"
     print(
@@ -34,7 +34,7 @@ def _show(conn: psycopg.Connection[Any], schema: str | None) -> None:
     )
     header = f"{'environment':<20}{'queue':<20}{'env cap':>9}{'queue cap':>10}"
     print(f"{header}{'running':>9}{'queued':>9}{'delayed':>9}{'size limit':>18}  state")
-    for row in limits.limits_table(conn, schema=schema):
+    for row in limits.limits_table(conn, include_carriers=include_carriers, schema=schema):
         env_cap = (
             "-" if row["env_limit"] is None else str(int(row["env_limit"] * row["burst_factor"]))
         )
@@ -91,11 +91,13 @@ def cmd_limits(args: argparse.Namespace) -> int:
             print_json(
                 {
                     "scheduler": asdict(limits.scheduler_settings(conn, schema=args.schema)),
-                    "queues": limits.limits_table(conn, schema=args.schema),
+                    "queues": limits.limits_table(
+                        conn, include_carriers=args.include_carriers, schema=args.schema
+                    ),
                 }
             )
         else:
-            _show(conn, args.schema)
+            _show(conn, args.schema, args.include_carriers)
     return 0
 
 
@@ -105,6 +107,11 @@ def add_parser(commands: Any) -> None:
     )
     connection_options(parser)
     json_option(parser)
+    parser.add_argument(
+        "--include-carriers",
+        action="store_true",
+        help="list the batch carriers' queue (__batches__, fairlane's own) too",
+    )
     parser.set_defaults(func=cmd_limits, action=None)
     actions = parser.add_subparsers(dest="action")
 

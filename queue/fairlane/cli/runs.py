@@ -76,6 +76,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         limit=args.limit,
         before_id=args.before,
         include_carriers=args.include_carriers,
+        batch_id=args.batch,
     )
     with _client(args) as client:
         runs = client.list_runs(filters)
@@ -96,6 +97,7 @@ def _bulk_filter(args: argparse.Namespace) -> RunFilter:
         status=args.status,
         tags=args.tag or (),
         since=args.since,
+        batch_id=args.batch,
     )
     if filters.is_empty and not args.all:
         raise ConfigurationError("give a run id, a filter, or --all for every run")
@@ -163,6 +165,7 @@ def _filters(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tag", action="append", help="runs carrying this tag (repeat: all of them)"
     )
+    parser.add_argument("--batch", type=int, help="the runs this batch's items made")
 
 
 def _bulk_options(parser: argparse.ArgumentParser) -> None:

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fairlane.engine.section import Section
-from fairlane.engine.statement import Statement, no_rows, scalar
-from fairlane.models import Batch
+from fairlane.engine.statement import Row, Statement, no_rows, scalar
+from fairlane.models import Batch, batch_runs
 
 # Public (fairlane.models); this path keeps working.
 from fairlane.models import ItemRow as ItemRow
@@ -83,7 +83,7 @@ class Batches(Section):
         return self._statement("create_batch", params, lambda row: CreateRow(**row))
 
     def get(self, batch_id: int) -> Statement[Batch]:
-        return self._statement("get_batch", {"id": batch_id}, lambda row: Batch(**row))
+        return self._statement("get_batch", {"id": batch_id}, batch_from_row)
 
     def items(self, batch_id: int) -> Statement[ItemRow]:
         return self._statement("batch_run_ids", {"id": batch_id}, lambda row: ItemRow(**row))
@@ -147,3 +147,10 @@ class Batches(Section):
     def sync_queue_concurrency(self, environment: str, concurrency: int | None) -> Statement[None]:
         params = {"environment": environment, "concurrency": concurrency}
         return self._statement("sync_batch_queue_concurrency", params, no_rows)
+
+
+def batch_from_row(row: Row, **more: Any) -> Batch:
+    """A batch row with its ``run_outcomes`` (``batch_run_outcomes``) as ``Batch.runs``."""
+    fields = dict(row, **more)
+    outcomes = fields.pop("run_outcomes")
+    return Batch(**fields, runs=batch_runs(fields["run_count"], outcomes))

@@ -94,8 +94,9 @@ class Limits(Section):
     def scheduler(self) -> Statement[SchedulerSettings]:
         return self._statement("scheduler_settings", None, lambda row: SchedulerSettings(**row))
 
-    def table(self) -> Statement[dict[str, Any]]:
-        return self._statement("limits_table", None, _as_dict)
+    def table(self, include_carriers: bool = False) -> Statement[dict[str, Any]]:
+        params = {"include_carriers": include_carriers}
+        return self._statement("limits_table", params, _as_dict)
 
 
 def _as_dict(row: Row) -> dict[str, Any]:

@@ -62,6 +62,7 @@ class RunQuery:
     include_carriers: bool
     limit: int
     since_s: float | None
+    batch_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +94,7 @@ class Runs(Section):
             "task": query.task,
             "statuses": query.statuses,
             "tags": query.tags,
+            "batch_id": query.batch_id,
             "before_id": query.before_id,
             "include_carriers": query.include_carriers,
             "limit": query.limit,
@@ -141,6 +143,7 @@ class Runs(Section):
             "task": query.task,
             "statuses": query.statuses,
             "tags": query.tags,
+            "batch_id": query.batch_id,
             "before_id": query.before_id,
             "since_s": query.since_s,
             "include_carriers": query.include_carriers,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from fairlane.engine.batches import batch_from_row
 from fairlane.engine.section import Section
 from fairlane.engine.statement import Row, Statement
 from fairlane.models import ApiKey, Batch, EnvironmentSettings, ItemRow, QueueSettings
@@ -153,7 +154,9 @@ class Web(Section):
         self, environment: str | None, before_id: int | None, limit: int
     ) -> Statement[Batch]:
         params = {"environment": environment, "before_id": before_id, "limit": limit}
-        return self._statement("recent_batches", params, lambda row: Batch(**row, error=None))
+        return self._statement(
+            "recent_batches", params, lambda row: batch_from_row(row, error=None)
+        )
 
 
 def _as_dict(row: Row) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -88,6 +89,8 @@ def batch_json(batch: Batch) -> dict[str, Any]:
         "done": batch.done,
         "succeeded": batch.succeeded,
         "failed": batch.failed,
+        "outcome": batch.outcome,
+        "runs": asdict(batch.runs),
         "parent_run_id": batch.parent_run_id,
         "created_at": when(batch.created_at),
         "sealed_at": when(batch.sealed_at),

@@ -267,8 +267,27 @@ SCHEMAS: dict[str, Any] = {
             "status": {"enum": list(BATCH_STATUSES)},
             "sealed": {"type": "boolean"},
             "done": {"type": "boolean"},
-            "succeeded": {"type": "integer"},
-            "failed": {"type": "integer"},
+            "succeeded": {"type": "integer", "description": "items that became runs"},
+            "failed": {"type": "integer", "description": "items that could not become runs"},
+            "outcome": {
+                "enum": ["RUNNING", "SUCCEEDED", "FAILED"],
+                "description": "how the batch's runs ended: RUNNING until each item's run ended",
+            },
+            "runs": {
+                "type": "object",
+                "description": "the batch's runs by outcome, and the items with no run yet",
+                "properties": {
+                    name: {"type": "integer"}
+                    for name in (
+                        "succeeded",
+                        "failed",
+                        "canceled",
+                        "running",
+                        "queued",
+                        "not_yet_runs",
+                    )
+                },
+            },
         },
     },
     "IngestResult": {
@@ -462,6 +481,7 @@ def _paths() -> dict[str, Any]:
                     query("tag", {"type": "string"}, "runs with every tag given (repeat)"),
                     query("limit", {"type": "integer", "minimum": 1, "maximum": 500}),
                     query("before_id", ID, "next_before_id of the last page"),
+                    query("batch_id", ID, "the runs this batch's items made"),
                 ],
                 tag="runs",
             )

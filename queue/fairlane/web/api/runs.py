@@ -85,6 +85,7 @@ def run_filter(request: Request, caller: Caller) -> RunFilter:
         tags=[tag for tag in params.getlist("tag") if tag],
         limit=limit or DEFAULT_PAGE,
         before_id=int_param(request, "before_id", None, low=1, high=MAX_ID),
+        batch_id=int_param(request, "batch_id", None, low=1, high=MAX_ID),
     )
 
 

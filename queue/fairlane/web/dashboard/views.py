@@ -323,6 +323,7 @@ async def _runs(request: Request, session: Session) -> Response:
         tags=[params["tag"]] if params.get("tag") else (),
         limit=PAGE,
         before_id=int_param(request, "before_id", None, low=1, high=MAX_ID),
+        batch_id=int_param(request, "batch", None, low=1, high=MAX_ID),
     )
     state = state_of(request)
     async with state.connection() as conn:
