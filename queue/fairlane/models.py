@@ -122,6 +122,8 @@ class ClaimedRun:
     # The attempt whose waits this execution keeps (``RunContext.wait_attempt``); None: the
     # attempt itself.
     wait_attempt: int | None = None
+    # Whether the run has recorded steps or waits (run_steps) that its handler replays.
+    replay: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +323,23 @@ class WaitsOn:
     complete_after: datetime | None
     timeout_at: datetime | None
     batch_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunStep:
+    """One recorded call of a run's handler (``Client.steps``, ``runs show``, the run page): a
+    step (``ctx.step``) with its result or error, or a wait; ``attempt`` is the wait attempt
+    that recorded it. A wait's ``finished_at`` is when its last waitpoint completed."""
+
+    position: int
+    kind: str  # STEP or WAIT
+    name: str
+    attempt: int
+    status: str  # WAITING, COMPLETED or FAILED
+    result: Any
+    error: Any
+    started_at: datetime
+    finished_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
 """``fairlane bench enqueue|drain|latency|fairness|rate|batch|promote|retry|transitions|
-http-trigger|ndjson-ingest``: one JSON line on stdout per run; ``fairlane bench suite``: the
+waits|http-trigger|ndjson-ingest``: one JSON line on stdout per run; ``fairlane bench suite``: the
 side-by-side table."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from fairlane.tools.bench import (
     retry,
     suite,
     transitions,
+    waits,
 )
 from fairlane.worker.process import LOOP_CHOICES
 
@@ -30,8 +31,8 @@ def add_parser(commands: Any) -> None:
     bench = commands.add_parser(
         "bench",
         help="benchmarks on a fresh database: enqueue, drain, latency, fairness, rate, batch, "
-        "promote, retry, transitions, http-trigger, ndjson-ingest; suite: all of them beside "
-        "the peer harness, as one table",
+        "promote, retry, transitions, waits, http-trigger, ndjson-ingest; suite: all of them "
+        "beside the peer harness, as one table",
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -64,6 +65,7 @@ def add_parser(commands: Any) -> None:
         promote,
         retry,
         transitions,
+        waits,
         suite,
     )
     for module in scenario_modules:
