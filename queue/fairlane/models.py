@@ -329,7 +329,8 @@ class WaitsOn:
 class RunStep:
     """One recorded call of a run's handler (``Client.steps``, ``runs show``, the run page): a
     step (``ctx.step``) with its result or error, or a wait; ``attempt`` is the wait attempt
-    that recorded it. A wait's ``finished_at`` is when its last waitpoint completed."""
+    that recorded it. A wait is COMPLETED when its last waitpoint completed (``finished_at``),
+    and its ``result`` is the outputs of its waitpoints, by item."""
 
     position: int
     kind: str  # STEP or WAIT

@@ -58,16 +58,25 @@ ORDER BY s.run_id, s.position;
 
 -- name: run_steps
 -- params: run_id bigint
--- A run's recorded steps and waits, for its page and `fairlane runs show`: a wait's end is
--- when the last of its current attempt's waitpoints completed.
-SELECT s.position, s.kind, s.name, s.attempt, s.status, s.result, s.error, s.started_at,
-       CASE WHEN s.kind = 'STEP' THEN s.finished_at ELSE (
-           SELECT CASE WHEN bool_and(w.status = 'COMPLETED') THEN max(w.completed_at) END
-           FROM {schema}.run_waitpoints AS e
-           JOIN {schema}.waitpoints AS w ON w.id = e.waitpoint_id
-           WHERE e.run_id = s.run_id AND e.attempt = s.attempt AND e.position = s.position)
-       END AS finished_at
+-- A run's recorded steps and waits, for its page and `fairlane runs show`. A wait is COMPLETED
+-- once every waitpoint of its recorded attempt completed, at the last one's completion, and its
+-- result is their outputs by item (an error's output is its error document).
+SELECT s.position, s.kind, s.name, s.attempt,
+       CASE WHEN s.kind = 'WAIT' AND waited.complete THEN 'COMPLETED' ELSE s.status END AS status,
+       CASE WHEN s.kind = 'STEP' THEN s.result
+            WHEN waited.complete THEN waited.outputs END AS result,
+       s.error, s.started_at,
+       CASE WHEN s.kind = 'STEP' THEN s.finished_at
+            WHEN waited.complete THEN waited.last_completed END AS finished_at
 FROM {schema}.run_steps AS s
+LEFT JOIN LATERAL (
+    SELECT bool_and(w.status = 'COMPLETED') AS complete, max(w.completed_at) AS last_completed,
+           jsonb_agg(w.output ORDER BY e.item) AS outputs
+    FROM {schema}.run_waitpoints AS e
+    JOIN {schema}.waitpoints AS w ON w.id = e.waitpoint_id
+    WHERE s.kind = 'WAIT' AND e.run_id = s.run_id AND e.attempt = s.attempt
+      AND e.position = s.position
+) AS waited ON true
 WHERE s.run_id = %(run_id)s
 ORDER BY s.position;
 

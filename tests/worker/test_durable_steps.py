@@ -225,7 +225,7 @@ async def test_runs_show_client_and_metrics_list_the_recorded_calls(
         steps = client.steps(run_id)
     assert [(s.position, s.kind, s.name, s.status, s.result) for s in steps] == [
         (0, "STEP", "sum", "COMPLETED", 6),
-        (1, "WAIT", "wait_until", "WAITING", None),
+        (1, "WAIT", "wait_until", "COMPLETED", [None]),
     ]
     # Both ended: the step when its result was written, the wait when its time came.
     assert all(s.finished_at is not None and s.finished_at >= s.started_at for s in steps)

@@ -34,7 +34,7 @@ def _steps(steps: Sequence[RunStep], width: int) -> Iterator[str]:
         outcome = ""
         if step.error is not None:
             outcome = f"  {_error_line(step.error)}"
-        elif step.kind == "STEP" and step.status == "COMPLETED":
+        elif step.status == "COMPLETED":
             outcome = "  " + json.dumps(step.result, default=str, ensure_ascii=False)
         yield _cut(
             f"  {step.position:>3} {step.kind.lower():<4} {step.name}  {step.status.lower()}"

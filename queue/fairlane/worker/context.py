@@ -206,6 +206,13 @@ class RunContext:
         waits, active, position = self._next_wait()
         return await run_step(waits, active, position, name, fn, args, per_attempt=per_attempt)
 
+    def _step_in_thread(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], per_attempt: bool
+    ) -> Any:
+        from fairlane.worker.replay import run_step_sync
+
+        return run_step_sync(self, name, fn, args, per_attempt=per_attempt)
+
     @property
     def sync(self) -> SyncCalls:
         """The steps and waits for a sync handler (it runs in a thread of the worker):
@@ -278,9 +285,7 @@ class SyncCalls:
 
     def step(self, name: str, fn: Callable[..., Any], *args: Any, per_attempt: bool = False) -> Any:
         """``ctx.step``: ``fn`` runs in the handler's thread, its record on the worker's loop."""
-        from fairlane.worker.replay import run_step_sync
-
-        return run_step_sync(self._ctx, name, fn, args, per_attempt=per_attempt)
+        return self._ctx._step_in_thread(name, fn, args, per_attempt)
 
     def trigger_and_wait(self, task: str, payload: Any = None, **options: Any) -> WaitResult:
         return _blocking(

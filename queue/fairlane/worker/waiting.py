@@ -31,7 +31,6 @@ from fairlane.batches.parent import BATCH_EDGE, batch_results, make_parent_batch
 from fairlane.connection import ConnectionOptions
 from fairlane.durations import seconds
 from fairlane.engine import engine
-from fairlane.engine.journal import RecordedCall
 from fairlane.engine.statement import first_async, one_async, rows_async, run_async
 from fairlane.errors import (
     BatchWithoutWaitpointError,
@@ -43,8 +42,8 @@ from fairlane.triggering.api import insert_runs_async
 from fairlane.triggering.boundary import in_parent_environment
 from fairlane.triggering.request import TriggerRequest
 from fairlane.waitpoints import WaitResult
-from fairlane.worker.connections import LoopConnection
-from fairlane.worker.replay import Replay, Suspended
+from fairlane.worker.records import CallRecords
+from fairlane.worker.replay import Suspended
 from fairlane.worker.run_state import WAITING as WAITING_STATE
 
 if TYPE_CHECKING:
@@ -56,7 +55,7 @@ log = logging.getLogger("fairlane.worker")
 Edges = list[tuple[int, int]]  # (item, waitpoint id)
 
 
-class WaitService:
+class WaitService(CallRecords):
     def __init__(
         self,
         dsn: str,
@@ -67,16 +66,12 @@ class WaitService:
         options: ConnectionOptions | None = None,
         keep_in_memory_s: float = 2.0,
     ) -> None:
+        super().__init__(dsn, schema, runs, options)
         self._schema = schema
         self._waits = engine(schema).waits
-        self._journal = engine(schema).journal
         # How long a waiting handler is kept before its run lets go of the worker.
         self._keep_in_memory_s = keep_in_memory_s
-        self._connection = LoopConnection(dsn, options)
-        self._lock = anyio.Lock()
         self._poll_interval = poll_interval
-        # Told when a handler gives its slot up and when it takes one again.
-        self._runs = runs
         self._ready: dict[int, anyio.Event] = {}
 
     # -- the waits ---------------------------------------------------------------------
@@ -220,7 +215,8 @@ class WaitService:
         run_id, token, attempt = active.run.id, active.lease.token, active.ctx.wait_attempt
         # Registered before the wait commits, so a wake-up right after it is not missed.
         self._ready[run_id] = anyio.Event()
-        async with self._lock, self._connection.use() as conn, conn.transaction():
+        detached = False
+        async with self._use(run_id) as conn, conn.transaction():
             if not await rows_async(conn, self._waits.edges_at(run_id, attempt, position)):
                 await run_async(conn, self._journal.record_wait(run_id, position, name, attempt))
                 edges = await make(conn)
@@ -238,6 +234,15 @@ class WaitService:
                 # Raised inside the transaction: the children this wait triggered and its
                 # edges roll back with it (the run was cancelled or re-claimed meanwhile).
                 raise LeaseLostError(run_id)
+            if state == "WAITING" and self._keep_in_memory_s <= 0:
+                # Kept in memory for no time at all: let go of the run in the same transaction.
+                detach = self._journal.detach(run_id, token)
+                detached = await one_async(conn, detach) == "DETACHED"
+        if detached:
+            self._ready.pop(run_id, None)
+            self._runs.waiting(active)
+            self._runs.detached(active)
+            raise Suspended(run_id)
         if state == "WAITING":
             await self._suspend(active)
         return await self._results(run_id, attempt, position)
@@ -302,7 +307,7 @@ class WaitService:
             # run became ready just after the statement looked) sets it, and the next turn
             # asks again at once instead of sleeping a whole poll interval.
             self._ready[run_id] = anyio.Event()
-            async with self._lock, self._connection.use() as conn:
+            async with self._use(run_id) as conn:
                 state = await one_async(conn, self._waits.resume(run_id, token))
             if state == "RESUMED":
                 return True
@@ -318,7 +323,7 @@ class WaitService:
     async def _detach(self, active: ActiveRun) -> bool:
         """Let go of the run unless it is ready already (then False: resume it)."""
         run_id = active.run.id
-        async with self._lock, self._connection.use() as conn:
+        async with self._use(run_id) as conn:
             state = await one_async(conn, self._journal.detach(run_id, active.lease.token))
             if state == "DETACHED":
                 # Told before anything else runs: the run may be queued and claimed again.
@@ -328,60 +333,11 @@ class WaitService:
             raise LeaseLostError(run_id)
         return False
 
-    # -- replay and steps (fairlane.worker.replay) ----------------------------------------
-
-    async def replay_of(self, active: ActiveRun) -> Replay | None:
-        """The run's recorded calls when it has any; read once per execution (the claim
-        loop reads them for a whole claim at once: ``load_replays``)."""
-        ctx = active.ctx
-        if ctx._replay is None and active.run.replay and not ctx._replay_loaded:
-            async with self._lock, self._connection.use() as conn:
-                calls = await rows_async(conn, self._journal.recorded_calls([active.run.id]))
-            self.attach_replay(active, calls)
-        return ctx._replay
-
-    def attach_replay(self, active: ActiveRun, calls: list[RecordedCall]) -> None:
-        active.ctx._replay_loaded = True
-        if calls:
-            active.ctx._replay = Replay(active.run.id, calls)
-            self._runs.stats.replays += 1
-
-    def step_replayed(self) -> None:
-        self._runs.stats.steps_replayed += 1
-
-    async def record_step(
-        self,
-        active: ActiveRun,
-        position: int,
-        name: str,
-        started_at: datetime,
-        result_json: str | None,
-        error_json: str | None,
-    ) -> None:
-        """A step's outcome, fenced by the lease (``LeaseLostError`` if it no longer holds)."""
-        run_id = active.run.id
-        statement = self._journal.record_step(
-            run_id,
-            active.lease.token,
-            position,
-            name,
-            active.ctx.wait_attempt,
-            status="FAILED" if error_json is not None else "COMPLETED",
-            result_json=result_json,
-            error_json=error_json,
-            started_at=started_at,
-        )
-        self._runs.stats.steps_executed += 1
-        async with self._lock, self._connection.use() as conn:
-            written = await first_async(conn, statement)
-        if written is None:
-            raise LeaseLostError(run_id)
-
     async def _results(
         self, run_id: int, attempt: int, position: int
     ) -> list[tuple[int, WaitResult]]:
         """The results at this call position of the attempt, by item."""
-        async with self._lock, self._connection.use() as conn:
+        async with self._use(run_id) as conn:
             found = await rows_async(conn, self._waits.results(run_id, attempt, position))
         return [
             (row.item, WaitResult.from_row(row.is_error, row.output, row.run_id)) for row in found
@@ -399,9 +355,6 @@ class WaitService:
         """After the listener reconnected: anything may have been announced meanwhile."""
         for event in list(self._ready.values()):
             event.set()
-
-    async def close(self) -> None:
-        await self._connection.close()
 
 
 def _linked(active: ActiveRun, requests: Sequence[TriggerRequest]) -> list[TriggerRequest]:

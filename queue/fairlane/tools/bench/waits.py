@@ -115,6 +115,7 @@ async def _phases(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         dsn,
         schema=SCHEMA,
         concurrency=args.concurrency,
+        claim_batch=args.claim_batch,
         wait_in_memory_s=0.0,
         shutdown_grace=5.0,
     )
@@ -126,6 +127,7 @@ async def _phases(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         tokens = [
             row[0] for row in await (await probe.execute(MAKE_TOKENS_SQL, (args.runs,))).fetchall()
         ]
+        triggered = time.perf_counter()
         client = await open_client(dsn)
         async with client:
             for offset in range(0, len(tokens), BATCH):
@@ -139,13 +141,14 @@ async def _phases(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
             detached, _ = await _count(conn, DETACHED_SQL, "bench.wait")
             return bool(detached == args.runs)
 
-        await until(probe, all_waiting)
+        all_waited = await until(probe, all_waiting)
         waiting_mb = rss_mb()
         _, leased = await _count(probe, DETACHED_SQL, "bench.wait")
         held = len(worker.held)
         started = time.perf_counter()
         for offset in range(0, len(tokens), COMPLETE_SLICE):
             await probe.execute(COMPLETE_SQL, (tokens[offset : offset + COMPLETE_SLICE],))
+        completed = time.perf_counter()
 
         async def all_done(conn: psycopg.AsyncConnection[Any]) -> bool:
             return bool((await _count(conn, UNFINISHED_SQL, "bench.wait"))[0] == 0)
@@ -159,6 +162,8 @@ async def _phases(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         "leases_held": leased,
         "runs_held": held,
         "resume_s": finished - started,
+        "wait_s": all_waited - triggered,
+        "complete_s": completed - started,
         **replays,
         "stats": worker.stats.as_dict(),
     }
@@ -209,13 +214,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "loop": loop_name(args.loop),
         "runs": args.runs,
         "concurrency": args.concurrency,
+        "claim_batch": args.claim_batch or args.concurrency,
         "idle_rss_mb": round(timing["idle_mb"], 1),
         "waiting_rss_mb": round(timing["waiting_mb"], 1),
         "rss_growth_mb": round(growth, 1),
         "leases_held": timing["leases_held"],
         "runs_held": timing["runs_held"],
+        # From the first trigger until every run waits without a worker.
+        "waiting_runs_per_s": round(args.runs / timing["wait_s"]),
         "resume_runs_per_s": round(resume_rate),
         "resume_s": round(timing["resume_s"], 3),
+        # Of which completing the tokens (the worker claims and replays meanwhile).
+        "complete_s": round(timing["complete_s"], 3),
         "steps": args.steps,
         "replays": args.replays,
         "step_calls": timing["step_calls"],
@@ -243,6 +253,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--runs", type=int, default=100_000)
     p.add_argument("--concurrency", type=int, default=1000)
+    p.add_argument("--claim-batch", type=int, help="runs per claim (default: the concurrency)")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--replays", type=int, default=100)
     p.set_defaults(func=main)
