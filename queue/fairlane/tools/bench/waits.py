@@ -145,6 +145,9 @@ async def _phases(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         waiting_mb = rss_mb()
         _, leased = await _count(probe, DETACHED_SQL, "bench.wait")
         held = len(worker.held)
+        if args.vacuum:
+            # A diagnostic: what the dead rows and index entries of the first claims cost.
+            await probe.execute(f"VACUUM {SCHEMA}.runs")
         started = time.perf_counter()
         for offset in range(0, len(tokens), COMPLETE_SLICE):
             await probe.execute(COMPLETE_SQL, (tokens[offset : offset + COMPLETE_SLICE],))
@@ -215,6 +218,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "runs": args.runs,
         "concurrency": args.concurrency,
         "claim_batch": args.claim_batch or args.concurrency,
+        "vacuum": args.vacuum,
         "idle_rss_mb": round(timing["idle_mb"], 1),
         "waiting_rss_mb": round(timing["waiting_mb"], 1),
         "rss_growth_mb": round(growth, 1),
@@ -254,6 +258,11 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", type=int, default=100_000)
     p.add_argument("--concurrency", type=int, default=1000)
     p.add_argument("--claim-batch", type=int, help="runs per claim (default: the concurrency)")
+    p.add_argument(
+        "--vacuum",
+        action="store_true",
+        help="VACUUM the runs table once all runs wait, before the tokens are completed",
+    )
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--replays", type=int, default=100)
     p.set_defaults(func=main)
