@@ -84,7 +84,7 @@ from fairlane.engine import engine
 from fairlane.engine.statement import Operation, drive, rows
 from fairlane.engine.waits import WaitsOn
 from fairlane.errors import DatabaseUnavailable, RunWaitTimeoutError
-from fairlane.models import Run
+from fairlane.models import Run, RunStep
 from fairlane.namespaces import Limits, Schedules, Tokens, Workers
 from fairlane.schema.check import SCHEMA_REVISION, check_schema
 from fairlane.triggering import api as triggering
@@ -344,6 +344,11 @@ class Client:
     def waits_on(self, run_id: int) -> list[WaitsOn]:
         """What a run waits on (a WAITING run's children, times, tokens, batch)."""
         return self._drive(lambda: control.waits_on(self._engine, run_id), repeatable=True)
+
+    def steps(self, run_id: int) -> list[RunStep]:
+        """A run's recorded steps (``ctx.step``) and waits, by call position, with their
+        timings and results (docs/durable-execution.md)."""
+        return self._drive(lambda: control.steps(self._engine, run_id), repeatable=True)
 
     def retry_many(self, filters: RunFilter | None = None, **by: Any) -> BulkResult:
         """Retry every matching run that ended badly, 1,000 per statement (each its own

@@ -30,7 +30,7 @@ from fairlane.errors import (
 # BulkResult and CancelResult were defined here: this path keeps working.
 from fairlane.models import BulkResult as BulkResult
 from fairlane.models import CancelResult as CancelResult
-from fairlane.models import Run, RunStatus, WaitsOn
+from fairlane.models import Run, RunStatus, RunStep, WaitsOn
 from fairlane.payload import encode_json
 from fairlane.triggering.boundary import check_names
 
@@ -63,6 +63,11 @@ def list_runs(engine: Engine, filters: RunFilter) -> Operation[list[Run]]:
 def waits_on(engine: Engine, run_id: int) -> Operation[list[WaitsOn]]:
     """What a run waits on: every waitpoint at every call position, pending or completed."""
     return (yield engine.waits.waits_on(run_id))
+
+
+def steps(engine: Engine, run_id: int) -> Operation[list[RunStep]]:
+    """A run's recorded steps and waits, by call position (docs/durable-execution.md)."""
+    return (yield engine.journal.run_steps(run_id))
 
 
 def count_by_status(engine: Engine) -> Operation[dict[str, int]]:

@@ -329,6 +329,23 @@ class AbortRun(RunError):
         super().__init__(message)
 
 
+class ReplayMismatchError(AbortRun):
+    """A replayed handler asked, at a call position, for something other than what its run
+    recorded there (another step or wait, another name, or in another order): the handler is
+    not deterministic, and the recorded result must not be handed to a different call. The run
+    fails at once, with code ``REPLAY_MISMATCH`` (a retry would meet the same record)."""
+
+    def __init__(
+        self, run_id: int, position: int, recorded: tuple[str, str], asked: tuple[str, str]
+    ) -> None:
+        self.run_id, self.position, self.recorded, self.asked = run_id, position, recorded, asked
+        super().__init__(
+            f"run {run_id} replayed a different call at position {position}: recorded "
+            f"{recorded[0].lower()} {recorded[1]!r}, asked for {asked[0].lower()} {asked[1]!r}",
+            code="REPLAY_MISMATCH",
+        )
+
+
 class MetadataRemovalError(InputError, TypeError):
     """A handler tried to remove a key of ``ctx.metadata`` (``del``, ``pop``, ``clear``). A run's
     metadata is merged, never pruned: set the key to None instead."""

@@ -122,6 +122,8 @@ class ClaimedRun:
     # The attempt whose waits this execution keeps (``RunContext.wait_attempt``); None: the
     # attempt itself.
     wait_attempt: int | None = None
+    # Whether the run has recorded steps or waits (run_steps) that its handler replays.
+    replay: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,6 +374,24 @@ class WaitsOn:
     complete_after: datetime | None
     timeout_at: datetime | None
     batch_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunStep:
+    """One recorded call of a run's handler (``Client.steps``, ``runs show``, the run page): a
+    step (``ctx.step``) with its result or error, or a wait; ``attempt`` is the wait attempt
+    that recorded it. A wait is COMPLETED when its last waitpoint completed (``finished_at``),
+    and its ``result`` is the outputs of its waitpoints, by item."""
+
+    position: int
+    kind: str  # STEP or WAIT
+    name: str
+    attempt: int
+    status: str  # WAITING, COMPLETED or FAILED
+    result: Any
+    error: Any
+    started_at: datetime
+    finished_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)

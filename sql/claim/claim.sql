@@ -197,7 +197,7 @@ CREATE OR REPLACE FUNCTION {schema}.claim_runs(
 RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
                max_attempts integer, environment text, queue text, metadata jsonb,
                machine text, max_duration_s double precision, queue_order timestamptz,
-               wait_attempt integer)
+               wait_attempt integer, replay boolean)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan
@@ -325,7 +325,9 @@ BEGIN
         END LOOP;
     END LOOP;
 
-    -- Start what was picked, in the order it was picked; the attempt is counted here. The
+    -- Start what was picked, in the order it was picked; the attempt is counted here, but not
+    -- for a run that waited without a worker and is resumed (resume_ready: mark_runs_ready).
+    -- replay says whether the run has recorded calls (sql/waitpoints/steps.sql) to replay. The
     -- runs are found through an index condition on the primary key: joined on id alone, the
     -- plan a session keeps from claims made while the table held a few runs hashed the picked
     -- ids and scanned the whole table on every later claim.
@@ -334,7 +336,8 @@ BEGIN
         WITH started AS (
             UPDATE {schema}.runs AS r
             SET status = 'EXECUTING',
-                attempts = r.attempts + 1,
+                attempts = r.attempts + CASE WHEN r.resume_ready THEN 0 ELSE 1 END,
+                resume_ready = false,
                 lease_token = gen_random_uuid(),
                 lease_until = now() + make_interval(secs => lease_s),
                 worker_id = claimer,
@@ -349,7 +352,8 @@ BEGIN
         )
         SELECT s.id, s.lease_token, s.task, s.payload, s.attempts, s.max_attempts,
                s.environment, s.queue, s.metadata, s.machine, s.max_duration_s, s.queue_order,
-               s.wait_attempt
+               s.wait_attempt,
+               EXISTS (SELECT 1 FROM {schema}.run_steps AS step WHERE step.run_id = s.id)
         FROM started s
         ORDER BY s.nth;
     END IF;
@@ -462,7 +466,7 @@ $$;
 -- without calling its JSON decoder (two calls per claimed run, most of them for these).
 SELECT id, lease_token, task, nullif(payload, 'null') AS payload, attempts, max_attempts,
        environment, queue, nullif(metadata, '{{}}') AS metadata, machine, max_duration_s,
-       queue_order, wait_attempt
+       queue_order, wait_attempt, replay
 FROM {schema}.claim_runs(%(limit)s, %(lease_s)s, %(worker_id)s,
                          %(environments)s::text[], %(queues)s::text[], %(full_scan)s,
                          %(floor_environments)s::text[], %(floor_queues)s::text[],

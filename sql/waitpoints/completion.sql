@@ -123,15 +123,21 @@ $$;
 
 -- function: mark_runs_ready
 -- Of these waiting runs, which the caller has locked, the ones with nothing pending (in the
--- edges of their current attempt) are marked ready to resume and their workers told on the
--- resume channel. Returns how many.
+-- edges of their current attempt) are marked ready to resume. A run whose worker still holds
+-- it (a short wait kept in memory, lease_token set) is announced on the resume channel; a run
+-- that let go of its worker (detach_waiting_run: no lease) is QUEUED again, marked by
+-- resume_ready so that its claim counts no attempt, and its environment announced on the runs
+-- channel: any worker claims it and replays its handler (sql/waitpoints/steps.sql). Its
+-- queue_order is the one it was first queued with, ahead of work queued since. Returns how
+-- many.
 CREATE OR REPLACE FUNCTION {schema}.mark_runs_ready(locked bigint[])
 RETURNS integer
 LANGUAGE sql
 AS $$
 WITH ready AS (
     UPDATE {schema}.runs AS r
-    SET resume_ready = true
+    SET resume_ready = true,
+        status = CASE WHEN r.lease_token IS NULL THEN 'QUEUED' ELSE r.status END
     WHERE r.id = ANY(locked)
       AND r.status = 'WAITING'
       AND NOT r.resume_ready
@@ -140,7 +146,13 @@ WITH ready AS (
           FROM {schema}.run_waitpoints AS edge
           JOIN {schema}.waitpoints AS w ON w.id = edge.waitpoint_id
           WHERE edge.run_id = r.id AND edge.attempt = r.wait_attempt AND w.status = 'PENDING')
-    RETURNING r.id
+    RETURNING r.id, r.environment, r.status
+), held AS (
+    SELECT count(pg_notify({resume_channel}, ready.id::text)) AS n
+    FROM ready WHERE ready.status = 'WAITING'
+), woken AS (
+    SELECT count(pg_notify({channel}, envs.environment)) AS n
+    FROM (SELECT DISTINCT ready.environment FROM ready WHERE ready.status = 'QUEUED') AS envs
 )
-SELECT count(pg_notify({resume_channel}, ready.id::text))::integer FROM ready;
+SELECT (SELECT count(*) FROM ready)::integer FROM held, woken WHERE held.n + woken.n >= 0;
 $$;

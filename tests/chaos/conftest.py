@@ -14,7 +14,7 @@ import pytest
 
 from fairlane.schema import migrate
 from tests.chaos.harness import Fleet
-from tests.chaos.tasks import LEDGER_TABLE
+from tests.chaos.tasks import LEDGER_TABLE, STEPS_TABLE
 from tests.helpers.cluster import Cluster, bindir
 
 TEMPLATE = "chaos_template"
@@ -35,6 +35,7 @@ def cluster() -> Iterator[Cluster]:
         migrate.upgrade(made.dsn(TEMPLATE))
         with psycopg.connect(made.dsn(TEMPLATE), autocommit=True) as conn:
             conn.execute(LEDGER_TABLE)
+            conn.execute(STEPS_TABLE)
             # Lease reclaim, promotion and the rest every 0.2 s: a lapsed lease is found fast.
             conn.execute("UPDATE fairlane.periodic_jobs SET interval_s = 0.2")
         yield made

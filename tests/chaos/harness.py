@@ -104,6 +104,8 @@ class Fleet:
     concurrency: int = 8
     statement_timeout: float = 2.0
     fast_claims: bool = False
+    # --wait-in-memory, when given.
+    wait_in_memory: float | None = None
     workers: list[WorkerProcess] = field(default_factory=list)
     killed: dict[int, float] = field(default_factory=dict)  # pid -> wall clock of the kill
     excused: set[int] = field(default_factory=set)
@@ -135,6 +137,11 @@ class Fleet:
             "--shutdown-grace",
             "5",
             *(["--fast-claims"] if self.fast_claims else []),
+            *(
+                ["--wait-in-memory", str(self.wait_in_memory)]
+                if self.wait_in_memory is not None
+                else []
+            ),
         ]
         started = []
         for _ in range(count_):

@@ -65,6 +65,19 @@ FINISH = """
 UPDATE chaos_ledger SET ended_at = %s, lease_deadline = %s, end_reason = %s WHERE id = %s
 """
 
+# Every call of a step's function (tests/chaos/test_durable_steps.py): the worker process that
+# ran it, and when.
+STEPS_TABLE = """
+CREATE TABLE chaos_steps (
+    id bigserial PRIMARY KEY,
+    run_id bigint NOT NULL,
+    step integer NOT NULL,
+    worker_pid integer NOT NULL,
+    at double precision NOT NULL
+)
+"""
+STEP = "INSERT INTO chaos_steps (run_id, step, worker_pid, at) VALUES (%s, %s, %s, %s)"
+
 log = logging.getLogger("fairlane.chaos")
 tasks = TaskRegistry()
 
@@ -165,3 +178,22 @@ async def work(ctx: RunContext, payload: dict[str, Any]) -> int:
         with anyio.CancelScope(shield=True):
             await ledger.finish(execution, ended, lease_deadline(ctx), reason)
     return int(payload["n"])
+
+
+async def _step(run_id: int, index: int) -> int:
+    """A step's function: its side effect is its ledger row (committed before it returns)."""
+    await ledger.execute(STEP, (run_id, index, os.getpid(), time.time()))
+    await anyio.sleep(0.02)
+    return index * index
+
+
+@tasks.task("chaos.steps", backoff=Backoff(min_s=0.05, max_s=0.5), max_attempts=50)
+async def steps(ctx: RunContext, payload: dict[str, Any]) -> int:
+    """Steps with waits between them: each wait lets go of the worker (the fleet runs with
+    --wait-in-memory 0), so the run is replayed after each."""
+    total = 0
+    for index in range(int(payload["steps"])):
+        total += await ctx.step(f"step {index}", _step, ctx.run_id, index)
+        if index % 3 == 2:
+            await ctx.wait_until(float(payload["wait_s"]))
+    return total

@@ -179,3 +179,25 @@ async def test_a_retried_parent_makes_a_new_batch_as_the_worker_does() -> None:
             run = await client.wait_for_run(await client.trigger("batch_parent", max_attempts=3))
     assert (run.status, run.attempts, run.result) == (RunStatus.COMPLETED, 2, [1200, 200])
     assert [child.payload for child in runs if child.parent_run_id == run.id] == [11, 1, 12, 2]
+
+
+async def test_steps_run_in_eager_handlers_sync_and_async() -> None:
+    tasks = TaskRegistry()
+
+    @tasks.task()
+    async def stepping(ctx: RunContext, payload: int) -> list[Any]:
+        doubled = await ctx.step("double", lambda n: {"n": n * 2}, payload)
+        return [doubled, await ctx.step("tuple", lambda: (1, 2))]
+
+    @tasks.task()
+    def stepping_sync(ctx: RunContext, payload: int) -> Any:
+        ctx.sync.wait_until(timedelta(hours=1))
+        return ctx.sync.step("triple", lambda n: n * 3, payload)
+
+    with eager(tasks):
+        async with AsyncClient(NOWHERE) as client:
+            run = await client.wait_for_run(await client.trigger("stepping", 4))
+            sync_run = await client.wait_for_run(await client.trigger("stepping_sync", 5))
+    # Through JSON, as a worker's step: a tuple comes back a list.
+    assert run.result == [{"n": 8}, [1, 2]]
+    assert (sync_run.status, sync_run.result) == (RunStatus.COMPLETED, 15), sync_run.error

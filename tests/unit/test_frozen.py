@@ -65,7 +65,7 @@ def test_a_claimed_run_is_still_a_frozen_dataclass() -> None:
     token = uuid.uuid4()
     values: tuple[Any, ...] = (7, token, "send", {"to": "a"}, 1, 3, "default", "mail", {}, None, 2)
     run = ClaimedRun(*values)
-    assert dataclasses.astuple(run) == (*values, None, None)
+    assert dataclasses.astuple(run) == (*values, None, None, False)
     assert run == ClaimedRun(
         id=7,
         lease_token=token,

@@ -155,6 +155,29 @@ def test_a_waiting_handler_gives_its_slot_up_and_its_runner_is_replaced() -> Non
     assert not table.take_surplus_runner()
 
 
+def test_a_detached_handler_is_let_go_of_and_its_runner_is_one_too_many() -> None:
+    needed: list[None] = []
+    table = RunTable(1, on_runner_needed=lambda: needed.append(None))
+    active = new_run()
+    table.claimed(active)
+    table.started(active)
+    with pytest.raises(IllegalTransition):
+        table.detached(active)
+    table.waiting(active)
+    table.detached(active)
+    assert (state_of(active), table.free, table.held, table.stats.detached) == (
+        RunState.RELEASED,
+        1,
+        {},
+        1,
+    )
+    # The runner that took its place while it waited stays; the handler's own ends.
+    assert table.take_surplus_runner()
+    table.settled(active, outcome_queued=False)
+    assert (state_of(active), table.executing) == (RunState.RELEASED, 0)
+    table.check()
+
+
 @pytest.mark.anyio
 async def test_a_resuming_handler_waits_for_a_slot() -> None:
     table = RunTable(1)

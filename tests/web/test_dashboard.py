@@ -87,6 +87,14 @@ async def test_every_page_renders(
         (child,),
     )
     batch = (await as_a.post("/api/v1/batches", json={"run_count": 2})).json()
+    # What a handler's ctx.step and a wait record (docs/durable-execution.md).
+    db.execute(
+        """INSERT INTO fairlane.run_steps (run_id, position, kind, name, attempt, status, result,
+                                           finished_at)
+           VALUES (%s, 0, 'STEP', 'charge_card', 1, 'COMPLETED', '{"charged": 42}', now()),
+                  (%s, 1, 'WAIT', 'wait_for_token', 1, 'WAITING', NULL, NULL)""",
+        (parent, parent),
+    )
     await _sign_in(http, keys.admin)
     overview = await http.get("/")
     assert overview.status_code == 200
@@ -103,6 +111,9 @@ async def test_every_page_renders(
     assert detail.status_code == 200
     assert f"/runs/{child}" in detail.text
     assert "&#34;n&#34;: 1" in detail.text
+    assert "Steps and waits" in detail.text
+    assert "charge_card" in detail.text
+    assert "wait_for_token" in detail.text
     failed = await http.get(f"/runs/{child}")
     assert "boom" in failed.text
     assert "Traceback: x" in failed.text

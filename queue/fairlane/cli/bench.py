@@ -1,6 +1,6 @@
 """``fairlane bench enqueue|drain|latency|fairness|rate|batch|promote|retry|transitions|
-http-trigger|ndjson-ingest``: one JSON line on stdout per run; ``fairlane bench soak``: one per
-minute and a verdict; ``fairlane bench suite``: the side-by-side table."""
+waits|http-trigger|ndjson-ingest``: one JSON line on stdout per run; ``fairlane bench soak``:
+one per minute and a verdict; ``fairlane bench suite``: the side-by-side table."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from fairlane.tools.bench import (
     soak,
     suite,
     transitions,
+    waits,
 )
 from fairlane.worker.process import LOOP_CHOICES
 
@@ -31,8 +32,8 @@ def add_parser(commands: Any) -> None:
     bench = commands.add_parser(
         "bench",
         help="benchmarks on a fresh database: enqueue, drain, latency, fairness, rate, batch, "
-        "promote, retry, transitions, http-trigger, ndjson-ingest, soak; suite: all of them beside "
-        "the peer harness, as one table",
+        "promote, retry, transitions, waits, http-trigger, ndjson-ingest, soak; suite: all of them "
+        "beside the peer harness, as one table",
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -66,6 +67,7 @@ def add_parser(commands: Any) -> None:
         retry,
         transitions,
         soak,
+        waits,
         suite,
     )
     for module in scenario_modules:

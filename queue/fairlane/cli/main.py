@@ -123,6 +123,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         statement_timeout=args.statement_timeout,
         prepare_threshold=args.prepare_threshold,
         durable_claims=not args.fast_claims,
+        wait_in_memory_s=args.wait_in_memory,
     )
     if args.metrics_port is not None:
         from fairlane.metrics import serve_worker_metrics
@@ -274,6 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=30.0,
         help="how long a claim holds a run without a heartbeat",
+    )
+    p.add_argument(
+        "--wait-in-memory",
+        type=float,
+        default=2.0,
+        help="seconds a waiting handler is kept before its run lets go of the worker",
     )
     p.add_argument(
         "--poll-interval",

@@ -10,15 +10,37 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from fairlane.models import Run, WaitsOn
+from fairlane.models import Run, RunStep, WaitsOn
 
 # Long values (a payload, a result) are cut to this many lines; --json shows them whole.
 _MOST_LINES = 20
 
 
-def render(run: Run, waits: Sequence[WaitsOn] = ()) -> str:
+def render(run: Run, waits: Sequence[WaitsOn] = (), steps: Sequence[RunStep] = ()) -> str:
     width = max(shutil.get_terminal_size((100, 24)).columns, 40)
-    return "\n".join(_lines(run, waits, width)) + "\n"
+    lines = [*_lines(run, waits, width), *_steps(steps, width)]
+    return "\n".join(lines) + "\n"
+
+
+def _steps(steps: Sequence[RunStep], width: int) -> Iterator[str]:
+    """The recorded steps and waits (docs/durable-execution.md), one line each."""
+    if not steps:
+        return
+    yield "steps and waits (by call position)"
+    for step in steps:
+        took = ""
+        if step.finished_at is not None:
+            took = f"  {(step.finished_at - step.started_at).total_seconds():.3f}s"
+        outcome = ""
+        if step.error is not None:
+            outcome = f"  {_error_line(step.error)}"
+        elif step.status == "COMPLETED":
+            outcome = "  " + json.dumps(step.result, default=str, ensure_ascii=False)
+        yield _cut(
+            f"  {step.position:>3} {step.kind.lower():<4} {step.name}  {step.status.lower()}"
+            f"  attempt {step.attempt}  {_moment(step.started_at)}{took}{outcome}",
+            width,
+        )
 
 
 def _lines(run: Run, waits: Sequence[WaitsOn], width: int) -> Iterator[str]:

@@ -25,12 +25,14 @@ def cmd_show(args: argparse.Namespace) -> int:
         # Children (RUN), times (DATETIME), tokens (MANUAL) and batches (BATCH), by the
         # handler's call position.
         waits = client.waits_on(run.id) if run.status is RunStatus.WAITING else []
+        steps = client.steps(run.id)
     if not args.json:
-        print(run_view.render(run, waits), end="")
+        print(run_view.render(run, waits, steps), end="")
         return 0
     document = _document(run)
     if run.status is RunStatus.WAITING:
         document["waits_on"] = [asdict(wait) for wait in waits]
+    document["steps"] = [asdict(step) for step in steps]
     print(json.dumps(document, default=str, indent=2))
     return 0
 

@@ -13,6 +13,7 @@ from functools import cache
 from fairlane.engine.batches import Batches
 from fairlane.engine.claim import Claim
 from fairlane.engine.cron import Cron
+from fairlane.engine.journal import Journal
 from fairlane.engine.leases import Leases
 from fairlane.engine.limits import Limits
 from fairlane.engine.listen import Listen
@@ -47,6 +48,7 @@ class Engine:
         self.limits = Limits(schema)
         self.leases = Leases(schema)
         self.waits = Waits(schema)
+        self.journal = Journal(schema)
         self.batches = Batches(schema)
         self.maintenance = Maintenance(schema)
         self.metrics = Metrics(schema)

@@ -39,6 +39,7 @@ def _claimed_run(
     max_duration_s: float | None,
     queue_order: datetime | None,
     wait_attempt: int,
+    replay: bool,
 ) -> ClaimedRun:
     # The claim sends empty metadata as NULL (sql/claim/claim.sql); a run's own dict.
     return ClaimedRun(
@@ -55,6 +56,7 @@ def _claimed_run(
         max_duration_s,
         queue_order,
         wait_attempt,
+        replay,
     )
 
 
@@ -75,6 +77,7 @@ claimed_from_row = ByColumns(
         "max_duration_s",
         "queue_order",
         "wait_attempt",
+        "replay",
     ),
     _claimed_run,
 )

@@ -48,6 +48,24 @@ class StatsCollector:
             "fairlane_stale_writes", "Outcome writes the lease fence refused", stats.stale_writes
         )
         yield _counter("fairlane_heartbeats", "Heartbeat statements run", stats.heartbeats)
+        yield _counter(
+            "fairlane_worker_detached_waits",
+            "Waiting handlers whose run let go of the worker (it waits with no lease)",
+            stats.detached,
+        )
+        yield _counter(
+            "fairlane_worker_replays",
+            "Executions of runs with recorded steps or waits to replay",
+            stats.replays,
+        )
+        steps = CounterMetricFamily(
+            "fairlane_worker_steps",
+            "Steps (ctx.step) whose function ran, or that a replay served from their record",
+            labels=["how"],
+        )
+        steps.add_metric(["executed"], stats.steps_executed)
+        steps.add_metric(["replayed"], stats.steps_replayed)
+        yield steps
 
 
 def _counter(name: str, text: str, value: int) -> CounterMetricFamily:

@@ -368,6 +368,36 @@ def _run_waitpoints(metadata: MetaData) -> Table:
     )
 
 
+def _run_steps(metadata: MetaData) -> Table:
+    schema = metadata.schema
+    return Table(
+        "run_steps",
+        metadata,
+        # One row per call position of a run's handler: a step (ctx.step) or a wait. A replay
+        # serves a COMPLETED step's result and checks that it asks for what was recorded.
+        Column(
+            "run_id",
+            BigInteger,
+            ForeignKey(f"{schema}.runs.id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
+        Column("position", Integer, primary_key=True),
+        Column("kind", Text, nullable=False),
+        Column("name", Text, nullable=False),
+        # The wait attempt that recorded it (a wait is made again by a later attempt).
+        Column("attempt", Integer, nullable=False),
+        Column("status", Text, nullable=False),
+        Column("result", JSONB),
+        Column("error", JSONB),
+        Column("started_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
+        Column("finished_at", DateTime(timezone=True)),
+        CheckConstraint("kind IN ('STEP', 'WAIT')", name="run_steps_kind_check"),
+        CheckConstraint(
+            "status IN ('WAITING', 'COMPLETED', 'FAILED')", name="run_steps_status_check"
+        ),
+    )
+
+
 BATCH_STATUSES = ("PENDING", "PROCESSING", "COMPLETED", "PARTIAL_FAILED", "ABORTED")
 BATCH_ITEM_STATES = ("PENDING", "TRIGGERED", "FAILED", "SKIPPED")
 
@@ -631,6 +661,7 @@ def build_metadata(schema: str) -> MetaData:
     _debounce_keys(metadata)
     _waitpoints(metadata)
     _run_waitpoints(metadata)
+    _run_steps(metadata)
     _batches(metadata)
     _batch_items(metadata)
     _batch_buckets(metadata)

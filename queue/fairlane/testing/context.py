@@ -4,20 +4,25 @@ A child a handler triggers and waits for (``trigger_and_wait``, ``batch_trigger_
 task handle's ``trigger_and_wait``) runs right there, to its end, and the wait returns its
 result. ``wait_for_runs`` returns the results of eager runs that finished. ``wait_until``
 returns at once: eager mode does not make time pass. Tokens and streamed batches live in the
-database: waiting for them raises ``EagerModeError``.
+database: waiting for them raises ``EagerModeError``. A step (``ctx.step``) runs its function
+and returns its result through JSON, as a worker's does; nothing is replayed in eager mode, so
+it runs again in each attempt.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from fairlane.durations import seconds
 from fairlane.errors import EagerModeError
+from fairlane.payload import encode_json
 from fairlane.triggering.request import TriggerRequest
 from fairlane.waitpoints import WaitResult
 from fairlane.worker.context import RunContext
@@ -41,6 +46,19 @@ class EagerRunContext(RunContext):
 
     async def batch_trigger_and_wait(self, requests: Sequence[TriggerRequest]) -> list[WaitResult]:
         return await self._runs().run_batch(list(requests), self.run)
+
+    async def step(
+        self, name: str, fn: Callable[..., Any], *args: Any, per_attempt: bool = False
+    ) -> Any:
+        value = fn(*args)
+        if inspect.isawaitable(value):
+            value = await value
+        return json.loads(encode_json(value, what=f"step {name!r} result"))
+
+    def _step_in_thread(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], per_attempt: bool
+    ) -> Any:
+        return json.loads(encode_json(fn(*args), what=f"step {name!r} result"))
 
     async def wait_for_runs(self, run_ids: Sequence[int]) -> list[WaitResult]:
         await anyio.lowlevel.checkpoint()

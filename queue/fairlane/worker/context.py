@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import anyio.from_thread
 
 from fairlane.errors import InputError
 from fairlane.models import ClaimedRun
@@ -16,10 +20,12 @@ from fairlane.waitpoints import WaitResult
 from fairlane.worker.metadata import RunMetadata
 
 if TYPE_CHECKING:
+    from fairlane.worker.replay import Replay
     from fairlane.worker.run_state import ActiveRun
     from fairlane.worker.waiting import WaitService
 
 _EVENT_LOCK = threading.Lock()
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -98,9 +104,13 @@ class RunContext:
 
     _waits: WaitService | None = field(default=None, repr=False)
     _active: ActiveRun | None = field(default=None, repr=False)
-    # Waits are keyed by wait attempt and call position, so a handler replayed after a crash
-    # finds its attempt's waits, and one retried after a failure makes its own.
+    # Steps and waits share one call position counter. Waits are keyed by wait attempt and
+    # position, so a replayed handler finds its attempt's waits, and one retried after a
+    # failure makes its own; steps by position (fairlane.worker.replay).
     _position: int = field(default=0, repr=False)
+    # The calls the run recorded, once read (None: none, or not read yet).
+    _replay: Replay | None = field(default=None, repr=False)
+    _replay_loaded: bool = field(default=False, repr=False)
 
     @property
     def run_id(self) -> int:
@@ -170,14 +180,45 @@ class RunContext:
     def lease_lost(self) -> bool:
         return self.stop_reason == "lease_lost"
 
-    # -- waiting -----------------------------------------------------------------------
+    # -- steps and waiting ---------------------------------------------------------------
 
     def _next_wait(self) -> tuple[WaitService, ActiveRun, int]:
         if self._waits is None or self._active is None:
-            raise InputError("waiting needs a run executed by a worker")
+            raise InputError("waiting and steps need a run executed by a worker")
         position = self._position
         self._position += 1
         return self._waits, self._active, position
+
+    async def step(
+        self, name: str, fn: Callable[..., Any], *args: Any, per_attempt: bool = False
+    ) -> Any:
+        """Run ``fn(*args)`` (a function or a coroutine function) once for the run, and return
+        its result as JSON gives it back: a replay of the handler (after a wait that let go of
+        the worker, a crash, a retry) returns the recorded result without calling ``fn``. The
+        result is written under the run's lease before this returns. A step that raises is
+        recorded as failed and its error fails the attempt as the task's retry policy says;
+        the next attempt runs it again. A completed step is kept across failed attempts unless
+        ``per_attempt`` is set: then each attempt (``wait_attempt``) runs it once. ``fn`` runs
+        again only if the worker dies (or loses the lease) after it returned and before its
+        result was written (docs/durable-execution.md)."""
+        from fairlane.worker.replay import run_step
+
+        waits, active, position = self._next_wait()
+        return await run_step(waits, active, position, name, fn, args, per_attempt=per_attempt)
+
+    def _step_in_thread(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], per_attempt: bool
+    ) -> Any:
+        from fairlane.worker.replay import run_step_sync
+
+        return run_step_sync(self, name, fn, args, per_attempt=per_attempt)
+
+    @property
+    def sync(self) -> SyncCalls:
+        """The steps and waits for a sync handler (it runs in a thread of the worker):
+        ``ctx.sync.step(...)``, ``ctx.sync.wait_for_token(...)`` and the others block the
+        handler's thread, and replay as the async ones do."""
+        return SyncCalls(self)
 
     async def trigger_and_wait(self, task: str, payload: Any = None, **options: Any) -> WaitResult:
         """Trigger a child run and wait for it without holding a slot; returns how it ended.
@@ -230,3 +271,52 @@ class RunContext:
         """
         waits, active, position = self._next_wait()
         return await waits.wait_for_token(active, position, token_id, timeout)
+
+
+class SyncCalls:
+    """``RunContext``'s steps and waits, called from a sync handler's thread: each runs the
+    async call on the worker's event loop and blocks until it returns. A wait whose run lets go
+    of the worker unwinds the handler from here as it does an async one."""
+
+    __slots__ = ("_ctx",)
+
+    def __init__(self, ctx: RunContext) -> None:
+        self._ctx = ctx
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, per_attempt: bool = False) -> Any:
+        """``ctx.step``: ``fn`` runs in the handler's thread, its record on the worker's loop."""
+        return self._ctx._step_in_thread(name, fn, args, per_attempt)
+
+    def trigger_and_wait(self, task: str, payload: Any = None, **options: Any) -> WaitResult:
+        return _blocking(
+            self._ctx.trigger_request_and_wait, TriggerRequest(task, payload, **options)
+        )
+
+    def trigger_request_and_wait(self, request: TriggerRequest) -> WaitResult:
+        return _blocking(self._ctx.trigger_request_and_wait, request)
+
+    def batch_trigger_and_wait(self, requests: Sequence[TriggerRequest]) -> list[WaitResult]:
+        return _blocking(self._ctx.batch_trigger_and_wait, requests)
+
+    def wait_for_runs(self, run_ids: Sequence[int]) -> list[WaitResult]:
+        return _blocking(self._ctx.wait_for_runs, run_ids)
+
+    def wait_for_batch(self, batch_id: int) -> list[WaitResult]:
+        return _blocking(self._ctx.wait_for_batch, batch_id)
+
+    def wait_until(self, when: datetime | float | timedelta) -> None:
+        _blocking(self._ctx.wait_until, when)
+
+    def wait_for_token(self, token_id: int, *, timeout: float | None = None) -> WaitResult:
+        return _blocking(partial(self._ctx.wait_for_token, timeout=timeout), token_id)
+
+
+def _blocking(call: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+    """Run ``call`` on the worker's loop from a handler's thread (anyio's worker threads
+    know their loop)."""
+    try:
+        return anyio.from_thread.run(call, *args)
+    except RuntimeError as error:
+        if "event loop" not in str(error) and "thread" not in str(error):
+            raise
+        raise InputError("ctx.sync is for sync handlers, run in a worker's threads") from error

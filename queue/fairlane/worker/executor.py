@@ -22,6 +22,7 @@ from fairlane.worker.events import run_event
 from fairlane.worker.lease_store import Completion, Failure, Lease
 from fairlane.worker.outcomes import Attempt
 from fairlane.worker.registry import TaskDefinition, TaskRegistry
+from fairlane.worker.replay import Suspended
 from fairlane.worker.run_state import (
     RUNNING,
     STOP_CANCELED,
@@ -36,6 +37,8 @@ log = logging.getLogger("fairlane.worker")
 # The span of a run nobody traces: reusable, as it holds nothing.
 _NO_SPAN = nullcontext()
 _NO_SHIELD = nullcontext()
+# The result of a handler dropped while its run waits without a worker: nothing to write.
+_SUSPENDED = object()
 
 # What a run's attempt leaves for the writer: a completion, a failure, or the lease of a run
 # handed back (a shutdown cut its handler short).
@@ -118,7 +121,13 @@ async def execute(
             active, definition, limiter, shared
         )
         ended = "FAILED" if error is not None else "COMPLETED"
+        if result is _SUSPENDED:
+            ended = "WAITING"
         tracing.end_run_span(span, ctx.stop_reason or ("TIMED_OUT" if cut_short else ended), error)
+    if result is _SUSPENDED:
+        # The run let go of this worker (the run table released it): it resumes by a replay.
+        run_event("detached", run, level=logging.DEBUG)
+        return None
     attempt = runs.returned(active, started, time.monotonic())
     settled, outcome = _stopped(active, attempt, cut_short)
     if settled:
@@ -236,6 +245,8 @@ async def _call(
         return invalid, None, True
     try:
         return None, await call_handler(definition, active.ctx, payload, limiter), False
+    except Suspended:
+        return None, _SUSPENDED, False
     except Exception as raised:
         return raised, None, False
 

@@ -2,13 +2,13 @@
 
 One ``RunTable`` owns every transition of every run and all of the worker's slot accounting;
 the runners, the executor, the heartbeater, the writer, the wait service and the listener
-report events to it (``claimed``, ``started``, ``waiting``, ``resumed``, ``returned``,
+report events to it (``claimed``, ``started``, ``waiting``, ``resumed``, ``detached``, ``returned``,
 ``settled``, ``written``, ``abandoned``, ``lease_lost``, ``cancel_requested``). A transition
 the state machine does not allow raises ``IllegalTransition``. No I/O here: the table wakes
 tasks through anyio events only.
 
     claimed ──> CLAIMED ──started──> RUNNING ──waiting──> WAITING
-                                      │   ^──resumed────────┘
+                                      │   ^──resumed────────┘ ──detached──> RELEASED
                                    returned
                                       v
                                    RETURNED ──settled(no outcome)────────────> RELEASED
@@ -149,6 +149,18 @@ class RunTable:
         self.surplus_runners += 1
         if self.signals is not None:
             self.signals.resumed.emit(active.run.id)
+
+    def detached(self, active: ActiveRun) -> None:
+        """The waiting handler let go of its run (no lease in the database any more): the run
+        is no longer this worker's, and the handler is dropped. It held no slot; its runner,
+        replaced when it began to wait, is one too many now."""
+        if active.state is not WAITING:
+            raise IllegalTransition(active.run.id, active.state, "detached")
+        self.stats.detached += 1
+        self.surplus_runners += 1
+        if self.signals is not None:
+            self.signals.detached.emit(active.run.id)
+        self._release(active)
 
     def returned(self, active: ActiveRun, started: float, now: float) -> Attempt:
         """The handler returned (or was cut short): what is left is deciding its outcome. A

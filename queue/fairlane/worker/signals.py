@@ -80,6 +80,7 @@ class TestSignals:
         self.started: Signal[int] = Signal("started", order)
         self.waiting: Signal[int] = Signal("waiting", order)
         self.resumed: Signal[int] = Signal("resumed", order)
+        self.detached: Signal[int] = Signal("detached", order)
         # The runner is done with the run and its outcome went to the writer (or there is none).
         self.settled: Signal[int] = Signal("settled", order)
         # The run holds nothing any more: its outcome written or refused, or none to write.

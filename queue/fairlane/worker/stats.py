@@ -27,6 +27,13 @@ class WorkerStats:
     scheduled_runs: int = 0
     # Statements that wrote handlers' metadata (each for every run with fields pending).
     metadata_writes: int = 0
+    # Waiting handlers that let go of their run (it waits with no worker and no lease).
+    detached: int = 0
+    # Executions of a run with recorded calls to replay (after a detached wait, a crash, a
+    # retry), the steps whose function ran, and the ones served from their record.
+    replays: int = 0
+    steps_executed: int = 0
+    steps_replayed: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

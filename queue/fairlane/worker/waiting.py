@@ -8,6 +8,12 @@ slot (EXECUTING -> WAITING, fenced by the lease token). The handler then sleeps 
 a slot, locally or in the database, until the resume channel (or a poll) says its waitpoints
 completed; it takes a slot again through ``resume_run`` (same caps as a claim, ahead of fresh
 work) and reads the results in call order.
+
+A wait kept in memory longer than ``keep_in_memory_s`` lets go of the run instead
+(``detach_waiting_run``): the run waits with no lease, no heartbeat and no worker, the handler
+is dropped (``Suspended``), and when the wait completes the run is queued again and replayed
+by whichever worker claims it (fairlane.worker.replay): its recorded steps and waits return
+what they returned, and the handler goes on from where it waited.
 """
 
 from __future__ import annotations
@@ -36,7 +42,9 @@ from fairlane.triggering.api import insert_runs_async
 from fairlane.triggering.boundary import in_parent_environment
 from fairlane.triggering.request import TriggerRequest
 from fairlane.waitpoints import WaitResult
-from fairlane.worker.connections import LoopConnection
+from fairlane.worker.records import CallRecords
+from fairlane.worker.replay import Suspended
+from fairlane.worker.run_state import WAITING as WAITING_STATE
 
 if TYPE_CHECKING:
     from fairlane.worker.run_state import ActiveRun
@@ -47,7 +55,7 @@ log = logging.getLogger("fairlane.worker")
 Edges = list[tuple[int, int]]  # (item, waitpoint id)
 
 
-class WaitService:
+class WaitService(CallRecords):
     def __init__(
         self,
         dsn: str,
@@ -56,14 +64,14 @@ class WaitService:
         poll_interval: float,
         runs: RunTable,
         options: ConnectionOptions | None = None,
+        keep_in_memory_s: float = 2.0,
     ) -> None:
+        super().__init__(dsn, schema, runs, options)
         self._schema = schema
         self._waits = engine(schema).waits
-        self._connection = LoopConnection(dsn, options)
-        self._lock = anyio.Lock()
+        # How long a waiting handler is kept before its run lets go of the worker.
+        self._keep_in_memory_s = keep_in_memory_s
         self._poll_interval = poll_interval
-        # Told when a handler gives its slot up and when it takes one again.
-        self._runs = runs
         self._ready: dict[int, anyio.Event] = {}
 
     # -- the waits ---------------------------------------------------------------------
@@ -80,7 +88,8 @@ class WaitService:
             waitpoints = await self._run_waitpoints(conn, [run_id])
             return [(0, waitpoints[run_id])]
 
-        ((_, result),) = await self._wait(active, position, make)
+        name = f"trigger_and_wait {child.task}"
+        ((_, result),) = await self._wait(active, position, name, make)
         return result
 
     async def batch_trigger_and_wait(
@@ -101,7 +110,8 @@ class WaitService:
         async def attach(conn: psycopg.AsyncConnection[Any]) -> None:
             await self._attach_to_batch(conn, made[0], active.run.id)
 
-        return batch_results(await self._wait(active, position, make, attach))
+        name = "batch_trigger_and_wait"
+        return batch_results(await self._wait(active, position, name, make, attach))
 
     async def wait_for_runs(
         self, active: ActiveRun, position: int, run_ids: Sequence[int]
@@ -116,7 +126,8 @@ class WaitService:
             waitpoints = await self._run_waitpoints(conn, list(run_ids))
             return [(item, waitpoints[run_id]) for item, run_id in enumerate(run_ids)]
 
-        return [result for _, result in await self._wait(active, position, make)]
+        name = "wait_for_runs"
+        return [result for _, result in await self._wait(active, position, name, make)]
 
     async def wait_until(
         self, active: ActiveRun, position: int, when: datetime | float | timedelta
@@ -129,7 +140,7 @@ class WaitService:
         async def make(conn: psycopg.AsyncConnection[Any]) -> Edges:
             return [(0, await one_async(conn, statement))]
 
-        await self._wait(active, position, make)
+        await self._wait(active, position, "wait_until", make)
 
     async def wait_for_token(
         self, active: ActiveRun, position: int, token_id: int, timeout_s: float | None
@@ -144,7 +155,7 @@ class WaitService:
                 await run_async(conn, self._waits.token_timeout_at_most(token_id, timeout_s))
             return [(0, token_id)]
 
-        ((_, result),) = await self._wait(active, position, make)
+        ((_, result),) = await self._wait(active, position, "wait_for_token", make)
         return result
 
     async def wait_for_batch(
@@ -160,7 +171,7 @@ class WaitService:
         async def attach(conn: psycopg.AsyncConnection[Any]) -> None:
             await self._attach_to_batch(conn, batch_id, active.run.id)
 
-        return batch_results(await self._wait(active, position, make, attach))
+        return batch_results(await self._wait(active, position, "wait_for_batch", make, attach))
 
     async def _attach_to_batch(
         self, conn: psycopg.AsyncConnection[Any], batch_id: int, run_id: int
@@ -175,14 +186,21 @@ class WaitService:
         self,
         active: ActiveRun,
         position: int,
+        name: str,
         make: Callable[[psycopg.AsyncConnection[Any]], Awaitable[Edges]],
         after_edges: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None = None,
     ) -> list[tuple[int, WaitResult]]:
+        replay = await self.replay_of(active)
+        if replay is not None:
+            # A replay: a wait of this attempt that completed returns its results at once.
+            done = replay.completed_wait(position, name, active.ctx.wait_attempt)
+            if done is not None:
+                return done
         # max_duration counts executing time only: the wait, and the statements around it,
         # are not the handler's.
         active.pause_deadline()
         try:
-            return await self._wait_paused(active, position, make, after_edges)
+            return await self._wait_paused(active, position, name, make, after_edges)
         finally:
             active.resume_deadline()
 
@@ -190,14 +208,17 @@ class WaitService:
         self,
         active: ActiveRun,
         position: int,
+        name: str,
         make: Callable[[psycopg.AsyncConnection[Any]], Awaitable[Edges]],
         after_edges: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]] | None,
     ) -> list[tuple[int, WaitResult]]:
         run_id, token, attempt = active.run.id, active.lease.token, active.ctx.wait_attempt
         # Registered before the wait commits, so a wake-up right after it is not missed.
         self._ready[run_id] = anyio.Event()
-        async with self._lock, self._connection.use() as conn, conn.transaction():
+        detached = False
+        async with self._use(run_id) as conn, conn.transaction():
             if not await rows_async(conn, self._waits.edges_at(run_id, attempt, position)):
+                await run_async(conn, self._journal.record_wait(run_id, position, name, attempt))
                 edges = await make(conn)
                 items = [item for item, _ in edges]
                 waitpoint_ids = [waitpoint for _, waitpoint in edges]
@@ -213,6 +234,15 @@ class WaitService:
                 # Raised inside the transaction: the children this wait triggered and its
                 # edges roll back with it (the run was cancelled or re-claimed meanwhile).
                 raise LeaseLostError(run_id)
+            if state == "WAITING" and self._keep_in_memory_s <= 0:
+                # Kept in memory for no time at all: let go of the run in the same transaction.
+                detach = self._journal.detach(run_id, token)
+                detached = await one_async(conn, detach) == "DETACHED"
+        if detached:
+            self._ready.pop(run_id, None)
+            self._runs.waiting(active)
+            self._runs.detached(active)
+            raise Suspended(run_id)
         if state == "WAITING":
             await self._suspend(active)
         return await self._results(run_id, attempt, position)
@@ -236,42 +266,78 @@ class WaitService:
         return waitpoints
 
     async def _suspend(self, active: ActiveRun) -> None:
-        """Sleep without a slot until the run is ready, then take a slot again."""
-        run_id, token = active.run.id, active.lease.token
+        """Sleep without a slot until the run is ready, then take a slot again; or, past
+        ``keep_in_memory_s``, let go of the run and drop the handler (``Suspended``)."""
+        run_id = active.run.id
         self._runs.waiting(active)
-        backoff = 0.02
-        wait = self._poll_interval
+        resumed = False
         try:
-            while True:
-                event = self._ready.setdefault(run_id, anyio.Event())
-                with anyio.move_on_after(wait):
-                    await event.wait()
-                # A fresh event before the statement: a wake-up announced while it runs (the
-                # run became ready just after the statement looked) sets it, and the next turn
-                # asks again at once instead of sleeping a whole poll interval.
-                self._ready[run_id] = anyio.Event()
-                async with self._lock, self._connection.use() as conn:
-                    state = await one_async(conn, self._waits.resume(run_id, token))
-                if state == "RESUMED":
-                    return
-                if state == "LOST":
-                    raise LeaseLostError(run_id)
-                if state == "NO_ROOM":
-                    # Ready but every slot is taken: the room is reserved, ask again after the
-                    # backoff (no wake-up will come for it), sooner if one does.
-                    wait, backoff = backoff, min(backoff * 2, self._poll_interval)
-                else:
-                    wait, backoff = self._poll_interval, 0.02
+            resumed = await self._sleep(active)
         finally:
             self._ready.pop(run_id, None)
-            with anyio.CancelScope(shield=True):
-                await self._runs.resumed(active)
+            # Unless it let go of the run, the handler goes on (or unwinds) holding a slot.
+            if active.state is WAITING_STATE:
+                with anyio.CancelScope(shield=True):
+                    await self._runs.resumed(active)
+        if not resumed:
+            raise Suspended(run_id)
+
+    async def _sleep(self, active: ActiveRun) -> bool:
+        """True once the run took a slot again, False once it let go of its worker (the run
+        table was told: the run is this worker's no more)."""
+        run_id, token = active.run.id, active.lease.token
+        backoff = 0.02
+        wait = self._poll_interval
+        let_go_at = anyio.current_time() + self._keep_in_memory_s
+        detachable = True
+        while True:
+            event = self._ready.setdefault(run_id, anyio.Event())
+            left = let_go_at - anyio.current_time()
+            if detachable and left <= 0:
+                if await self._detach(active):
+                    return False
+                # Ready already: it resumes here, now.
+                detachable, timeout = False, 0.0
+            else:
+                timeout = min(wait, left) if detachable else wait
+            if timeout > 0:
+                with anyio.move_on_after(timeout):
+                    await event.wait()
+            # A fresh event before the statement: a wake-up announced while it runs (the
+            # run became ready just after the statement looked) sets it, and the next turn
+            # asks again at once instead of sleeping a whole poll interval.
+            self._ready[run_id] = anyio.Event()
+            async with self._use(run_id) as conn:
+                state = await one_async(conn, self._waits.resume(run_id, token))
+            if state == "RESUMED":
+                return True
+            if state == "LOST":
+                raise LeaseLostError(run_id)
+            if state == "NO_ROOM":
+                # Ready but every slot is taken: the room is reserved, ask again after the
+                # backoff (no wake-up will come for it), sooner if one does.
+                wait, backoff = backoff, min(backoff * 2, self._poll_interval)
+            else:
+                wait, backoff = self._poll_interval, 0.02
+
+    async def _detach(self, active: ActiveRun) -> bool:
+        """Let go of the run unless it is ready already (then False: resume it)."""
+        run_id = active.run.id
+        async with self._use(run_id) as conn:
+            state = await one_async(conn, self._journal.detach(run_id, active.lease.token))
+            if state == "DETACHED":
+                # Told before anything else runs: the run may be queued and claimed again.
+                self._runs.detached(active)
+                return True
+        if state == "LOST":
+            raise LeaseLostError(run_id)
+        return False
 
     async def _results(
         self, run_id: int, attempt: int, position: int
     ) -> list[tuple[int, WaitResult]]:
         """The results at this call position of the attempt, by item."""
-        async with self._lock, self._connection.use() as conn:
+        async with self._use(run_id) as conn:
             found = await rows_async(conn, self._waits.results(run_id, attempt, position))
         return [
             (row.item, WaitResult.from_row(row.is_error, row.output, row.run_id)) for row in found
@@ -289,9 +355,6 @@ class WaitService:
         """After the listener reconnected: anything may have been announced meanwhile."""
         for event in list(self._ready.values()):
             event.set()
-
-    async def close(self) -> None:
-        await self._connection.close()
 
 
 def _linked(active: ActiveRun, requests: Sequence[TriggerRequest]) -> list[TriggerRequest]:

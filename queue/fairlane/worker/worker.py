@@ -41,6 +41,8 @@ from fairlane.connection import (
     connect_failure,
     connect_timeout_for,
 )
+from fairlane.engine import engine, rows_async
+from fairlane.engine.journal import RecordedCall
 from fairlane.errors import ConfigurationError, SchemaMismatchError
 from fairlane.metrics.worker import WorkerMetrics
 from fairlane.models import ClaimedRun
@@ -104,7 +106,10 @@ class Worker:
         heartbeat_timeout: float | None = None,
         prepare_threshold: int | None = DEFAULT_PREPARE_THRESHOLD,
         durable_claims: bool = True,
+        wait_in_memory_s: float = 2.0,
     ) -> None:
+        if wait_in_memory_s < 0:
+            raise ConfigurationError("wait_in_memory_s must not be negative")
         if concurrency < 1 or lease_seconds <= 0 or poll_interval <= 0 or batch_connections < 1:
             raise ConfigurationError(
                 "concurrency, lease_seconds, poll_interval and batch_connections must be positive"
@@ -191,6 +196,7 @@ class Worker:
             poll_interval=poll_interval,
             options=self._options("waits"),
             runs=self.runs,
+            keep_in_memory_s=wait_in_memory_s,
         )
         self.pool = RunnerPool(self.runs, registry, self.writer, self.metrics, concurrency)
         self.runs.on_runner_needed = self.pool.add_runner
@@ -457,8 +463,9 @@ class Worker:
             self.stats.claims += 1
             self.stats.claimed += len(claimed)
             recording = tracing.tracer() if claimed else None
+            replays = await self._recorded_calls(connection, claimed)
             for run in claimed:
-                self._start(run, sent_at, recording)
+                self._start(run, sent_at, recording, replays)
             if self._burst and full_scan:
                 # Stop after a claim that found nothing following a check that nothing was
                 # due: a run the promotion job queued before the check is seen by the claim.
@@ -500,7 +507,33 @@ class Worker:
             self._last_full_scan = now
         return due
 
-    def _start(self, run: ClaimedRun, sent_at: float, recording: Any) -> None:
+    async def _recorded_calls(
+        self, connection: LoopConnection, claimed: list[ClaimedRun]
+    ) -> dict[int, list[RecordedCall]] | None:
+        """The recorded calls of the claimed runs that have some, read for the whole claim at
+        once; None when that failed (each replay then reads its own)."""
+        ids = [run.id for run in claimed if run.replay]
+        if not ids:
+            return {}
+        try:
+            async with connection.use() as conn:
+                calls = await rows_async(conn, engine(self.schema).journal.recorded_calls(ids))
+        except psycopg.Error:
+            log.warning("reading the recorded calls of %d runs failed", len(ids), exc_info=True)
+            await connection.discard()
+            return None
+        found: dict[int, list[RecordedCall]] = {run_id: [] for run_id in ids}
+        for call in calls:
+            found[call.run_id].append(call)
+        return found
+
+    def _start(
+        self,
+        run: ClaimedRun,
+        sent_at: float,
+        recording: Any,
+        replays: dict[int, list[RecordedCall]] | None = None,
+    ) -> None:
         ctx = RunContext(
             run=run,
             worker_id=self.worker_id,
@@ -515,6 +548,8 @@ class Worker:
             tracer=recording,
         )
         ctx._active = active
+        if run.replay and replays is not None:
+            self.waits.attach_replay(active, replays.get(run.id, []))
         self.runs.claimed(active)
         self.pool.put(active)
 

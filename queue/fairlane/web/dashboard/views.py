@@ -352,6 +352,7 @@ async def _run_context(request: Request, run_id: int) -> dict[str, Any]:
         run = await drive_async(conn, control.get_run(state.engine, run_id))
         children = await rows_async(conn, state.engine.web.run_children(run_id, 200))
         waits = await rows_async(conn, state.engine.web.run_waits(run_id, 200))
+        steps = await drive_async(conn, control.steps(state.engine, run_id))
         link = await first_async(conn, state.engine.web.run_batch(run_id))
         batch = None
         if link and link["batch_id"] is not None:
@@ -363,6 +364,7 @@ async def _run_context(request: Request, run_id: int) -> dict[str, Any]:
         "run": run,
         "children": children,
         "waits": waits,
+        "steps": steps,
         "batch": batch,
         "batch_index": link["batch_index"] if link else None,
         "final": run.status in FINAL_STATUSES,
