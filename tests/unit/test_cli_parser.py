@@ -154,3 +154,28 @@ def test_help_has_no_docstring_markup(capsys: pytest.CaptureFixture[str]) -> Non
         with pytest.raises(SystemExit):
             main([*path, "--help"])
         assert "``" not in capsys.readouterr().out
+
+
+def test_log_lines_go_to_stderr_as_it_is_when_they_are_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thread still logging after the stream logging was configured with closed (a test's
+    captured stderr) writes to the current stderr instead of failing on the closed one."""
+    import io
+
+    from fairlane.cli import logs
+
+    root = logging.getLogger()
+    kept = root.handlers[:], root.level
+    try:
+        first = io.StringIO()
+        monkeypatch.setattr("sys.stderr", first)
+        logs.configure("info", "text")
+        first.close()
+        second = io.StringIO()
+        monkeypatch.setattr("sys.stderr", second)
+        logging.getLogger("fairlane.test").info("still heard")
+        assert "still heard" in second.getvalue()
+    finally:
+        root.handlers[:], level = kept
+        root.setLevel(level)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,8 +29,18 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
+class CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes each record to ``sys.stderr`` as it is when the record is emitted, not as it was
+    when logging was configured: a thread that outlives a redirection (a server's thread in a
+    test that captured stderr) then writes to the current stream, not to a closed one."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def configure(level: str, log_format: str) -> None:
-    handler = logging.StreamHandler()
+    handler = CurrentStderr()
     handler.setFormatter(
         JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
     )
