@@ -9,11 +9,6 @@ change nothing of B's. B's objects are made through B's own key, as B would make
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -24,6 +19,7 @@ import pytest
 from fairlane import RunContext, TaskRegistry, TriggerRequest, Worker
 from fairlane.web.keys import create_key
 from tests.helpers import run_row, running, wait_until
+from tests.helpers.serve import serve
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -31,37 +27,11 @@ MISSING = 10**12  # an id nothing has
 A, B = "env-a", "env-b"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def server(dsn: str) -> Iterator[str]:
     """``fairlane serve`` on the test's database, in a process of its own."""
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "fairlane.cli", "serve", "--dsn", dsn, "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ},
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"{base}/api/v1/openapi.json", timeout=1).raise_for_status()
-                break
-            except httpx.HTTPError:
-                assert process.poll() is None, "fairlane serve exited"
-                assert time.monotonic() < deadline, "fairlane serve did not answer"
-                time.sleep(0.1)
-        yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
+    with serve(dsn) as served:
+        yield served.url
 
 
 @pytest.fixture
