@@ -118,15 +118,19 @@ def _worker(dsn: str, folder: Path) -> Iterator[subprocess.Popen[str]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     command = [sys.executable, "-m", "fairlane.cli", "worker", "upgrade_tasks:tasks"]
     command += ["--dsn", dsn, "--poll-interval", "0.1"]
-    process = subprocess.Popen(
-        command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    # Its log goes to a file: a pipe nobody reads until the end fills up with the worker's
+    # line per run, and the worker then blocks on its next log line, holding its runs.
+    log = folder / "worker.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            command, cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT, text=True
+        )
     try:
         yield process
     finally:
         process.terminate()
-        output, _ = process.communicate(timeout=60)
-        assert process.returncode == 0, output
+        process.wait(timeout=60)
+        assert process.returncode == 0, log.read_text()[-4000:]
 
 
 def _completed(db: psycopg.Connection[Any]) -> int:
