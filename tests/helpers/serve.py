@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 
@@ -23,6 +24,10 @@ class Served:
     def pid(self) -> int:
         return self.process.pid
 
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -31,26 +36,18 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(dsn: str, *options: str) -> Iterator[Served]:
+def serve(dsn: str, *options: str, log: Path | None = None) -> Iterator[Served]:
+    """``fairlane serve`` at warning level (``options`` come after, so they may say otherwise)
+    on a free loopback port, until the block ends. Its output goes to ``log`` when given."""
     port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "fairlane.cli",
-            "serve",
-            "--dsn",
-            dsn,
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            *options,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ},
-    )
+    command = ["serve", "--dsn", dsn, "--port", str(port), "--log-level", "warning", *options]
+    with log.open("wb") if log is not None else open(os.devnull, "wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "fairlane.cli", *command],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env={**os.environ},
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -59,7 +56,8 @@ def serve(dsn: str, *options: str) -> Iterator[Served]:
                 httpx.get(f"{base}/api/v1/openapi.json", timeout=1).raise_for_status()
                 break
             except httpx.HTTPError:
-                assert process.poll() is None, "fairlane serve exited"
+                said = f": {log.read_text()}" if log is not None else ""
+                assert process.poll() is None, f"fairlane serve exited{said}"
                 assert time.monotonic() < deadline, "fairlane serve did not answer"
                 time.sleep(0.1)
         yield Served(base, process)

@@ -4,9 +4,6 @@ NDJSON uploads over raw sockets that send part of a body, then nothing."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,7 +15,7 @@ import httpx
 from anyio.abc import SocketStream
 
 from fairlane.batches.ingest import SLICE_BYTES
-from tests.helpers import poll
+from tests.helpers.serve import serve
 
 # A line whose payload alone fills a slice: the server stores it as soon as it has read it, so
 # the batch's ``received`` shows that the upload is in and waiting on its client.
@@ -33,45 +30,17 @@ class Server:
     log: Path
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def served(dsn: str, folder: Path, *options: str) -> Iterator[Server]:
     """``fairlane serve`` with ``options`` on a free loopback port, until the block ends."""
-    port = _free_port()
-    log = folder / f"serve-{port}.log"
-    with log.open("wb") as output:
-        command = ["serve", "--dsn", dsn, "--port", str(port), "--log-level", "warning"]
-        process = subprocess.Popen(
-            [sys.executable, "-m", "fairlane.cli", *command, *options],
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            base = f"http://127.0.0.1:{port}"
-            poll(lambda: _answers(base, process, log), within=30, what="fairlane serve")
-            yield Server(base, port, log)
-        finally:
-            process.terminate()
-            process.wait(20)
+    log = folder / f"serve-{len(list(folder.glob('serve-*.log')))}.log"
+    with serve(dsn, *options, log=log) as server:
+        yield Server(server.url, server.port, log)
 
 
 def logged_errors(server: Server) -> list[str]:
     """The lines of the server's log (warnings and worse) that report an error."""
     return [line for line in server.log.read_text().splitlines() if "ERROR" in line]
-
-
-def _answers(base: str, process: subprocess.Popen[bytes], log: Path) -> bool:
-    try:
-        return httpx.get(f"{base}/api/v1/openapi.json", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        if process.poll() is not None:
-            raise AssertionError(f"fairlane serve exited: {log.read_text()}") from None
-        return False
 
 
 def lines(items: Sequence[dict[str, Any]]) -> bytes:

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
-import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,6 +13,7 @@ import pytest
 
 from fairlane.cli import main as cli_main
 from fairlane.web.keys import key_hash
+from tests.helpers.serve import serve
 
 
 def test_keys_create_list_revoke(
@@ -59,46 +56,16 @@ def test_keys_create_list_revoke(
         cli_main(["keys", "create", "--dsn", dsn])
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.slow
-def test_serve_runs_the_app_under_uvicorn(dsn: str, db: psycopg.Connection[Any]) -> None:
+def test_serve_runs_the_app_under_uvicorn(
+    dsn: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
     from fairlane.web.keys import create_key
 
     _record, key = create_key(db, "acme")
-    port = _free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "fairlane.cli",
-            "serve",
-            "--dsn",
-            dsn,
-            "--port",
-            str(port),
-            "--session-idle",
-            "2m",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env={**os.environ},
-    )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(f"{base}/api/v1/openapi.json", timeout=1).raise_for_status()
-                break
-            except httpx.HTTPError:
-                assert server.poll() is None, "fairlane serve exited"
-                assert time.monotonic() < deadline, "fairlane serve did not answer"
-                time.sleep(0.1)
+    log = tmp_path / "serve.log"
+    with serve(dsn, "--session-idle", "2m", "--log-level", "info", log=log) as server:
+        base = server.url
         headers = {"Authorization": f"Bearer {key}"}
         made = httpx.post(f"{base}/api/v1/tasks/t/trigger", headers=headers, json={"payload": 1})
         assert made.status_code == 200
@@ -113,11 +80,9 @@ def test_serve_runs_the_app_under_uvicorn(dsn: str, db: psycopg.Connection[Any])
             assert browser.get("/queues").headers["x-frame-options"] == "DENY"
         stored = db.execute("SELECT idle_s FROM fairlane.dashboard_sessions").fetchall()
         assert stored == [(120.0,)]
-    finally:
-        server.terminate()
-        output = server.communicate(timeout=20)[0].decode()
+    output = log.read_text()
     # uvicorn shuts down gracefully, then re-raises the signal it got (newer releases).
-    assert server.returncode in (0, -signal.SIGTERM), output
+    assert server.process.returncode in (0, -signal.SIGTERM), output
     assert "Application shutdown complete" in output
     assert key not in output
     assert "POST /api/v1/tasks/t/trigger 200" in output
