@@ -248,3 +248,15 @@ class AsyncWorkers:
             lambda conn: workers.unserved_tasks_async(conn, limit=limit, schema=schema),
             repeatable=True,
         )
+
+    async def serves(
+        self, task: str, *, environment: str = "default", queue: str = "default"
+    ) -> bool:
+        """Whether a live worker serves ``task`` in ``environment`` and ``queue``."""
+        schema = self._client.schema
+        return await self._client._call(
+            lambda conn: workers.task_served_async(
+                conn, task, environment=environment, queue=queue, schema=schema
+            ),
+            repeatable=True,
+        )

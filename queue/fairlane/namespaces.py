@@ -241,3 +241,13 @@ class Workers:
             lambda conn: workers.unserved_tasks(conn, limit=limit, schema=schema),
             repeatable=True,
         )
+
+    def serves(self, task: str, *, environment: str = "default", queue: str = "default") -> bool:
+        """Whether a live worker serves ``task`` in ``environment`` and ``queue``."""
+        schema = self._client.schema
+        return self._client._call(
+            lambda conn: workers.task_served(
+                conn, task, environment=environment, queue=queue, schema=schema
+            ),
+            repeatable=True,
+        )

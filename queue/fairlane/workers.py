@@ -12,7 +12,7 @@ import psycopg
 
 from fairlane.config import schema_name
 from fairlane.engine import engine
-from fairlane.engine.statement import rows, rows_async
+from fairlane.engine.statement import first, first_async, rows, rows_async
 from fairlane.errors import ListLimitError
 from fairlane.models import UnservedTask, WorkerInfo
 
@@ -46,6 +46,21 @@ async def unserved_tasks_async(
     return await rows_async(conn, statement)
 
 
+async def task_served_async(
+    conn: AsyncConn,
+    task: str,
+    *,
+    environment: str = "default",
+    queue: str = "default",
+    schema: str | None = None,
+) -> bool:
+    """Whether a live worker serves ``task`` in ``environment`` and ``queue``: has its handler
+    and serves that environment and queue."""
+    statement = engine(schema_name(schema)).workers.served(task, environment, queue)
+    served = await first_async(conn, statement)
+    return served is True
+
+
 # -- sync, generated from the async section above by tools/async_to_sync.py: do not edit ----
 
 
@@ -61,6 +76,21 @@ def unserved_tasks(
     task's handler and serves the runs' environment and queue), longest waiting first."""
     statement = engine(schema_name(schema)).workers.unserved(_checked_limit(limit))
     return rows(conn, statement)
+
+
+def task_served(
+    conn: Conn,
+    task: str,
+    *,
+    environment: str = "default",
+    queue: str = "default",
+    schema: str | None = None,
+) -> bool:
+    """Whether a live worker serves ``task`` in ``environment`` and ``queue``: has its handler
+    and serves that environment and queue."""
+    statement = engine(schema_name(schema)).workers.served(task, environment, queue)
+    served = first(conn, statement)
+    return served is True
 
 
 # -- end of the generated sync section -------------------------------------------------------

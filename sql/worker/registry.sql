@@ -55,10 +55,7 @@ ORDER BY live DESC, w.started_at, w.id;
 -- `head` a new unserved task shows once the backlog has drained to it. `runs` counts what those
 -- heads hold. DELAYED runs are left out: promotion queues the due ones within a tick.
 WITH live AS MATERIALIZED (
-    SELECT w.tasks, w.environments, w.queues
-    FROM {schema}.workers w
-    WHERE NOT w.stopping
-      AND w.last_seen_at > now() - make_interval(secs => w.stale_after_s)
+    SELECT w.tasks, w.environments, w.queues FROM {schema}.serving_workers() AS w
 )
 SELECT q.environment, head.task, array_agg(DISTINCT q.name ORDER BY q.name) AS queues,
        count(*) AS runs, min(head.queued_at) AS oldest_queued_at
@@ -72,10 +69,45 @@ CROSS JOIN LATERAL (
 ) AS head
 WHERE NOT EXISTS (
     SELECT 1 FROM live w
-    WHERE head.task = ANY(w.tasks)
-      AND (w.environments IS NULL OR q.environment = ANY(w.environments))
-      AND (w.queues IS NULL OR q.name = ANY(w.queues))
+    WHERE {schema}.worker_serves(w.tasks, w.environments, w.queues, head.task, q.environment,
+                                 q.name)
 )
 GROUP BY q.environment, head.task
 ORDER BY min(head.queued_at), q.environment, head.task
 LIMIT %(max_rows)s;
+
+-- name: task_served
+-- params: task text, environment text, queue text
+-- Whether a live worker serves `task` in `environment` and `queue` (`fairlane trigger`).
+SELECT EXISTS (
+    SELECT 1 FROM {schema}.serving_workers() AS w
+    WHERE {schema}.worker_serves(w.tasks, w.environments, w.queues, %(task)s, %(environment)s,
+                                 %(queue)s)
+) AS served;
+
+-- function: serving_workers
+-- The workers that serve now: seen within their bound and not stopping.
+CREATE OR REPLACE FUNCTION {schema}.serving_workers()
+RETURNS TABLE (tasks text[], environments text[], queues text[])
+LANGUAGE sql
+STABLE
+AS $$
+SELECT w.tasks, w.environments, w.queues
+FROM {schema}.workers w
+WHERE NOT w.stopping
+  AND w.last_seen_at > now() - make_interval(secs => w.stale_after_s);
+$$;
+
+-- function: worker_serves
+-- Whether a worker with these tasks, environments and queues (NULL: all) serves a run of
+-- `task` in `environment` and `queue`: the one rule the unserved view and `task_served` read.
+CREATE OR REPLACE FUNCTION {schema}.worker_serves(
+    tasks text[], environments text[], queues text[], task text, environment text, queue text)
+RETURNS boolean
+LANGUAGE sql
+IMMUTABLE
+AS $$
+SELECT task = ANY(tasks)
+   AND (environments IS NULL OR environment = ANY(environments))
+   AND (queues IS NULL OR queue = ANY(queues));
+$$;

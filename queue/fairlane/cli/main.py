@@ -166,7 +166,10 @@ def cmd_trigger(args: argparse.Namespace) -> int:
     payload = _json_argument("payload", args.payload)
     metadata = _json_argument("--metadata", args.metadata)
     with Client(args.dsn, schema=args.schema) as client:
-        unserved = unserved_note(client.workers.list(), args.task, args.environment, args.queue)
+        served = client.workers.serves(args.task, environment=args.environment, queue=args.queue)
+        unserved = None
+        if not served:
+            unserved = unserved_note(client.workers.list(), args.task, args.environment, args.queue)
         if unserved is not None and args.strict:
             raise UnservedTaskError(args.task, f"{unserved}: nothing triggered (--strict)")
         run_id = client.trigger(

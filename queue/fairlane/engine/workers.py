@@ -70,3 +70,8 @@ class Workers(Section):
     def unserved(self, max_rows: int, head: int = UNSERVED_HEAD) -> Statement[UnservedTask]:
         """The tasks with queued runs and no live worker, longest waiting first."""
         return self._statement("unserved_tasks", {"head": head, "max_rows": max_rows}, _unserved)
+
+    def served(self, task: str, environment: str, queue: str) -> Statement[bool]:
+        """One row: whether a live worker serves ``task`` in ``environment`` and ``queue``."""
+        params = {"task": task, "environment": environment, "queue": queue}
+        return self._statement("task_served", params, scalar)
