@@ -35,194 +35,187 @@
 -- marked), and the claim that leaves it empty marks it drained. A claim reads this short list
 -- instead of scanning for work across every environment each time.
 
--- function: slot_holders
--- The runs holding (or owed) a slot in an environment: EXECUTING ones, and WAITING ones whose
--- waitpoints completed, so that they resume ahead of fresh work. Plain index scans: they mark
--- the entries of runs that ended dead as they pass them, so the next count skips them, where a
--- bitmap scan marks none and fetched every run the environment ended since the last vacuum,
--- at every count (bench/sittings/11-one-index-of-held-runs.md).
-CREATE OR REPLACE FUNCTION {schema}.slot_holders(env_name text)
-RETURNS TABLE (queue text)
-LANGUAGE plpgsql
-STABLE
-SET enable_bitmapscan = off
-AS $$
-BEGIN
-    RETURN QUERY
-    SELECT r.queue FROM {schema}.runs r
-    WHERE r.environment = env_name AND r.status = 'EXECUTING'
-    UNION ALL
-    SELECT r.queue FROM {schema}.runs r
-    WHERE r.environment = env_name AND r.status = 'WAITING' AND r.resume_ready;
-END;
-$$;
-
--- function: pick_from_environment
--- Pick up to `take` runs of one environment whose row lock the caller holds (none if it is
--- paused; `env_limit`, `env_burst` and `env_paused` are the row as the lock returned it, its
--- latest version), within the queue caps and the environment cap: across its unpaused queues, in
--- queue_order (when the run was queued, minus its priority in seconds), then id. Each queue is
--- read in the order of the queued index, so no backlog is sorted: only the few rows each queue
--- contributes are merged. The picked runs are locked (FOR UPDATE SKIP LOCKED) and still QUEUED:
--- claim_runs starts every run it picked across environments in one UPDATE at the end, so a
--- claim that serves eight environments opens the runs table for writing once, not eight times.
--- Each environment is picked from at most once per claim, so its counts never miss a run the
--- same claim picked and has not started yet.
+-- function: pick_runs
+-- Pick up to `share` runs from each of the environments named, whose row locks the caller
+-- holds (`env_limits`, `env_bursts`, `env_paused` are the rows as the locks returned them, their
+-- latest versions; a paused one gives nothing), within the queue caps and the environment caps:
+-- from each environment across its unpaused queues in queue_order (when the run was queued,
+-- minus its priority in seconds), then id. One statement for every environment of a round:
+-- slots are counted where a cap needs them, and each queue is read in the order
+-- of the queued index, so no backlog is sorted: only the few rows each queue contributes are
+-- merged. `turn` is the environment's position in the arrays. The picked runs are locked (FOR
+-- UPDATE SKIP LOCKED) and still QUEUED: the claim starts them later in one UPDATE
+-- (start_picked_runs), and no environment is picked from twice before that
+-- (sql/claim/claim.sql).
+-- Slot holders are the runs holding (or owed) a slot: EXECUTING ones, and WAITING ones whose
+-- waitpoints completed, so that they resume ahead of fresh work. They are read by plain index
+-- scans (the claim turns bitmap scans off): those mark the entries of runs that ended dead as
+-- they pass them, so the next count skips them, where a bitmap scan marks none and fetched
+-- every run the environment ended since the last vacuum, at every count
+-- (bench/sittings/11-one-index-of-held-runs.md).
 -- Batch carriers (queue __batches__) hold no slot of the environment's cap and are not bounded
 -- by it: they only turn items into runs, and their queue has its own cap (the batch
 -- concurrency), so a full environment still processes its batches and they never take its
 -- runs' slots.
-CREATE OR REPLACE FUNCTION {schema}.pick_from_environment(
-    env_name text, env_limit integer, env_burst numeric, env_paused boolean, take integer,
-    only_queues text[], only_tasks text[], floor_environments text[], floor_queues text[],
-    floor_orders timestamptz[], floor_ids bigint[])
-RETURNS TABLE (id bigint, queue_order timestamptz)
+CREATE OR REPLACE FUNCTION {schema}.pick_runs(
+    env_names text[], env_limits integer[], env_bursts numeric[], env_paused boolean[],
+    share integer, only_queues text[], only_tasks text[], floor_environments text[],
+    floor_queues text[], floor_orders timestamptz[], floor_ids bigint[])
+RETURNS TABLE (id bigint, turn bigint, queue_order timestamptz)
 LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
-DECLARE
-    env_room integer;
-    capped boolean;
-    held_queues text[];
-    held_counts integer[];
 BEGIN
-    IF env_paused THEN
-        RETURN;
-    END IF;
-    -- Without any cap in the environment no slot needs counting (the common, fast case).
-    capped := env_limit IS NOT NULL OR EXISTS (
-        SELECT 1 FROM {schema}.queues q
-        WHERE q.environment = env_name AND q.concurrency_limit IS NOT NULL);
-    env_room := take;
-    IF capped THEN
-        -- One pass over the slot holders gives both the per-queue and the environment count.
-        SELECT array_agg(per_queue.queue), array_agg(per_queue.n)
-        INTO held_queues, held_counts
-        FROM (SELECT holder.queue, count(*)::integer AS n
-              FROM {schema}.slot_holders(env_name) AS holder
-              GROUP BY holder.queue) AS per_queue;
-        IF env_limit IS NOT NULL THEN
-            -- In numeric until the least: a cap times its burst factor may pass integer.
-            env_room := least(take, floor(env_limit * env_burst)
-                                    - coalesce((SELECT sum(held.n)
-                                                FROM unnest(held_queues, held_counts)
-                                                     AS held(queue, n)
-                                                WHERE held.queue <> '__batches__'), 0))::integer;
-        END IF;
-    END IF;
-    IF env_room <= 0 THEN
-        IF NOT EXISTS (SELECT 1 FROM {schema}.queues q
-                       WHERE q.environment = env_name AND q.name = '__batches__') THEN
-            RETURN;
-        END IF;
-        env_room := 0;  -- carriers only
-    END IF;
     RETURN QUERY
-    WITH running AS (
-        SELECT held.queue, held.n
-        FROM unnest(held_queues, held_counts) AS held(queue, n)
-    ), queue_room AS (
-        SELECT q.name, q.name = '__batches__' AS carriers,
-               CASE WHEN q.name = '__batches__' THEN coalesce(q.concurrency_limit, 2147483647)
-                    ELSE least(coalesce(q.concurrency_limit, 2147483647),
-                               coalesce(env_limit, 2147483647))
-               END - coalesce(running.n, 0) AS room,
+    WITH env AS (
+        SELECT x.name, x.env_limit, x.burst, x.turn
+        FROM unnest(env_names, env_limits, env_bursts, env_paused)
+             WITH ORDINALITY AS x(name, env_limit, burst, paused, turn)
+        WHERE NOT x.paused
+    ), env_room AS MATERIALIZED (
+        -- In numeric until the least: a cap times its burst factor may pass integer. Without
+        -- a cap nothing is counted (the common, fast case).
+        SELECT env.name, env.env_limit, env.turn,
+               CASE WHEN env.env_limit IS NULL THEN share
+                    ELSE least(share, floor(env.env_limit * env.burst) - (
+                        (SELECT count(*) FROM {schema}.runs r
+                         WHERE r.environment = env.name AND r.status = 'EXECUTING'
+                           AND r.queue <> '__batches__')
+                        + (SELECT count(*) FROM {schema}.runs r
+                           WHERE r.environment = env.name AND r.status = 'WAITING'
+                             AND r.resume_ready AND r.queue <> '__batches__')))::integer
+               END AS room
+        FROM env
+    ), queue_room AS MATERIALIZED (
+        -- Computed once: the walks' limits read it.
+        SELECT e.turn, e.name AS environment, greatest(e.room, 0) AS env_room,
+               q.name AS queue, q.name = '__batches__' AS carriers,
+               CASE WHEN q.concurrency_limit IS NULL
+                         AND (q.name = '__batches__' OR e.env_limit IS NULL)
+                    THEN 2147483647
+                    ELSE CASE WHEN q.name = '__batches__' THEN q.concurrency_limit
+                              ELSE least(coalesce(q.concurrency_limit, 2147483647),
+                                         coalesce(e.env_limit, 2147483647)) END
+                         - (SELECT count(*) FROM {schema}.runs r
+                            WHERE r.environment = e.name AND r.status = 'EXECUTING'
+                              AND r.queue = q.name)::integer
+                         - (SELECT count(*) FROM {schema}.runs r
+                            WHERE r.environment = e.name AND r.status = 'WAITING'
+                              AND r.resume_ready AND r.queue = q.name)::integer
+               END AS room,
                -- No floor: from the head (every queue_order is later than -infinity).
                coalesce(floor.queue_order, '-infinity') AS floor_order,
                coalesce(floor.id, 0) AS floor_id
-        FROM {schema}.queues q
-        LEFT JOIN running ON running.queue = q.name
+        FROM env_room e
+        JOIN {schema}.queues q ON q.environment = e.name
         LEFT JOIN unnest(floor_environments, floor_queues, floor_orders, floor_ids)
             AS floor(environment, queue, queue_order, id)
-            ON floor.environment = env_name AND floor.queue = q.name
-        WHERE q.environment = env_name
-          AND NOT q.paused
+            ON floor.environment = e.name AND floor.queue = q.name
+        WHERE NOT q.paused
           AND (only_queues IS NULL OR q.name = ANY(only_queues))
+          -- An environment at its cap still processes its batches (carriers only).
+          AND (e.room > 0 OR q.name = '__batches__')
     ), candidates AS (
-        SELECT candidate.id, candidate.queue_order, queue_room.carriers,
-               row_number() OVER (PARTITION BY queue_room.carriers
-                                  ORDER BY candidate.queue_order, candidate.id) AS nth
-        FROM queue_room
+        SELECT qr.turn, qr.carriers, qr.env_room, c.id, c.queue_order,
+               row_number() OVER (PARTITION BY qr.turn, qr.carriers
+                                  ORDER BY c.queue_order, c.id) AS nth
+        FROM queue_room qr
         CROSS JOIN LATERAL (
             SELECT r.id, r.queue_order
             FROM {schema}.runs r
-            WHERE r.environment = env_name AND r.queue = queue_room.name AND r.status = 'QUEUED'
-              AND (r.queue_order, r.id) > (queue_room.floor_order, queue_room.floor_id)
+            WHERE r.environment = qr.environment AND r.queue = qr.queue
+              AND r.status = 'QUEUED'
+              AND (r.queue_order, r.id) > (qr.floor_order, qr.floor_id)
               -- A TTL limits the wait before a run first starts: one that lapsed is left to
               -- expire_ttl_runs (exactly its condition, negated), never started. A filter on
               -- the rows the index walk reads.
               AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
-              -- The claimer's tasks: a filter on the rows the walk reads, like the TTL (the
-              -- head of this file says what a run of another task ahead of them costs).
+              -- The claimer's tasks: a filter on the rows the walk reads, like the TTL
+              -- (sql/claim/claim.sql says what a run of another task ahead of them costs).
               AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
             ORDER BY r.queue_order, r.id
-            LIMIT least(queue_room.room,
-                        CASE WHEN queue_room.carriers THEN take ELSE env_room END)
+            LIMIT least(qr.room, CASE WHEN qr.carriers THEN share ELSE qr.env_room END)
             FOR UPDATE SKIP LOCKED
-        ) AS candidate
-        WHERE queue_room.room > 0
+        ) AS c
+        WHERE qr.room > 0
+    ), kept AS (
+        SELECT c.turn, c.id, c.queue_order,
+               row_number() OVER (PARTITION BY c.turn ORDER BY c.queue_order, c.id) AS nth
+        FROM candidates c
+        WHERE c.carriers OR c.nth <= c.env_room
     )
-    SELECT c.id, c.queue_order
-    FROM candidates c
-    WHERE c.carriers OR c.nth <= env_room
-    ORDER BY c.queue_order, c.id
-    LIMIT take;
+    SELECT k.id, k.turn, k.queue_order
+    FROM kept k
+    WHERE k.nth <= share;
 END;
 $$;
 
 -- function: claim_runs
 -- The claim: up to `claim_limit` runs across environments, fairly, within every cap.
--- It serves the environments the scheduler knows to have work (environments.drained is false);
--- `full_scan` also looks for environments that gained work since (claim_candidates).
--- Without it, a claim the known environments cannot fill looks anyway, so work is only left
--- unseen while others keep every claim full, and the worker asks for a full scan whenever a
--- notification says new work arrived.
--- Every statement of the claim walks an index (tests/sql/test_claim_plan.py): with sequential
--- scans off, the planner keeps to them when it prices a scan of a table it believes small (one
--- it planned for while the table was nearly empty) or a few thousand runs of a mid-sized one
--- against as many index probes (which it prices as reads from disk, and which are not).
--- Its statements, and those of the functions it calls, run on generic plans from the first
--- claim. Every other one had settled on its generic plan; left to choose, PostgreSQL kept
--- planning the UPDATE that starts the picked runs anew for each claim (a custom plan knows the
--- picked ids): planning paid by every claim, and felt most by a claim of one run, the pickup
--- (bench/sittings/12-requests-without-their-defaults-statements-planned-once.md). Its generic
--- plan hashes the picked ids and finds the runs by primary key
--- (tests/sql/test_plans_after_growth.py holds that after growth).
+-- It serves the active environments (environments.drained false) in turn order, reading them
+-- from environments_turn_idx a page at a time (claim_turns, sql/claim/turns.sql), so a claim
+-- reads the environments it serves and the next few, however many tenants have work.
+-- `full_scan` first looks for environments that gained work (environments_with_work);
+-- `announced_environments` looks only at the ones named (those notifications named); without
+-- either, a claim the active environments cannot fill looks anyway, so work is only left unseen
+-- while others keep every claim full.
+-- It goes in rounds (claim_round): each locks the next page of environments it can, picks
+-- from all of them in one statement, at most a turn's share each, and keeps the picks in turn
+-- order up to what the claim still wants. A page holds as many environments as the claim
+-- needs at the yield the last round saw, so deep backlogs take one round and thousands of
+-- environments with a run or two take a few. When the turn order is exhausted and the claim is
+-- still short, the environments that gave their whole share are asked again (a lap) for what
+-- is left, after the runs picked so far started: a slot count made in a lap sees them.
+-- Environments are charged once, at the end: their turn order does not move while the claim
+-- reads it, so no page returns an environment the claim has visited.
+-- Every statement of the claim walks an index (tests/sql/test_claim_plan.py), on generic plans
+-- from the first claim
+-- (bench/sittings/12-requests-without-their-defaults-statements-planned-once.md).
 CREATE OR REPLACE FUNCTION {schema}.claim_runs(
     claim_limit integer, lease_s double precision, claimer text,
     only_environments text[] DEFAULT NULL, only_queues text[] DEFAULT NULL,
     full_scan boolean DEFAULT true, floor_environments text[] DEFAULT NULL,
     floor_queues text[] DEFAULT NULL, floor_orders timestamptz[] DEFAULT NULL,
-    floor_ids bigint[] DEFAULT NULL, only_tasks text[] DEFAULT NULL)
+    floor_ids bigint[] DEFAULT NULL, only_tasks text[] DEFAULT NULL,
+    announced_environments text[] DEFAULT NULL)
 RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
                max_attempts integer, environment text, queue text, metadata jsonb,
                machine text, max_duration_s double precision, queue_order timestamptz,
                wait_attempt integer, replay boolean)
 LANGUAGE plpgsql
 SET enable_seqscan = off
+SET enable_bitmapscan = off
 SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
     settings record;
-    env record;
     remaining integer := claim_limit;
     granted integer;
-    names text[];
-    effective_served bigint[];
-    joiners text[];
-    visited text[] := '{{}}';
-    charged text[] := '{{}}';
-    skipped integer[];
-    picked bigint[] := '{{}}';
-    env_picked bigint[];
-    take integer;
-    claimed integer;
     total integer := 0;
-    locked_any boolean;
-    waiting boolean;
-    pass integer;
-    i integer;
+    cap_floor bigint;
+    -- Where the next page of the turn order starts.
+    after_served bigint := -9223372036854775808;
+    after_turn timestamptz := '-infinity';
+    after_name text := '';
+    page_names text[];
+    page_served bigint[];
+    page_turns timestamptz[];
+    looked boolean := full_scan;
+    lapping boolean := false;
+    yield numeric;
+    round record;
+    -- The environments that gave their whole share, asked again in the next lap.
+    again_names text[] := '{{}}';
+    again_served bigint[] := '{{}}';
+    skipped text[] := '{{}}';
+    found text[] := '{{}}';
+    -- Every visit: environment, effective service, share asked, runs given; charged at the end.
+    visited_names text[] := '{{}}';
+    visited_served bigint[] := '{{}}';
+    visited_shares integer[] := '{{}}';
+    visited_taken integer[] := '{{}}';
+    picked bigint[] := '{{}}';
 BEGIN
     SELECT s.quantum, s.max_deficit, s.global_concurrency_limit, s.rate_limit_per_s
     INTO settings FROM {schema}.scheduler s WHERE s.id = 1;
@@ -237,131 +230,131 @@ BEGIN
         INTO remaining FROM {schema}.runs r WHERE r.status = 'EXECUTING';
     END IF;
 
-    -- Pass 1 serves the known environments (and, with full_scan, the ones a scan finds); pass
-    -- 2, only when they left the claim short and no scan was made, the ones a scan finds now.
-    FOR pass IN 1 .. 2 LOOP
-        EXIT WHEN remaining <= 0 OR (pass = 2 AND full_scan);
-        SELECT array_agg(c.name ORDER BY c.turn), array_agg(c.effective_served ORDER BY c.turn),
-               coalesce(joiners, '{{}}')
-                   || coalesce(array_agg(c.name) FILTER (WHERE c.joining), '{{}}')
-        INTO names, effective_served, joiners
-        FROM {schema}.claim_candidates(settings.max_deficit, only_environments,
-                                       full_scan OR pass = 2) AS c
-        WHERE c.name <> ALL (visited);
-        CONTINUE WHEN names IS NULL;
-        locked_any := false;
-        waiting := false;
-        skipped := '{{}}';
-        i := 0;
-        LOOP
-            EXIT WHEN remaining <= 0;
-            i := i + 1;
-            IF i > cardinality(names) THEN
-                -- Every candidate was locked by other claimers (one busy tenant, many workers):
-                -- wait for the first instead of coming back empty. Each holder keeps the lock
-                -- for one claim only, and a claimer that waits holds no other environment lock,
-                -- so waiting cannot deadlock.
-                EXIT WHEN locked_any OR waiting OR cardinality(skipped) = 0;
-                waiting := true;
-                i := skipped[1];
-                SELECT e.concurrency_limit, e.burst_factor, e.paused INTO env
-                FROM {schema}.environments e WHERE e.name = names[i] FOR UPDATE;
-            ELSE
-                visited := visited || names[i];
-                -- A locking read returns the row's latest version, so a pause or a limit that
-                -- committed after this statement began (or while it waited) is seen.
-                SELECT e.concurrency_limit, e.burst_factor, e.paused INTO env
-                FROM {schema}.environments e
-                WHERE e.name = names[i] FOR UPDATE SKIP LOCKED;
-                IF NOT FOUND THEN
-                    skipped := skipped || i;
-                    CONTINUE;
-                END IF;
-                locked_any := true;
+    -- Environments that gained work join the turn order first, level with the least served.
+    IF remaining > 0 AND full_scan THEN
+        found := ARRAY(SELECT w.environment FROM {schema}.environments_with_work() AS w
+                       WHERE only_environments IS NULL OR w.environment = ANY(only_environments));
+        PERFORM {schema}.mark_environments_active(found);
+    ELSIF remaining > 0 AND announced_environments IS NOT NULL THEN
+        PERFORM {schema}.mark_environments_active(ARRAY(
+            SELECT a.name FROM unnest(announced_environments) AS a(name)
+            WHERE only_environments IS NULL OR a.name = ANY(only_environments)));
+    END IF;
+    -- An environment's credit is capped: it counts as served at least max_deficit less than
+    -- the most-served active one (one descent of the turn index, from its end).
+    SELECT max(e.served) - settings.max_deficit INTO cap_floor
+    FROM {schema}.environments e WHERE NOT e.drained AND NOT e.paused;
+    yield := settings.quantum;
+
+    LOOP
+        EXIT WHEN remaining <= 0;
+        page_names := NULL;
+        IF NOT lapping THEN
+            SELECT array_agg(t.name ORDER BY t.nth), array_agg(t.served ORDER BY t.nth),
+                   array_agg(t.turn_at ORDER BY t.nth)
+            INTO page_names, page_served, page_turns
+            FROM {schema}.claim_turns(only_environments, after_served, after_turn, after_name,
+                                      least(1000, ceil(remaining / yield))::integer) AS t;
+            IF page_names IS NOT NULL THEN
+                after_served := page_served[cardinality(page_names)];
+                after_turn := page_turns[cardinality(page_names)];
+                after_name := page_names[cardinality(page_names)];
+            ELSIF NOT looked THEN
+                -- The active environments could not fill the claim: look for others, once.
+                -- They were drained, so this claim has not visited them.
+                looked := true;
+                found := ARRAY(SELECT w.environment FROM {schema}.environments_with_work() AS w
+                               WHERE only_environments IS NULL
+                                  OR w.environment = ANY(only_environments));
+                SELECT array_agg(j.name ORDER BY j.served, j.name),
+                       array_agg(j.served ORDER BY j.served, j.name)
+                INTO page_names, page_served
+                FROM {schema}.mark_environments_active(found) AS j;
             END IF;
-            -- A quantum per turn while others wait; a lone environment may take the whole claim.
-            take := CASE WHEN waiting THEN remaining
-                         ELSE least(remaining, greatest(settings.quantum, ceil(
-                             remaining::numeric / (cardinality(names) - i + 1))))::integer
-                    END;
-            SELECT coalesce(array_agg(p.id ORDER BY p.queue_order, p.id), '{{}}')
-            INTO env_picked
-            FROM {schema}.pick_from_environment(
-                names[i], env.concurrency_limit, env.burst_factor, env.paused, take,
-                only_queues, only_tasks, floor_environments, floor_queues, floor_orders,
-                floor_ids) AS p;
-            claimed := cardinality(env_picked);
-            picked := picked || env_picked;
-            -- Charge the service it got; it is drained when it has no queued run left but the
-            -- ones just picked (still QUEUED until the UPDATE below). A claim that got every run
-            -- it asked for leaves it active without looking: the look walks the queued index
-            -- from the environment's first entry, through every entry of a run claimed since
-            -- the last vacuum. At worst an environment that just emptied stays active until the
-            -- next claim finds nothing there. A scalar subquery keeps its ORDER BY (EXISTS
-            -- would drop it), and that order matches the queued index, so even a generic plan
-            -- walks the index.
-            -- The look counts the runs of every task, not only the claimer's: an environment
-            -- whose runs this claimer does not serve stays active for the workers that do, and
-            -- is charged nothing. One that was drained and is found with runs (a joiner) is
-            -- levelled as mark_environments_active would level it, so that a visit that took
-            -- nothing (tasks, caps) leaves it no credit for its idle time.
-            UPDATE {schema}.environments e
-            SET served = CASE WHEN claimed > 0 THEN greatest(e.served, effective_served[i]) + claimed
-                              WHEN e.drained THEN greatest(e.served, effective_served[i])
-                              ELSE e.served END,
-                last_served_at = CASE WHEN claimed > 0 THEN clock_timestamp()
-                                      ELSE e.last_served_at END,
-                drained = CASE WHEN claimed >= take THEN false ELSE (
-                    SELECT r.id FROM {schema}.runs r
-                    WHERE r.environment = names[i] AND r.status = 'QUEUED'
-                      AND r.id <> ALL (env_picked)
-                    ORDER BY r.environment, r.queue, r.queue_order, r.id
-                    LIMIT 1) IS NULL END
-            WHERE e.name = names[i];
-            charged := charged || names[i];
-            remaining := remaining - claimed;
-            total := total + claimed;
-            EXIT WHEN waiting;
-        END LOOP;
+        END IF;
+        IF page_names IS NULL THEN
+            EXIT WHEN cardinality(again_names) = 0;
+            -- A lap: the runs picked so far start first, so that the slot counts see them.
+            RETURN QUERY SELECT * FROM {schema}.start_picked_runs(picked, lease_s, claimer);
+            picked := '{{}}';
+            lapping := true;
+            page_names := again_names;
+            page_served := again_served;
+            again_names := '{{}}';
+            again_served := '{{}}';
+        END IF;
+        SELECT * INTO round
+        FROM {schema}.claim_round(page_names, page_served, cap_floor, remaining,
+                                  settings.quantum, only_queues, only_tasks,
+                                  floor_environments, floor_queues, floor_orders, floor_ids);
+        skipped := skipped || round.skipped;
+        CONTINUE WHEN round.names IS NULL;
+        picked := picked || round.picked;
+        visited_names := visited_names || round.names;
+        visited_served := visited_served || round.served;
+        visited_shares := visited_shares || array_fill(round.share, ARRAY[cardinality(round.names)]);
+        visited_taken := visited_taken || round.taken;
+        SELECT again_names || coalesce(array_agg(v.name ORDER BY v.turn), '{{}}'),
+               again_served || coalesce(array_agg(v.served ORDER BY v.turn), '{{}}')
+        INTO again_names, again_served
+        FROM unnest(round.names, round.served, round.taken) WITH ORDINALITY
+             AS v(name, served, taken, turn)
+        WHERE v.taken >= round.share;
+        remaining := remaining - cardinality(round.picked);
+        total := total + cardinality(round.picked);
+        yield := greatest(1, cardinality(round.picked)::numeric / cardinality(round.names));
     END LOOP;
 
-    -- Start what was picked, in the order it was picked; the attempt is counted here, but not
-    -- for a run that waited without a worker and is resumed (resume_ready: mark_runs_ready).
-    -- replay says whether the run has recorded calls (sql/waitpoints/steps.sql) to replay. The
-    -- runs are found through an index condition on the primary key: joined on id alone, the
-    -- plan a session keeps from claims made while the table held a few runs hashed the picked
-    -- ids and scanned the whole table on every later claim.
-    IF cardinality(picked) > 0 THEN
-        RETURN QUERY
-        WITH started AS (
-            UPDATE {schema}.runs AS r
-            SET status = 'EXECUTING',
-                attempts = r.attempts + CASE WHEN r.resume_ready THEN 0 ELSE 1 END,
-                resume_ready = false,
-                lease_token = gen_random_uuid(),
-                lease_until = now() + make_interval(secs => lease_s),
-                worker_id = claimer,
-                started_at = now(),
-                -- Started: the TTL is spent, so nothing that hands the run back can expire it.
-                expires_at = NULL
-            FROM unnest(picked) WITH ORDINALITY AS p(id, nth)
-            WHERE r.id = p.id AND r.id = ANY(picked)
-            RETURNING r.id, r.lease_token, r.task, r.payload, r.attempts, r.max_attempts,
-                      r.environment, r.queue, r.metadata, r.machine, r.max_duration_s,
-                      r.queue_order, r.wait_attempt, p.nth
-        )
-        SELECT s.id, s.lease_token, s.task, s.payload, s.attempts, s.max_attempts,
-               s.environment, s.queue, s.metadata, s.machine, s.max_duration_s, s.queue_order,
-               s.wait_attempt,
-               EXISTS (SELECT 1 FROM {schema}.run_steps AS step WHERE step.run_id = s.id)
-        FROM started s
-        ORDER BY s.nth;
+    -- Every candidate was locked by other claimers (one busy tenant, many workers): wait for
+    -- the first instead of coming back empty. A scan's find that is neither active nor was
+    -- marked is one another claim holds (marking skips it) and may be charging. Each holder
+    -- keeps the lock for one claim only, and this claimer holds no other environment row, so
+    -- waiting cannot deadlock.
+    IF total = 0 AND cardinality(visited_names) = 0 AND cardinality(skipped || found) > 0 THEN
+        SELECT * INTO round
+        FROM {schema}.claim_round((skipped || found)[1:1], NULL, cap_floor, remaining,
+                                  remaining, only_queues, only_tasks, floor_environments,
+                                  floor_queues, floor_orders, floor_ids, wait => true);
+        IF round.names IS NOT NULL THEN
+            picked := round.picked;
+            total := cardinality(round.picked);
+            visited_names := round.names;
+            visited_served := round.served;
+            visited_shares := ARRAY[round.share];
+            visited_taken := round.taken;
+        END IF;
     END IF;
 
-    -- Environments the scan found and this claim did not serve join the active ones now, level
-    -- with the least-served (the ones it served were charged: that marked them).
-    IF NOT joiners <@ charged THEN
-        PERFORM {schema}.mark_environments_active(joiners, charged);
+    IF cardinality(picked) > 0 THEN
+        RETURN QUERY SELECT * FROM {schema}.start_picked_runs(picked, lease_s, claimer);
+    END IF;
+
+    -- Charge each environment visited the service it got, and mark it drained when it has no
+    -- QUEUED run left (the runs just started are EXECUTING by now). One that gave its whole
+    -- share at every visit stays active without looking: the look walks the queued index from
+    -- the environment's first entry, through every entry of a run claimed since the last
+    -- vacuum. At worst an environment that just emptied stays active until a claim finds
+    -- nothing there. The look counts the runs of every task, not only the claimer's: an
+    -- environment whose runs this claimer does not serve stays active for the workers that do,
+    -- and is charged nothing. A scalar subquery keeps its ORDER BY (EXISTS would drop it), and
+    -- that order matches the queued index, so even a generic plan walks the index.
+    IF cardinality(visited_names) > 0 THEN
+        UPDATE {schema}.environments AS e
+        SET served = CASE WHEN v.taken > 0 THEN greatest(e.served, v.served) + v.taken
+                          ELSE e.served END,
+            last_served_at = CASE WHEN v.taken > 0 THEN clock_timestamp()
+                                  ELSE e.last_served_at END,
+            drained = CASE WHEN v.full THEN false ELSE (
+                SELECT r.id FROM {schema}.runs r
+                WHERE r.environment = v.name AND r.status = 'QUEUED'
+                ORDER BY r.environment, r.queue, r.queue_order, r.id
+                LIMIT 1) IS NULL END
+        FROM (SELECT x.name, max(x.served) AS served, sum(x.taken)::integer AS taken,
+                     bool_and(x.taken >= x.share) AS full
+              FROM unnest(visited_names, visited_served, visited_shares, visited_taken)
+                   AS x(name, served, share, taken)
+              GROUP BY x.name) AS v
+        WHERE e.name = v.name;
     END IF;
 
     IF settings.rate_limit_per_s IS NOT NULL THEN
@@ -370,96 +363,17 @@ BEGIN
 END;
 $$;
 
--- function: mark_environments_active
--- Environments a scan found with queued runs join the active ones, level with the
--- least-served active environment: no credit for the time they had nothing to run. Rows other
--- claimers hold are skipped: those claimers charge them, and a later scan finds the rest.
-CREATE OR REPLACE FUNCTION {schema}.mark_environments_active(found_names text[], charged_names text[])
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    WITH joining AS (
-        SELECT j.name FROM {schema}.environments j
-        WHERE j.name = ANY(found_names) AND j.name <> ALL(charged_names) AND j.drained
-        FOR UPDATE SKIP LOCKED
-    )
-    UPDATE {schema}.environments AS e
-    SET drained = false,
-        served = greatest(e.served, coalesce(
-            (SELECT min(peer.served) FROM {schema}.environments peer
-             WHERE NOT peer.drained AND NOT peer.paused), e.served))
-    FROM joining
-    WHERE e.name = joining.name;
-END;
-$$;
-
--- function: claim_candidates
--- Environments to serve and their turn: least served first, and among equals the one served
--- longest ago, so environments joining level with the others go first. An environment's
--- credit is capped: it counts as served at least `max_deficit` less than the most-served
--- active one. The known ones (drained false) are read through a partial index on environments.
---
--- With `full_scan`, environments that gained work are found too (`joining`), by a loose index
--- scan of the queued index: one descent per environment with queued runs, never a scan of the
--- runs. They rank level with the least-served known environment; nothing is written here (the
--- claim charges the ones it serves and marks the rest: mark_environments_active).
---
--- A plain STABLE sql function, so the planner inlines it into the claim's statement, whose plan
--- is cached.
-CREATE OR REPLACE FUNCTION {schema}.claim_candidates(
-    max_deficit integer, only_environments text[], full_scan boolean)
-RETURNS TABLE (name text, effective_served bigint, turn bigint, joining boolean)
-LANGUAGE sql
-STABLE
-AS $$
-    WITH RECURSIVE active(environment) AS (
-        (SELECT r.environment FROM {schema}.runs r
-         WHERE full_scan AND r.status = 'QUEUED'
-         ORDER BY r.environment LIMIT 1)
-        UNION ALL
-        SELECT (SELECT r.environment FROM {schema}.runs r
-                WHERE r.status = 'QUEUED' AND r.environment > active.environment
-                ORDER BY r.environment LIMIT 1)
-        FROM active
-        WHERE active.environment IS NOT NULL
-    ), known AS (
-        SELECT e.name, e.served, e.last_served_at, false AS joining
-        FROM {schema}.environments e
-        WHERE NOT e.drained
-          AND NOT e.paused
-          AND (only_environments IS NULL OR e.name = ANY(only_environments))
-    ), candidates AS (
-        SELECT * FROM known
-        UNION ALL
-        SELECT e.name,
-               greatest(e.served, coalesce((SELECT min(k.served) FROM known k), e.served)),
-               e.last_served_at, true
-        FROM {schema}.environments e
-        JOIN active ON active.environment = e.name
-        WHERE e.drained
-          AND NOT e.paused
-          AND (only_environments IS NULL OR e.name = ANY(only_environments))
-    )
-    SELECT ranked.name, ranked.effective_served,
-           row_number() OVER (ORDER BY ranked.effective_served, ranked.last_served_at NULLS FIRST,
-                                       ranked.name),
-           ranked.joining
-    FROM (SELECT c.name, c.last_served_at, c.joining,
-                 greatest(c.served, (SELECT max(served) FROM candidates) - max_deficit)
-                     AS effective_served
-          FROM candidates c) AS ranked;
-$$;
-
 -- name: claim_runs
 -- params: limit integer, lease_s double precision, worker_id text, environments text[],
 -- params: queues text[], full_scan boolean, floor_environments text[], floor_queues text[],
--- params: floor_orders timestamp with time zone[], floor_ids bigint[], tasks text[]
+-- params: floor_orders timestamp with time zone[], floor_ids bigint[], tasks text[],
+-- params: announced text[]
 -- Claim up to %(limit)s runs in one statement: fairly across environments, within every cap,
 -- each with a fresh lease token that all later writes must present (sql/leases/outcomes.sql). The
 -- attempt is counted here, so a redelivery after a lapsed lease counts as one too; its
 -- wait_attempt (the attempt whose waits it keeps) moves only when a failure is retried.
--- %(full_scan)s: look for environments that gained work before serving the known ones.
+-- %(full_scan)s: look for environments that gained work before serving the known ones;
+-- %(announced)s: look only at these (the environments notifications named since the last claim).
 -- The floors (four arrays, one element per queue, or NULL): where each queue's walk starts.
 -- %(tasks)s: the tasks the claimer has handlers for (NULL: any); runs of other tasks wait.
 -- No payload (JSON null) and no metadata ({}) come back as SQL NULL, which the client reads
@@ -471,4 +385,4 @@ FROM {schema}.claim_runs(%(limit)s, %(lease_s)s, %(worker_id)s,
                          %(environments)s::text[], %(queues)s::text[], %(full_scan)s,
                          %(floor_environments)s::text[], %(floor_queues)s::text[],
                          %(floor_orders)s::timestamptz[], %(floor_ids)s::bigint[],
-                         %(tasks)s::text[]);
+                         %(tasks)s::text[], %(announced)s::text[]);

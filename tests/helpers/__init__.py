@@ -205,6 +205,7 @@ def claim_params(**given: Any) -> dict[str, Any]:
         "floor_orders": None,
         "floor_ids": None,
         "tasks": None,
+        "announced": None,
     }
     params.update(given)
     return params

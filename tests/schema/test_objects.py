@@ -214,14 +214,14 @@ def test_an_object_an_older_release_made_is_dropped_when_it_leaves_sql(
 ) -> None:
     """Releases before schema_objects recorded nothing: a function they made that sql/ no
     longer defines is still known to be fairlane's (UNRECORDED_LEGACY) and dropped."""
-    db.execute("DELETE FROM fairlane.schema_objects WHERE name = 'slot_holders'")
-    without = tuple(obj for obj in manifest("fairlane") if obj.name != "slot_holders")
+    db.execute("DELETE FROM fairlane.schema_objects WHERE name = 'take_rate_tokens'")
+    without = tuple(obj for obj in manifest("fairlane") if obj.name != "take_rate_tokens")
     result = install_objects(db, "fairlane", without)
-    assert result.dropped == ["slot_holders"]
+    assert result.dropped == ["take_rate_tokens"]
     assert not result.created
     assert not result.replaced
     left = db.execute(
-        "SELECT count(*) FROM pg_proc WHERE proname = 'slot_holders'"
+        "SELECT count(*) FROM pg_proc WHERE proname = 'take_rate_tokens'"
         " AND pronamespace = 'fairlane'::regnamespace"
     ).fetchone()
     assert left == (0,)

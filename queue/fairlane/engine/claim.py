@@ -27,10 +27,12 @@ class Claim(Section):
         full_scan: bool,
         floors: ClaimFloorArrays | None = None,
         tasks: Sequence[str] | None = None,
+        announced: Sequence[str] | None = None,
     ) -> Statement[ClaimedRun]:
         """``floors``: where each queue's walk starts, as four parallel arrays (environments,
         queues, queue orders, run ids); see sql/claim/claim.sql. ``tasks``: only runs of these
-        tasks (None: of any task)."""
+        tasks (None: of any task). ``announced``: environments said to have gained work, looked
+        at before serving (without a full scan)."""
         floor_environments, floor_queues, floor_orders, floor_ids = floors or (None,) * 4
         params = {
             "limit": limit,
@@ -44,6 +46,7 @@ class Claim(Section):
             "floor_orders": floor_orders,
             "floor_ids": floor_ids,
             "tasks": list(tasks) if tasks is not None else None,
+            "announced": list(announced) if announced else None,
         }
         return self._statement("claim_runs", params, claimed_from_row)
 

@@ -234,8 +234,16 @@ def _environments(metadata: MetaData) -> Table:
         ),
         CheckConstraint("size_limit IS NULL OR size_limit >= 0", name="environments_size_check"),
         CheckConstraint("burst_factor >= 1", name="environments_burst_check"),
-        # The claim's list of environments with work: a handful of rows among many idle ones.
-        Index("environments_active_idx", "name", postgresql_where=text("NOT drained")),
+        # The claim's turn order of the environments with work (sql/claim/turns.sql): least
+        # served first, then the one served longest ago, then the name. Written as reflection
+        # reads it back.
+        Index(
+            "environments_turn_idx",
+            "served",
+            text("COALESCE(last_served_at, '-infinity'::timestamp with time zone)"),
+            "name",
+            postgresql_where=text("(NOT drained) AND (NOT paused)"),
+        ),
     )
 
 

@@ -15,6 +15,11 @@ work while the known ones keep every claim full.
 
 Claims take only runs of the worker's tasks, so a floor is the last run of those: runs of other
 tasks before it are another worker's, and the walk passes over them only in full scans.
+
+A worker keeps the floors of the queues it claimed from most recently, at most ``MAX_FLOORS``:
+every claim sends them all and every environment it visits reads them, so with thousands of
+tenants an unbounded set would cost each claim in proportion to every queue ever claimed from,
+where a floor only pays in a queue deep enough to be claimed from again and again.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from fairlane.models import ClaimedRun
 
 QueueKey = tuple[str, str]  # environment, queue
 
+MAX_FLOORS = 64
+
 
 class ClaimFloors:
     """The floors of one worker's claims, by queue."""
@@ -34,8 +41,13 @@ class ClaimFloors:
     def __init__(self) -> None:
         self._floors: dict[QueueKey, tuple[datetime, int]] = {}
 
-    def for_claim(self, full_scan: bool) -> ClaimFloorArrays | None:
-        """What to send with a claim: nothing for a full scan, or while no floor is known."""
+    def for_claim(self, full_scan: bool, announced: Sequence[str] = ()) -> ClaimFloorArrays | None:
+        """What to send with a claim: nothing for a full scan, or while no floor is known.
+        The floors of environments announced to have new work are dropped: a new run may sort
+        before them (a higher priority)."""
+        for environment in announced:
+            for key in [key for key in self._floors if key[0] == environment]:
+                del self._floors[key]
         if full_scan or not self._floors:
             return None
         keys = list(self._floors)
@@ -59,9 +71,11 @@ class ClaimFloors:
                 continue
             key = (run.environment, run.queue)
             position = (run.queue_order, run.id)
-            known = self._floors.get(key)
-            if known is None or position > known:
-                self._floors[key] = position
+            known = self._floors.pop(key, None)
+            self._floors[key] = position if known is None or position > known else known
+        while len(self._floors) > MAX_FLOORS:
+            # The least recently claimed from: dicts keep insertion order.
+            del self._floors[next(iter(self._floors))]
 
     def __len__(self) -> int:
         return len(self._floors)

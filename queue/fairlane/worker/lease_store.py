@@ -80,6 +80,7 @@ class LeaseStore:
         full_scan: bool = True,
         floors: ClaimFloorArrays | None = None,
         tasks: Sequence[str] | None = None,
+        announced: Sequence[str] | None = None,
     ) -> list[ClaimedRun]:
         """Claim up to ``limit`` runs. ``full_scan=False`` serves the environments already known
         to have work and looks for others only when they cannot fill the claim; a caller that
@@ -87,7 +88,8 @@ class LeaseStore:
         ``floors`` (worker/claim_floors.py) start each queue's walk after the last run claimed
         there; a caller that sends them must also claim without them now and then.
         ``tasks``: claim only runs of these tasks (None: any); a worker sends every task it
-        has a handler for, its built-in ones included."""
+        has a handler for, its built-in ones included. ``announced``: environments a
+        notification said gained work, looked at before serving (without a full scan)."""
         statement = self._engine.claim.runs(
             limit,
             lease_s=self.lease_seconds,
@@ -97,6 +99,7 @@ class LeaseStore:
             full_scan=full_scan,
             floors=floors,
             tasks=tasks,
+            announced=announced,
         )
         if conn not in self._claim_connections:
             set_json_loads(_loads_json, conn)

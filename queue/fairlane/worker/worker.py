@@ -48,6 +48,7 @@ from fairlane.metrics.worker import WorkerMetrics
 from fairlane.models import ClaimedRun
 from fairlane.schema.check import SCHEMA_REVISION, check_schema_async
 from fairlane.worker import heartbeat, notifier, periodic
+from fairlane.worker.announcements import Announcements
 from fairlane.worker.claim_floors import ClaimFloors
 from fairlane.worker.connections import LoopConnection
 from fairlane.worker.context import RunContext
@@ -201,8 +202,10 @@ class Worker:
         self.pool = RunnerPool(self.runs, registry, self.writer, self.metrics, concurrency)
         self.runs.on_runner_needed = self.pool.add_runner
         self._wake = anyio.Event()
-        # New work was announced since the last full scan (or may have been: at start).
-        self._work_announced = True
+        # Environments announced to have new work since the last claim, and whether a full
+        # scan is owed (at start: work may have been announced before the worker listened).
+        self._announced = Announcements()
+        self._announced.scan_owed = True
         self._last_full_scan = -math.inf
         # Where the next claim starts walking each queue (while claims come back full).
         self._floors = ClaimFloors()
@@ -429,6 +432,7 @@ class Worker:
             # The database starts each lease when the claim runs: never count ours from later.
             sent_at = time.monotonic()
             full_scan = self._full_scan_due(sent_at)
+            announced = self._announced.take(full_scan)
             try:
                 async with connection.use() as conn:
                     began = time.perf_counter()
@@ -438,11 +442,12 @@ class Worker:
                         environments=self.environments,
                         queues=self.queues,
                         full_scan=full_scan,
-                        floors=self._floors.for_claim(full_scan),
+                        floors=self._floors.for_claim(full_scan, announced),
                         # Only runs of the tasks registered (the built-in batch carrier task
                         # included): a run of another task waits QUEUED for a worker that has
                         # its handler, instead of failing here (sql/claim/claim.sql).
                         tasks=self.registry.names(),
+                        announced=announced,
                     )
                     self.metrics.claimed(time.perf_counter() - began)
                 self._floors.claimed(claimed, asked, full_scan)
@@ -459,7 +464,8 @@ class Worker:
                 await connection.discard()
                 claimed = []
                 # The scan this claim was to make is still owed.
-                self._work_announced |= full_scan
+                self._announced.scan_owed |= full_scan
+                self._announced.give_back(announced)
             self.stats.claims += 1
             self.stats.claimed += len(claimed)
             recording = tracing.tracer() if claimed else None
@@ -491,19 +497,20 @@ class Worker:
             return False
 
     def _full_scan_due(self, now: float) -> bool:
-        """Whether this claim should look for environments that gained work. Notifications
-        announce new work; without them, and at least once per poll interval as a safety net,
-        every claim looks. Between those, claims serve the environments known to have work
-        (and still look whenever those cannot fill them)."""
+        """Whether this claim should look for every environment that gained work: when a
+        scan is owed (at start, after a reconnect, when too many environments were announced
+        to send), without notifications, and at least once per poll interval as a safety net.
+        Between those, claims serve the environments known to have work and look at the ones
+        notifications named (worker/announcements.py), and still look for others whenever
+        those cannot fill them."""
         due = (
-            self._work_announced
+            self._announced.scan_owed
             or not self.listen
             # In burst mode every claim made while nothing is held decides whether to stop.
             or (self._burst and not self.held)
             or now - self._last_full_scan >= (self.poll_interval)
         )
         if due:
-            self._work_announced = False
             self._last_full_scan = now
         return due
 
@@ -647,7 +654,7 @@ class Worker:
             or environment in self.environments
         ):
             self.stats.wakeups += 1
-            self._work_announced = True
+            self._announced.heard(environment)
             self._wake.set()
 
     def _metadata_changed(self, ctx: RunContext) -> None:

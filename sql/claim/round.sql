@@ -1,0 +1,116 @@
+-- A claim's rounds and the start of what it picked (sql/claim/claim.sql says how a claim
+-- goes).
+
+-- function: claim_round
+-- One round of a claim: lock what it can of `page_names` (SKIP LOCKED; with `wait`, the one
+-- environment named, waiting for its row), and pick from every environment locked in one
+-- statement, up to a turn's share each (`quantum`, or an even split of `remaining` when that
+-- is more), keeping the first `remaining` picks in turn order. A locking read returns each
+-- row's latest version, so a pause or a limit that committed after the page was read is seen.
+-- Returns the environments locked (names, effective service: at least `cap_floor`), the share,
+-- what each gave, the picked runs in turn order, and the names it could not lock.
+CREATE OR REPLACE FUNCTION {schema}.claim_round(
+    page_names text[], page_served bigint[], cap_floor bigint, remaining integer,
+    quantum integer, only_queues text[], only_tasks text[], floor_environments text[],
+    floor_queues text[], floor_orders timestamptz[], floor_ids bigint[],
+    wait boolean DEFAULT false,
+    OUT names text[], OUT served bigint[], OUT share integer, OUT taken integer[],
+    OUT picked bigint[], OUT skipped text[])
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    limits integer[];
+    bursts numeric[];
+    paused boolean[];
+    turns bigint[];
+BEGIN
+    IF wait THEN
+        SELECT ARRAY[e.name], ARRAY[greatest(e.served, cap_floor)], ARRAY[e.concurrency_limit],
+               ARRAY[e.burst_factor], ARRAY[e.paused]
+        INTO names, served, limits, bursts, paused
+        FROM {schema}.environments e WHERE e.name = page_names[1] FOR UPDATE;
+        skipped := '{{}}';
+    ELSE
+        -- A page's names are unique: aggregates FILTERed on the row found keep the arrays
+        -- aligned, and the names not found are the ones other claimers hold.
+        SELECT array_agg(e.name ORDER BY page.turn) FILTER (WHERE e.name IS NOT NULL),
+               array_agg(greatest(coalesce(page.served, e.served), cap_floor) ORDER BY page.turn)
+                   FILTER (WHERE e.name IS NOT NULL),
+               array_agg(e.concurrency_limit ORDER BY page.turn) FILTER (WHERE e.name IS NOT NULL),
+               array_agg(e.burst_factor ORDER BY page.turn) FILTER (WHERE e.name IS NOT NULL),
+               array_agg(e.paused ORDER BY page.turn) FILTER (WHERE e.name IS NOT NULL),
+               coalesce(array_agg(page.name ORDER BY page.turn) FILTER (WHERE e.name IS NULL),
+                        '{{}}')
+        INTO names, served, limits, bursts, paused, skipped
+        FROM unnest(page_names, page_served) WITH ORDINALITY AS page(name, served, turn)
+        LEFT JOIN LATERAL (SELECT e.name, e.served, e.concurrency_limit, e.burst_factor,
+                                  e.paused
+                           FROM {schema}.environments e WHERE e.name = page.name
+                           FOR UPDATE SKIP LOCKED) AS e ON true;
+    END IF;
+    IF names IS NULL THEN
+        RETURN;
+    END IF;
+    share := least(remaining, greatest(quantum, ceil(remaining::numeric / cardinality(names))))::integer;
+    SELECT coalesce(array_agg(p.id ORDER BY p.nth), '{{}}'),
+           coalesce(array_agg(p.turn ORDER BY p.nth), '{{}}')
+    INTO picked, turns
+    FROM (SELECT picks.id, picks.turn,
+                 row_number() OVER (ORDER BY picks.turn, picks.queue_order, picks.id) AS nth
+          FROM {schema}.pick_runs(names, limits, bursts, paused, share, only_queues,
+                                  only_tasks, floor_environments, floor_queues, floor_orders,
+                                  floor_ids) AS picks) AS p
+    WHERE p.nth <= remaining;
+    SELECT array_agg(coalesce(c.n, 0) ORDER BY x.turn) INTO taken
+    FROM generate_series(1, cardinality(names)) AS x(turn)
+    LEFT JOIN (SELECT t.turn, count(*)::integer AS n FROM unnest(turns) AS t(turn)
+               GROUP BY t.turn) AS c ON c.turn = x.turn;
+END;
+$$;
+
+-- function: start_picked_runs
+-- Start the runs a claim picked, in the order it picked them; the attempt is counted here, but
+-- not for a run that waited without a worker and is resumed (resume_ready: mark_runs_ready).
+-- replay says whether the run has recorded calls (sql/waitpoints/steps.sql) to replay. The runs
+-- are found through an index condition on the primary key: joined on id alone, the plan a
+-- session keeps from claims made while the table held a few runs hashed the picked ids and
+-- scanned the whole table on every later claim (tests/sql/test_plans_after_growth.py).
+CREATE OR REPLACE FUNCTION {schema}.start_picked_runs(
+    picked bigint[], lease_s double precision, claimer text)
+RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
+               max_attempts integer, environment text, queue text, metadata jsonb,
+               machine text, max_duration_s double precision, queue_order timestamptz,
+               wait_attempt integer, replay boolean)
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH started AS (
+        UPDATE {schema}.runs AS r
+        SET status = 'EXECUTING',
+            attempts = r.attempts + CASE WHEN r.resume_ready THEN 0 ELSE 1 END,
+            resume_ready = false,
+            lease_token = gen_random_uuid(),
+            lease_until = now() + make_interval(secs => lease_s),
+            worker_id = claimer,
+            started_at = now(),
+            -- Started: the TTL is spent, so nothing that hands the run back can expire it.
+            expires_at = NULL
+        FROM unnest(picked) WITH ORDINALITY AS p(id, nth)
+        WHERE r.id = p.id AND r.id = ANY(picked)
+        RETURNING r.id, r.lease_token, r.task, r.payload, r.attempts, r.max_attempts,
+                  r.environment, r.queue, r.metadata, r.machine, r.max_duration_s,
+                  r.queue_order, r.wait_attempt, p.nth
+    )
+    SELECT s.id, s.lease_token, s.task, s.payload, s.attempts, s.max_attempts,
+           s.environment, s.queue, s.metadata, s.machine, s.max_duration_s, s.queue_order,
+           s.wait_attempt,
+           EXISTS (SELECT 1 FROM {schema}.run_steps AS step WHERE step.run_id = s.id)
+    FROM started s
+    ORDER BY s.nth;
+END;
+$$;

@@ -1,0 +1,92 @@
+-- The turn order of the fair claim (sql/claim/claim.sql): which environments are active, and
+-- in which order a claim serves them.
+--
+-- An environment is active while environments.drained is false. A claim that leaves one with
+-- no queued run marks it drained; a scan of the queued index (environments_with_work), or a
+-- look at the environments a notification named, finds those that gained work again, and
+-- mark_environments_active lets them rejoin. The active, unpaused ones are kept in turn order
+-- by environments_turn_idx: least served first, then the one served longest ago (never served:
+-- first), then the name. A claim reads that order a page at a time (claim_turns), so what it
+-- reads grows with the environments it serves, not with every environment that has work.
+
+-- function: claim_turns
+-- The next `how_many` active, unpaused environments in turn order after the position
+-- (`after_served`, `after_turn`, `after_name`), each with that position. One range scan of
+-- environments_turn_idx. A plain STABLE sql function, so the planner inlines it into the
+-- claim's statement.
+CREATE OR REPLACE FUNCTION {schema}.claim_turns(
+    only_environments text[], after_served bigint, after_turn timestamptz, after_name text,
+    how_many integer)
+RETURNS TABLE (name text, served bigint, turn_at timestamptz, nth bigint)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT e.name, e.served, coalesce(e.last_served_at, '-infinity'::timestamptz),
+           row_number() OVER (ORDER BY e.served, coalesce(e.last_served_at, '-infinity'::timestamptz),
+                                       e.name)
+    FROM {schema}.environments e
+    WHERE NOT e.drained
+      AND NOT e.paused
+      AND (e.served, coalesce(e.last_served_at, '-infinity'::timestamptz), e.name)
+          > (after_served, after_turn, after_name)
+      AND (only_environments IS NULL OR e.name = ANY(only_environments))
+    ORDER BY e.served, coalesce(e.last_served_at, '-infinity'::timestamptz), e.name
+    LIMIT how_many;
+$$;
+
+-- function: environments_with_work
+-- The environments with QUEUED runs, by a loose index scan of the queued index: one descent per
+-- environment with queued runs, never a scan of the runs. Its cost grows with those
+-- environments, so claims make it only in a full scan (a worker's safety net once per poll
+-- interval) or when the active environments could not fill them.
+CREATE OR REPLACE FUNCTION {schema}.environments_with_work()
+RETURNS TABLE (environment text)
+LANGUAGE sql
+STABLE
+AS $$
+    WITH RECURSIVE found(environment) AS (
+        (SELECT r.environment FROM {schema}.runs r
+         WHERE r.status = 'QUEUED'
+         ORDER BY r.environment LIMIT 1)
+        UNION ALL
+        SELECT (SELECT r.environment FROM {schema}.runs r
+                WHERE r.status = 'QUEUED' AND r.environment > found.environment
+                ORDER BY r.environment LIMIT 1)
+        FROM found
+        WHERE found.environment IS NOT NULL
+    )
+    SELECT found.environment FROM found WHERE found.environment IS NOT NULL;
+$$;
+
+-- function: mark_environments_active
+-- Of `candidate_names`, the drained environments with QUEUED runs join the active ones, level
+-- with the least-served active environment: no credit for the time they had nothing to run.
+-- Returns the ones it marked, with their new service. Rows other claimers hold are skipped:
+-- those claimers charge them and decide `drained` themselves, and a later look finds the rest.
+-- The least service is one descent of the turn index.
+CREATE OR REPLACE FUNCTION {schema}.mark_environments_active(candidate_names text[])
+RETURNS TABLE (name text, served bigint)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH joining AS (
+        SELECT j.name FROM {schema}.environments j
+        WHERE j.name = ANY(candidate_names) AND j.drained
+          AND (SELECT r.id FROM {schema}.runs r
+               WHERE r.environment = j.name AND r.status = 'QUEUED'
+               ORDER BY r.environment, r.queue, r.queue_order, r.id
+               LIMIT 1) IS NOT NULL
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE {schema}.environments AS e
+    SET drained = false,
+        served = greatest(e.served, coalesce(
+            (SELECT min(peer.served) FROM {schema}.environments peer
+             WHERE NOT peer.drained AND NOT peer.paused), e.served))
+    FROM joining
+    WHERE e.name = joining.name
+    RETURNING e.name, e.served;
+END;
+$$;
