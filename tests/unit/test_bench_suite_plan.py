@@ -43,7 +43,11 @@ def test_one_repetition_runs_each_row_side_by_side_in_harness_labels() -> None:
         "graphile/throughput/c10",
         "pgqueuer/throughput/c10",
         "fairlane/drain/tenants1",
-        "fairlane/drain/tenants50",
+        "fairlane/drain/tenants1000",
+        "fairlane/drain/tenants10000",
+        "fairlane/drain/tenants1/c10",
+        "fairlane/drain/tenants1000/c10",
+        "fairlane/drain/tenants10000/c10",
         "fairlane/enqueue",
         "fairlane/latency",
         "graphile/latency",
@@ -65,7 +69,16 @@ def test_one_repetition_runs_each_row_side_by_side_in_harness_labels() -> None:
         "--claim-batch",
         "2000",
     )
-    assert by_label["fairlane/drain/tenants50"][-2:] == ("--tenants", "50")
+    assert by_label["fairlane/drain/tenants10000"][-2:] == ("--tenants", "10000")
+    assert by_label["fairlane/drain/tenants10000/c10"] == (
+        "drain",
+        "--runs",
+        "20000",
+        "--concurrency",
+        "10",
+        "--tenants",
+        "10000",
+    )
     assert by_label["fairlane/drain/c10"] == ("drain", "--runs", "20000", "--concurrency", "10")
     assert by_label["graphile/throughput/tuned@1M"] == (
         "throughput",

@@ -64,7 +64,9 @@ SITTING = [
     peer("graphile", "c10", 20000, 4000),
     peer("pgqueuer", "c10", 20000, 3000),
     drain("drain/tenants1", 20000, 12000),
-    drain("drain/tenants50", 20000, 11000),
+    drain("drain/tenants10000", 20000, 11000),
+    drain("drain/tenants1/c10", 20000, 5000),
+    drain("drain/tenants10000/c10", 20000, 4500),
     fairlane("enqueue", 20000, runs_per_s=60000),
     latency("fairlane", 3.0, 5.0),
     latency("graphile", 4.4, 10.8),
@@ -162,8 +164,13 @@ def test_ratio_rows_are_those_the_targets_are_stated_in() -> None:
     assert table["fairlane ÷ peer, pickup p50 / p99"] == ["", "0.68x / 0.46x", ""]
     assert table["drain 100k ÷ drain 20k, best setting"] == ["0.83x", "0.44x", "0.40x"]
     assert table["drain 1M ÷ drain 100k, best setting"] == ["0.90x", "2.81x", ""]
-    assert table["--tenants 50 ÷ --tenants 1, drain 20k best setting"] == [
+    assert table["--tenants 10,000 ÷ --tenants 1, drain 20k best setting"] == [
         "11,000 ÷ 12,000 = 0.92x",
+        "",
+        "",
+    ]
+    assert table["--tenants 10,000 ÷ --tenants 1, drain 20k concurrency 10"] == [
+        "4,500 ÷ 5,000 = 0.90x",
         "",
         "",
     ]

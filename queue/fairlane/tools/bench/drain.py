@@ -96,8 +96,9 @@ def tenant_names(tenants: int) -> list[str]:
 
 
 def set_caps(dsn: str, tenants: int, cap: int, runs: int) -> None:
-    """Every environment and its queue capped at ``cap`` running; queue size limits."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    """Every environment and its queue capped at ``cap`` running; queue size limits. In one
+    transaction: one commit each took most of a minute at 10,000 tenants."""
+    with psycopg.connect(dsn) as conn, conn.transaction():
         for env in tenant_names(tenants):
             set_environment(conn, env, concurrency_limit=cap, schema=SCHEMA)
             set_queue(conn, env, "default", concurrency_limit=cap, size_limit=runs, schema=SCHEMA)

@@ -72,9 +72,10 @@ def c10_drain(side: Side, size: int, rep: int) -> Step:
     return Step(side, side.c10, size, argv, rep)
 
 
-def tenants_drain(tenants: int, size: int, settings: Settings, rep: int) -> Step:
-    argv = ("drain", "--runs", str(size), *_best_flags(settings), "--tenants", str(tenants))
-    return Step(FAIRLANE, tenants_case(tenants), size, argv, rep)
+def tenants_drain(tenants: int, size: int, settings: Settings, rep: int, c10: bool) -> Step:
+    flags = ("--concurrency", "10") if c10 else _best_flags(settings)
+    argv = ("drain", "--runs", str(size), *flags, "--tenants", str(tenants))
+    return Step(FAIRLANE, tenants_case(tenants, c10), size, argv, rep)
 
 
 def latency(side: Side, settings: Settings, rep: int) -> Step:
@@ -98,7 +99,8 @@ def _groups(settings: Settings, order: list[Side], rep: int) -> list[list[Step]]
     groups = [
         [best_drain(side, base, settings, rep) for side in order],
         [c10_drain(side, base, rep) for side in order],
-        [tenants_drain(tenants, base, settings, rep) for tenants in TENANTS],
+        [tenants_drain(tenants, base, settings, rep, c10=False) for tenants in TENANTS],
+        [tenants_drain(tenants, base, settings, rep, c10=True) for tenants in TENANTS],
         [Step(FAIRLANE, ENQUEUE, base, ("enqueue", "--runs", str(base)), rep)],
         [latency(side, settings, rep) for side in order],
     ]

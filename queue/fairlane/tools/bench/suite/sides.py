@@ -68,13 +68,14 @@ ENQUEUE = "enqueue"
 # fairlane's enqueue step's line: its runs per second.
 ENQUEUE_RATE = "runs_per_s"
 LATENCY = "latency"
-TENANTS = (1, 50)
+# The drains spread over tenants: one, and the long tail of a multi-tenant platform.
+TENANTS = (1, 1000, 10_000)
 # The harness's default job count: its labels carry no size suffix at this size.
 DEFAULT_SIZE = 20_000
 
 
-def tenants_case(tenants: int) -> str:
-    return f"drain/tenants{tenants}"
+def tenants_case(tenants: int, c10: bool = False) -> str:
+    return f"drain/tenants{tenants}" + ("/c10" if c10 else "")
 
 
 def size_text(size: int) -> str:

@@ -209,16 +209,21 @@ def _own_ratio(results: Results, side: Side, smaller: int, larger: int) -> str:
 
 
 def _tenants_rows(results: Results) -> list[Row]:
-    few, many = TENANTS
+    """Each spread's drain ÷ the same drain in one environment, at the best setting and at
+    concurrency 10 (issue: at least 0.8)."""
+    one, *spreads = TENANTS
     rows: list[Row] = []
     rate = field_value(FAIRLANE.rate_field)
-    for size in results.sizes(FAIRLANE, tenants_case(many)):
-        one = results.median(FAIRLANE, tenants_case(few), size, rate)
-        fifty = results.median(FAIRLANE, tenants_case(many), size, rate)
-        ratio = _ratio(fifty, one)
-        cell = f"{_rate(fifty)} ÷ {_rate(one)} = {ratio}" if ratio else ""
-        title = f"--tenants {many} ÷ --tenants {few}, drain {size_text(size)} best setting"
-        rows.append((title, [cell] + [""] * len(PEERS)))
+    for c10 in (False, True):
+        setting = "concurrency 10" if c10 else "best setting"
+        for many in spreads:
+            for size in results.sizes(FAIRLANE, tenants_case(many, c10)):
+                base = results.median(FAIRLANE, tenants_case(one, c10), size, rate)
+                spread = results.median(FAIRLANE, tenants_case(many, c10), size, rate)
+                ratio = _ratio(spread, base)
+                cell = f"{_rate(spread)} ÷ {_rate(base)} = {ratio}" if ratio else ""
+                title = f"--tenants {many:,} ÷ --tenants {one}, drain {size_text(size)} {setting}"
+                rows.append((title, [cell] + [""] * len(PEERS)))
     return rows
 
 
