@@ -193,7 +193,6 @@ DECLARE
     remaining integer := claim_limit;
     granted integer;
     total integer := 0;
-    cap_floor bigint;
     -- Where the next page of the turn order starts.
     after_served bigint := -9223372036854775808;
     after_turn timestamptz := '-infinity';
@@ -207,12 +206,10 @@ DECLARE
     round record;
     -- The environments that gave their whole share, asked again in the next lap.
     again_names text[] := '{{}}';
-    again_served bigint[] := '{{}}';
     skipped text[] := '{{}}';
     found text[] := '{{}}';
     -- Every visit: environment, effective service, share asked, runs given; charged at the end.
     visited_names text[] := '{{}}';
-    visited_served bigint[] := '{{}}';
     visited_shares integer[] := '{{}}';
     visited_taken integer[] := '{{}}';
     picked bigint[] := '{{}}';
@@ -240,10 +237,6 @@ BEGIN
             SELECT a.name FROM unnest(announced_environments) AS a(name)
             WHERE only_environments IS NULL OR a.name = ANY(only_environments)));
     END IF;
-    -- An environment's credit is capped: it counts as served at least max_deficit less than
-    -- the most-served active one (one descent of the turn index, from its end).
-    SELECT max(e.served) - settings.max_deficit INTO cap_floor
-    FROM {schema}.environments e WHERE NOT e.drained AND NOT e.paused;
     yield := settings.quantum;
 
     LOOP
@@ -266,9 +259,7 @@ BEGIN
                 found := ARRAY(SELECT w.environment FROM {schema}.environments_with_work() AS w
                                WHERE only_environments IS NULL
                                   OR w.environment = ANY(only_environments));
-                SELECT array_agg(j.name ORDER BY j.served, j.name),
-                       array_agg(j.served ORDER BY j.served, j.name)
-                INTO page_names, page_served
+                SELECT array_agg(j.name ORDER BY j.served, j.name) INTO page_names
                 FROM {schema}.mark_environments_active(found) AS j;
             END IF;
         END IF;
@@ -279,27 +270,18 @@ BEGIN
             picked := '{{}}';
             lapping := true;
             page_names := again_names;
-            page_served := again_served;
             again_names := '{{}}';
-            again_served := '{{}}';
         END IF;
         SELECT * INTO round
-        FROM {schema}.claim_round(page_names, page_served, cap_floor, remaining,
-                                  settings.quantum, only_queues, only_tasks,
+        FROM {schema}.claim_round(page_names, remaining, settings.quantum, only_queues, only_tasks,
                                   floor_environments, floor_queues, floor_orders, floor_ids);
         skipped := skipped || round.skipped;
         CONTINUE WHEN round.names IS NULL;
         picked := picked || round.picked;
         visited_names := visited_names || round.names;
-        visited_served := visited_served || round.served;
         visited_shares := visited_shares || array_fill(round.share, ARRAY[cardinality(round.names)]);
         visited_taken := visited_taken || round.taken;
-        SELECT again_names || coalesce(array_agg(v.name ORDER BY v.turn), '{{}}'),
-               again_served || coalesce(array_agg(v.served ORDER BY v.turn), '{{}}')
-        INTO again_names, again_served
-        FROM unnest(round.names, round.served, round.taken) WITH ORDINALITY
-             AS v(name, served, taken, turn)
-        WHERE v.taken >= round.share;
+        again_names := again_names || round.again;
         remaining := remaining - cardinality(round.picked);
         total := total + cardinality(round.picked);
         yield := greatest(1, cardinality(round.picked)::numeric / cardinality(round.names));
@@ -312,14 +294,12 @@ BEGIN
     -- waiting cannot deadlock.
     IF total = 0 AND cardinality(visited_names) = 0 AND cardinality(skipped || found) > 0 THEN
         SELECT * INTO round
-        FROM {schema}.claim_round((skipped || found)[1:1], NULL, cap_floor, remaining,
-                                  remaining, only_queues, only_tasks, floor_environments,
+        FROM {schema}.claim_round((skipped || found)[1:1], remaining, remaining, only_queues, only_tasks, floor_environments,
                                   floor_queues, floor_orders, floor_ids, wait => true);
         IF round.names IS NOT NULL THEN
             picked := round.picked;
             total := cardinality(round.picked);
             visited_names := round.names;
-            visited_served := round.served;
             visited_shares := ARRAY[round.share];
             visited_taken := round.taken;
         END IF;
@@ -339,8 +319,15 @@ BEGIN
     -- and is charged nothing. A scalar subquery keeps its ORDER BY (EXISTS would drop it), and
     -- that order matches the queued index, so even a generic plan walks the index.
     IF cardinality(visited_names) > 0 THEN
+        -- An environment's credit is capped: it counts as served at least max_deficit less
+        -- than the most-served active one (one descent of the turn index, from its end).
+        WITH cap AS (
+            SELECT max(a.served) - settings.max_deficit AS least_served
+            FROM {schema}.environments a WHERE NOT a.drained AND NOT a.paused
+        )
         UPDATE {schema}.environments AS e
-        SET served = CASE WHEN v.taken > 0 THEN greatest(e.served, v.served) + v.taken
+        SET served = CASE WHEN v.taken > 0
+                          THEN greatest(e.served, (SELECT cap.least_served FROM cap)) + v.taken
                           ELSE e.served END,
             last_served_at = CASE WHEN v.taken > 0 THEN clock_timestamp()
                                   ELSE e.last_served_at END,
@@ -349,10 +336,8 @@ BEGIN
                 WHERE r.environment = v.name AND r.status = 'QUEUED'
                 ORDER BY r.environment, r.queue, r.queue_order, r.id
                 LIMIT 1) IS NULL END
-        FROM (SELECT x.name, max(x.served) AS served, sum(x.taken)::integer AS taken,
-                     bool_and(x.taken >= x.share) AS full
-              FROM unnest(visited_names, visited_served, visited_shares, visited_taken)
-                   AS x(name, served, share, taken)
+        FROM (SELECT x.name, sum(x.taken)::integer AS taken, bool_and(x.taken >= x.share) AS full
+              FROM unnest(visited_names, visited_shares, visited_taken) AS x(name, share, taken)
               GROUP BY x.name) AS v
         WHERE e.name = v.name;
     END IF;

@@ -7,15 +7,16 @@
 -- statement, up to a turn's share each (`quantum`, or an even split of `remaining` when that
 -- is more), keeping the first `remaining` picks in turn order. A locking read returns each
 -- row's latest version, so a pause or a limit that committed after the page was read is seen.
--- Returns the environments locked (names, effective service: at least `cap_floor`), the share,
--- what each gave, the picked runs in turn order, and the names it could not lock.
+-- Returns the environments locked, the share, what each gave, the picked runs in turn order,
+-- the names it could not lock, and those that gave their whole share (`again`: a lap may ask
+-- them for more).
 CREATE OR REPLACE FUNCTION {schema}.claim_round(
-    page_names text[], page_served bigint[], cap_floor bigint, remaining integer,
+    page_names text[], remaining integer,
     quantum integer, only_queues text[], only_tasks text[], floor_environments text[],
     floor_queues text[], floor_orders timestamptz[], floor_ids bigint[],
     wait boolean DEFAULT false,
-    OUT names text[], OUT served bigint[], OUT share integer, OUT taken integer[],
-    OUT picked bigint[], OUT skipped text[])
+    OUT names text[], OUT share integer, OUT taken integer[], OUT picked bigint[],
+    OUT skipped text[], OUT again text[])
 LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
@@ -26,26 +27,22 @@ DECLARE
     turns bigint[];
 BEGIN
     IF wait THEN
-        SELECT ARRAY[e.name], ARRAY[greatest(e.served, cap_floor)], ARRAY[e.concurrency_limit],
-               ARRAY[e.burst_factor], ARRAY[e.paused]
-        INTO names, served, limits, bursts, paused
+        SELECT ARRAY[e.name], ARRAY[e.concurrency_limit], ARRAY[e.burst_factor], ARRAY[e.paused]
+        INTO names, limits, bursts, paused
         FROM {schema}.environments e WHERE e.name = page_names[1] FOR UPDATE;
         skipped := '{{}}';
     ELSE
         -- A page's names are unique: aggregates FILTERed on the row found keep the arrays
         -- aligned, and the names not found are the ones other claimers hold.
         SELECT array_agg(e.name ORDER BY page.turn) FILTER (WHERE e.name IS NOT NULL),
-               array_agg(greatest(coalesce(page.served, e.served), cap_floor) ORDER BY page.turn)
-                   FILTER (WHERE e.name IS NOT NULL),
                array_agg(e.concurrency_limit ORDER BY page.turn) FILTER (WHERE e.name IS NOT NULL),
                array_agg(e.burst_factor ORDER BY page.turn) FILTER (WHERE e.name IS NOT NULL),
                array_agg(e.paused ORDER BY page.turn) FILTER (WHERE e.name IS NOT NULL),
                coalesce(array_agg(page.name ORDER BY page.turn) FILTER (WHERE e.name IS NULL),
                         '{{}}')
-        INTO names, served, limits, bursts, paused, skipped
-        FROM unnest(page_names, page_served) WITH ORDINALITY AS page(name, served, turn)
-        LEFT JOIN LATERAL (SELECT e.name, e.served, e.concurrency_limit, e.burst_factor,
-                                  e.paused
+        INTO names, limits, bursts, paused, skipped
+        FROM unnest(page_names) WITH ORDINALITY AS page(name, turn)
+        LEFT JOIN LATERAL (SELECT e.name, e.concurrency_limit, e.burst_factor, e.paused
                            FROM {schema}.environments e WHERE e.name = page.name
                            FOR UPDATE SKIP LOCKED) AS e ON true;
     END IF;
@@ -62,8 +59,10 @@ BEGIN
                                   only_tasks, floor_environments, floor_queues, floor_orders,
                                   floor_ids) AS picks) AS p
     WHERE p.nth <= remaining;
-    SELECT array_agg(coalesce(c.n, 0) ORDER BY x.turn) INTO taken
-    FROM generate_series(1, cardinality(names)) AS x(turn)
+    SELECT array_agg(coalesce(c.n, 0) ORDER BY x.turn),
+           coalesce(array_agg(x.name ORDER BY x.turn) FILTER (WHERE c.n >= share), '{{}}')
+    INTO taken, again
+    FROM unnest(names) WITH ORDINALITY AS x(name, turn)
     LEFT JOIN (SELECT t.turn, count(*)::integer AS n FROM unnest(turns) AS t(turn)
                GROUP BY t.turn) AS c ON c.turn = x.turn;
 END;
@@ -75,7 +74,9 @@ $$;
 -- replay says whether the run has recorded calls (sql/waitpoints/steps.sql) to replay. The runs
 -- are found through an index condition on the primary key: joined on id alone, the plan a
 -- session keeps from claims made while the table held a few runs hashed the picked ids and
--- scanned the whole table on every later claim (tests/sql/test_plans_after_growth.py).
+-- scanned the whole table on every later claim (tests/sql/test_plans_after_growth.py). It runs
+-- with the claim's settings (claim_runs: a generic plan from the first claim): a setting of
+-- its own would cost every call.
 CREATE OR REPLACE FUNCTION {schema}.start_picked_runs(
     picked bigint[], lease_s double precision, claimer text)
 RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
@@ -83,8 +84,6 @@ RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts i
                machine text, max_duration_s double precision, queue_order timestamptz,
                wait_attempt integer, replay boolean)
 LANGUAGE plpgsql
-SET enable_seqscan = off
-SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 BEGIN

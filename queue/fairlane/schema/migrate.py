@@ -57,16 +57,33 @@ def ensure_database(url: str | None = None) -> None:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(str(dbname))))
 
 
+# How long one wait for the migration lock lasts before it is asked for again.
+LOCK_WAIT = "SET lock_timeout = '200ms'"
+
+
 class _MigrationLock:
     """A connection holding the schema's migration lock at session level for the whole
-    migration (the revisions run on alembic's own connection meanwhile)."""
+    migration (the revisions run on alembic's own connection meanwhile).
+
+    A migration that waits for the lock asks again every 200 ms (``LOCK_WAIT``) instead of
+    waiting in one statement: a statement keeps its snapshot while it waits, and a revision
+    that builds an index concurrently, running in the migration that holds the lock, waits for
+    every snapshot older than its own to go. One long wait would never go, and the two would wait
+    for each other through the client, where PostgreSQL's deadlock check cannot see it."""
 
     def __init__(self, url: str | None, schema: str) -> None:
         self.schema = schema
         self.conn = psycopg.connect(psycopg_dsn(database_url(url)), autocommit=True)
 
     def __enter__(self) -> psycopg.Connection[Any]:
-        self.conn.execute(migration_lock(self.schema, "pg_advisory_lock"))
+        self.conn.execute(LOCK_WAIT)
+        while True:
+            try:
+                self.conn.execute(migration_lock(self.schema, "pg_advisory_lock"))
+                break
+            except psycopg.errors.LockNotAvailable:
+                continue
+        self.conn.execute("RESET lock_timeout")
         return self.conn
 
     def __exit__(self, *exc: object) -> None:
