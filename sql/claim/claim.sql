@@ -30,10 +30,10 @@
 -- decided on every task's runs, and only runs taken are charged, so a claimer that serves
 -- none of an environment's runs leaves it to the claimers that do.
 --
--- The active environments are the ones with environments.drained false: an environment a scan
--- of the queued index finds with work becomes active (charged by the claim that serves it, or
--- marked), and the claim that leaves it empty marks it drained. A claim reads this short list
--- instead of scanning for work across every environment each time.
+-- The active environments are the ones with environments.drained false: an environment found
+-- with work becomes active (sql/claim/turns.sql), and the claim that leaves it empty marks it
+-- drained. A claim reads them in turn order a page at a time (claim_turns) instead of ranking
+-- every one of them, so its cost follows what it serves, not how many tenants have work.
 
 -- function: pick_runs
 -- Pick up to `share` runs from each of the environments named, whose row locks the caller
