@@ -127,6 +127,21 @@ def test_drain_tenants(
     assert bench_databases(db) == before
 
 
+def test_drain_tenants_shows_the_caps_held(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With caps of one, the probe's samples never saw an environment or queue run two."""
+    before = bench_databases(db)
+    argv = ["drain", "--dsn", dsn, "--runs", "30", "--concurrency", "10"]
+    result = bench(capsys, *argv, "--tenants", "3", "--env-cap", "1")
+    assert result["ok"] is True, "not every run was COMPLETED"
+    assert result["running_samples"] >= 1
+    assert result["max_running_per_environment"] <= 1
+    assert result["max_running_per_queue"] <= 1
+    assert result["caps_held"] is True
+    assert bench_databases(db) == before
+
+
 def test_fairness(
     dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
