@@ -4,8 +4,8 @@ One row per workload with a column per side (medians of the runs), then the rati
 performance targets are stated in: fairlane against each peer at each drain size, at
 concurrency 10 and for enqueue and pickup; each side's rate at one drain size against the next
 smaller; fairlane over 1,000 and 10,000 environments against one, and over 10,000 capped at 1
-and 5 running each (with the most any environment was seen running); and, when a step reports them, the runs
-table's bytes before and after pruning and vacuum.
+and 5 running each (with the most any environment was seen running); and, when a step reports
+them, the runs table's bytes before and after pruning and vacuum.
 """
 
 from __future__ import annotations
