@@ -45,9 +45,13 @@ def test_one_repetition_runs_each_row_side_by_side_in_harness_labels() -> None:
         "fairlane/drain/tenants1",
         "fairlane/drain/tenants1000",
         "fairlane/drain/tenants10000",
+        "fairlane/drain/tenants10000/cap1",
+        "fairlane/drain/tenants10000/cap5",
         "fairlane/drain/tenants1/c10",
         "fairlane/drain/tenants1000/c10",
         "fairlane/drain/tenants10000/c10",
+        "fairlane/drain/tenants10000/cap1/c10",
+        "fairlane/drain/tenants10000/cap5/c10",
         "fairlane/enqueue",
         "fairlane/latency",
         "graphile/latency",
@@ -70,6 +74,17 @@ def test_one_repetition_runs_each_row_side_by_side_in_harness_labels() -> None:
         "2000",
     )
     assert by_label["fairlane/drain/tenants10000"][-2:] == ("--tenants", "10000")
+    assert by_label["fairlane/drain/tenants10000/cap5/c10"] == (
+        "drain",
+        "--runs",
+        "20000",
+        "--concurrency",
+        "10",
+        "--tenants",
+        "10000",
+        "--env-cap",
+        "5",
+    )
     assert by_label["fairlane/drain/tenants10000/c10"] == (
         "drain",
         "--runs",

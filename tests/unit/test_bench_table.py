@@ -65,6 +65,8 @@ SITTING = [
     peer("pgqueuer", "c10", 20000, 3000),
     drain("drain/tenants1", 20000, 12000),
     drain("drain/tenants10000", 20000, 11000),
+    drain("drain/tenants10000/cap1", 20000, 10000, max_running_per_environment=1),
+    drain("drain/tenants10000/cap1", 20000, 10400, max_running_per_environment=1),
     drain("drain/tenants1/c10", 20000, 5000),
     drain("drain/tenants10000/c10", 20000, 4500),
     fairlane("enqueue", 20000, runs_per_s=60000),
@@ -166,6 +168,11 @@ def test_ratio_rows_are_those_the_targets_are_stated_in() -> None:
     assert table["drain 1M ÷ drain 100k, best setting"] == ["0.90x", "2.81x", ""]
     assert table["--tenants 10,000 ÷ --tenants 1, drain 20k best setting"] == [
         "11,000 ÷ 12,000 = 0.92x",
+        "",
+        "",
+    ]
+    assert table["--tenants 10,000 cap 1 ÷ --tenants 1, drain 20k best setting"] == [
+        "10,200 ÷ 12,000 = 0.85x; most running per environment 1",
         "",
         "",
     ]

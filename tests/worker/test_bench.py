@@ -127,6 +127,21 @@ def test_drain_tenants(
     assert bench_databases(db) == before
 
 
+def test_drain_tenants_shows_the_caps_held(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With caps of one, the probe's samples never saw an environment or queue run two."""
+    before = bench_databases(db)
+    argv = ["drain", "--dsn", dsn, "--runs", "30", "--concurrency", "10"]
+    result = bench(capsys, *argv, "--tenants", "3", "--env-cap", "1")
+    assert result["ok"] is True, "not every run was COMPLETED"
+    assert result["running_samples"] >= 1
+    assert result["max_running_per_environment"] <= 1
+    assert result["max_running_per_queue"] <= 1
+    assert result["caps_held"] is True
+    assert bench_databases(db) == before
+
+
 def test_fairness(
     dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -205,4 +220,32 @@ def test_transitions(
     assert by_name["complete"]["hot_updates_per_run"] == 0.0
     assert by_name["complete"]["index_entries_per_run"]["runs_prunable_idx"] == 1.0
     assert all(figures["wal_bytes_per_run"] > 0 for figures in by_name.values())
+    assert bench_databases(db) == before
+
+
+def test_periodic(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every enabled job ran each repetition and each scrape statement was timed; the
+    environments' live leases and delayed runs were left as they were."""
+    before = bench_databases(db)
+    result = bench(capsys, "periodic", "--dsn", dsn, "--tenants", "3", "--reps", "2")
+    assert result["scenario"] == "periodic"
+    # Environment 0 active (3 queued, 1 executing, 1 delayed), 1 and 2 drained; 2 done each.
+    assert result["runs"] == {"COMPLETED": 6, "DELAYED": 1, "EXECUTING": 1, "QUEUED": 3}
+    assert set(result["jobs"]) >= {"sweep_concurrency", "reclaim_expired_leases"}
+    assert set(result["metrics"]) == {
+        "queue_series",
+        "periodic_job_series",
+        "list_workers",
+        "unserved_tasks",
+        "scrape",
+    }
+    for figures in [*result["jobs"].values(), *result["metrics"].values()]:
+        assert 0 < figures["median_ms"] <= figures["max_ms"]
+    outcomes = result["last_outcomes"]
+    assert outcomes["sweep_concurrency"]["repaired_runs"] == 0
+    assert outcomes["reclaim_expired_leases"]["requeued"] == 0
+    assert outcomes["promote_delayed_runs"]["promoted"] == 0
+    assert result["ok"] is True
     assert bench_databases(db) == before

@@ -1,6 +1,6 @@
 """``fairlane bench enqueue|drain|latency|fairness|rate|batch|promote|retry|transitions|
-waits|http-trigger|ndjson-ingest``: one JSON line on stdout per run; ``fairlane bench soak``:
-one per minute and a verdict; ``fairlane bench suite``: the side-by-side table."""
+waits|periodic|http-trigger|ndjson-ingest``: one JSON line on stdout per run; ``fairlane bench
+soak``: one per minute and a verdict; ``fairlane bench suite``: the side-by-side table."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from fairlane.tools.bench import (
     http_trigger,
     latency,
     ndjson_ingest,
+    periodic,
     promote,
     rate,
     retry,
@@ -32,8 +33,8 @@ def add_parser(commands: Any) -> None:
     bench = commands.add_parser(
         "bench",
         help="benchmarks on a fresh database: enqueue, drain, latency, fairness, rate, batch, "
-        "promote, retry, transitions, waits, http-trigger, ndjson-ingest, soak; suite: all of them "
-        "beside the peer harness, as one table",
+        "promote, retry, transitions, waits, periodic, http-trigger, ndjson-ingest, soak; "
+        "suite: all of them beside the peer harness, as one table",
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -68,6 +69,7 @@ def add_parser(commands: Any) -> None:
         transitions,
         soak,
         waits,
+        periodic,
         suite,
     )
     for module in scenario_modules:

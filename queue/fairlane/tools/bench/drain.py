@@ -35,6 +35,7 @@ from fairlane.tools.bench.common import (
     server_url,
 )
 from fairlane.tools.bench.enqueue import BATCH, TASK, open_client, trigger_bulk
+from fairlane.tools.bench.running_probe import RunningProbe
 from fairlane.tools.bench.sizes import flat_sizes
 from fairlane.triggering.request import TriggerRequest
 from fairlane.worker import RunContext, TaskRegistry, Worker
@@ -137,7 +138,11 @@ async def _drain(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         durable_claims=not args.fast_claims,
     )
     probe = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    # With --tenants (caps on): whether they held, sampled on a connection of its own.
+    running = RunningProbe() if args.tenants else None
     async with probe, anyio.create_task_group() as group:
+        if running is not None:
+            group.start_soon(running.run, dsn)
         before = await sizes.measure_async(probe) if args.sizes else None
         if args.statements:
             await probe.execute(statements.RESET_SQL)
@@ -149,6 +154,8 @@ async def _drain(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
             done = await wait_all_done(probe)
         cpu_s = time.process_time() - cpu_started
         worker.stop()
+        if running is not None:
+            running.stop()
         drained = await sizes.measure_async(probe) if args.sizes else None
     seconds = done - started
     first = tracker.first_start or started
@@ -160,6 +167,7 @@ async def _drain(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
         "cpu_s": cpu_s,
         "sizes": {"before": before, "drained": drained} if args.sizes else None,
         "stats": worker.stats.as_dict(),
+        "caps": running.figures(env_cap(args)) if running is not None else {},
     }
 
 
@@ -196,6 +204,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "startup_s": round(timing["startup_s"], 3),
         "enqueue_runs_per_s": round(n / timing["enqueue_s"]),
         "claims": timing["stats"]["claims"],
+        **timing["caps"],
         # The worker process's CPU time (Python, psycopg, the event loop) per run drained.
         "worker_cpu_us_per_run": round(timing["cpu_s"] * 1e6 / n, 1),
         **server,

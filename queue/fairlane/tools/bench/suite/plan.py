@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fairlane.tools.bench.suite.sides import (
+    CAPPED_TENANTS,
+    CAPS,
     ENQUEUE,
     FAIRLANE,
     LATENCY,
@@ -72,10 +74,21 @@ def c10_drain(side: Side, size: int, rep: int) -> Step:
     return Step(side, side.c10, size, argv, rep)
 
 
-def tenants_drain(tenants: int, size: int, settings: Settings, rep: int, c10: bool) -> Step:
+def tenants_drain(
+    tenants: int, size: int, settings: Settings, rep: int, c10: bool, cap: int | None = None
+) -> Step:
     flags = ("--concurrency", "10") if c10 else _best_flags(settings)
     argv = ("drain", "--runs", str(size), *flags, "--tenants", str(tenants))
-    return Step(FAIRLANE, tenants_case(tenants, c10), size, argv, rep)
+    if cap is not None:
+        argv += ("--env-cap", str(cap))
+    return Step(FAIRLANE, tenants_case(tenants, c10, cap), size, argv, rep)
+
+
+def tenants_drains(size: int, settings: Settings, rep: int, c10: bool) -> list[Step]:
+    """Over one, 1,000 and 10,000 environments; then 10,000 capped at 1 and at 5."""
+    spread = [tenants_drain(tenants, size, settings, rep, c10) for tenants in TENANTS]
+    capped = [tenants_drain(CAPPED_TENANTS, size, settings, rep, c10, cap) for cap in CAPS]
+    return spread + capped
 
 
 def latency(side: Side, settings: Settings, rep: int) -> Step:
@@ -99,8 +112,8 @@ def _groups(settings: Settings, order: list[Side], rep: int) -> list[list[Step]]
     groups = [
         [best_drain(side, base, settings, rep) for side in order],
         [c10_drain(side, base, rep) for side in order],
-        [tenants_drain(tenants, base, settings, rep, c10=False) for tenants in TENANTS],
-        [tenants_drain(tenants, base, settings, rep, c10=True) for tenants in TENANTS],
+        tenants_drains(base, settings, rep, c10=False),
+        tenants_drains(base, settings, rep, c10=True),
         [Step(FAIRLANE, ENQUEUE, base, ("enqueue", "--runs", str(base)), rep)],
         [latency(side, settings, rep) for side in order],
     ]

@@ -74,8 +74,14 @@ TENANTS = (1, 1000, 10_000)
 DEFAULT_SIZE = 20_000
 
 
-def tenants_case(tenants: int, c10: bool = False) -> str:
-    return f"drain/tenants{tenants}" + ("/c10" if c10 else "")
+# The drains over the most tenants again with every environment and queue capped low: the caps
+# must hold (the drain samples the most EXECUTING per environment) at the same rate.
+CAPPED_TENANTS = 10_000
+CAPS = (1, 5)
+
+
+def tenants_case(tenants: int, c10: bool = False, cap: int | None = None) -> str:
+    return f"drain/tenants{tenants}" + (f"/cap{cap}" if cap else "") + ("/c10" if c10 else "")
 
 
 def size_text(size: int) -> str:

@@ -3,8 +3,9 @@
 One row per workload with a column per side (medians of the runs), then the ratios the
 performance targets are stated in: fairlane against each peer at each drain size, at
 concurrency 10 and for enqueue and pickup; each side's rate at one drain size against the next
-smaller; fairlane with 50 environments against one; and, when a step reports them, the runs
-table's bytes before and after pruning and vacuum.
+smaller; fairlane over 1,000 and 10,000 environments against one, and over 10,000 capped at 1
+and 5 running each (with the most any environment was seen running); and, when a step reports
+them, the runs table's bytes before and after pruning and vacuum.
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ from fairlane.tools.bench.suite.results import (
     Results,
     Value,
     field_value,
+    good_values,
     group,
 )
 from fairlane.tools.bench.suite.sides import (
+    CAPPED_TENANTS,
+    CAPS,
     ENQUEUE,
     ENQUEUE_RATE,
     FAIRLANE,
@@ -38,6 +42,7 @@ Row = tuple[str, list[str]]
 TIMES = "\u00d7"  # the multiplication sign after a ratio
 P50 = field_value("p50_ms")
 P99 = field_value("p99_ms")
+MOST_RUNNING = field_value("max_running_per_environment")
 BYTES = ("runs_table_bytes", "runs_index_bytes")  # + _before / _after
 
 
@@ -210,21 +215,34 @@ def _own_ratio(results: Results, side: Side, smaller: int, larger: int) -> str:
 
 def _tenants_rows(results: Results) -> list[Row]:
     """Each spread's drain ÷ the same drain in one environment, at the best setting and at
-    concurrency 10 (issue: at least 0.8)."""
+    concurrency 10 (issue: at least 0.8); then the capped spreads, with the most EXECUTING runs
+    the drain saw in one environment (at most the cap)."""
     one, *spreads = TENANTS
     rows: list[Row] = []
     rate = field_value(FAIRLANE.rate_field)
     for c10 in (False, True):
         setting = "concurrency 10" if c10 else "best setting"
-        for many in spreads:
-            for size in results.sizes(FAIRLANE, tenants_case(many, c10)):
+        cases = [(f"{many:,}", tenants_case(many, c10)) for many in spreads]
+        cases += [
+            (f"{CAPPED_TENANTS:,} cap {cap}", tenants_case(CAPPED_TENANTS, c10, cap))
+            for cap in CAPS
+        ]
+        for title_tenants, case in cases:
+            for size in results.sizes(FAIRLANE, case):
                 base = results.median(FAIRLANE, tenants_case(one, c10), size, rate)
-                spread = results.median(FAIRLANE, tenants_case(many, c10), size, rate)
+                spread = results.median(FAIRLANE, case, size, rate)
                 ratio = _ratio(spread, base)
                 cell = f"{_rate(spread)} ÷ {_rate(base)} = {ratio}" if ratio else ""
-                title = f"--tenants {many:,} ÷ --tenants {one}, drain {size_text(size)} {setting}"
-                rows.append((title, [cell] + [""] * len(PEERS)))
+                cell += _most_running(results, case, size)
+                title = f"--tenants {title_tenants} ÷ --tenants {one}, drain {size_text(size)}"
+                rows.append((f"{title} {setting}", [cell] + [""] * len(PEERS)))
     return rows
+
+
+def _most_running(results: Results, case: str, size: int) -> str:
+    """For a capped drain: the most runs one environment was seen EXECUTING, over its runs."""
+    seen = good_values(results.lines(FAIRLANE, case, size), MOST_RUNNING)
+    return f"; most running per environment {int(max(seen))}" if seen else ""
 
 
 def _runs_table_rows(results: Results) -> list[Row]:
