@@ -1,9 +1,10 @@
--- What the dashboard reads beyond the API's statements: throughput, the head of each queue,
--- a run's children, waitpoints and batch, recent batches.
+-- What the dashboard reads beyond the API's statements: throughput,
+-- a run's children, waitpoints and batch, recent batches (busy.sql: environments and queues).
 
 -- name: finished_per_minute
--- params: minutes integer
--- Runs that ended in each of the last `minutes` minutes, by environment and final status.
+-- params: environments text[], minutes integer
+-- Runs of the given environments (a page of busy_environments) that ended in each of the last
+-- `minutes` minutes, by environment and final status.
 -- The lower bound on the pruning index's expression lets it serve the scan (an ended run's
 -- key expiry only ever raises the expression above its end).
 SELECT date_trunc('minute', finished_at) AS minute, environment, status, count(*) AS runs
@@ -11,6 +12,7 @@ FROM {schema}.runs
 WHERE finished_at IS NOT NULL
   -- Batch carriers are fairlane's own work, not the tenant's.
   AND queue <> '__batches__'
+  AND environment = ANY(%(environments)s::text[])
   AND GREATEST(finished_at,
       CASE
           WHEN idempotency_key IS NOT NULL AND (status = ANY (ARRAY['COMPLETED'::text, 'CANCELED'::text]))
@@ -20,21 +22,6 @@ WHERE finished_at IS NOT NULL
   AND finished_at >= date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
 GROUP BY 1, 2, 3
 ORDER BY 1, 2, 3;
-
--- name: queue_heads
--- Each queue's next run in claim order (its head), and how long it has waited: one index
--- descent per queue.
-SELECT q.environment, q.name AS queue, head.id AS run_id, head.queued_at,
-       extract(epoch FROM now() - head.queued_at)::float8 AS waited_s
-FROM {schema}.queues q
-CROSS JOIN LATERAL (
-    SELECT r.id, r.queued_at
-    FROM {schema}.runs r
-    WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'QUEUED'
-    ORDER BY r.queue_order, r.id
-    LIMIT 1
-) head
-ORDER BY q.environment, q.name;
 
 -- name: run_children
 -- params: id bigint, limit bigint
