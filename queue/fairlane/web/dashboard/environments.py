@@ -22,11 +22,13 @@ from fairlane.web.errors import ApiError
 from fairlane.web.params import int_param
 
 THROUGHPUT_MINUTES = 10
-# Environments a page shows, and the busiest queues shown under each.
+# Environments a page shows, and the busiest queues shown under each: the overview's, and the
+# queues page's (each of its rows carries two forms).
 ENVIRONMENTS_PER_PAGE = 20
-QUEUES_PER_ENVIRONMENT = 8
+QUEUES_PER_ENVIRONMENT = 5
+LIMITS_PER_PAGE = 10
 # One environment's queues, on the queues page for that environment.
-QUEUES_PER_PAGE = 100
+QUEUES_PER_PAGE = 50
 MAX_SEARCH = 200
 MAX_PAGE = 1_000_000
 
@@ -84,12 +86,16 @@ def _throughput(env: dict[str, Any], finished: list[dict[str, Any]]) -> None:
 
 
 async def _environments(
-    request: Request, paging: Paging, *, per_environment: int, offset: int = 0
+    request: Request,
+    paging: Paging,
+    *,
+    per_environment: int,
+    offset: int = 0,
+    size: int = ENVIRONMENTS_PER_PAGE,
 ) -> tuple[list[dict[str, Any]], int]:
-    """A page of environments, each with its busiest queues; and how many match in all."""
+    """A page of ``size`` environments, each with its busiest queues; and how many match."""
     state = state_of(request)
     web = state.engine.web
-    size = ENVIRONMENTS_PER_PAGE
     search = None if paging.environment else paging.search
     async with state.connection() as conn:
         found = await rows_async(
@@ -159,9 +165,9 @@ async def _queues(request: Request, session: Session) -> Response:
         pager = paging.pager(QUEUES_PER_PAGE, matching)
     else:
         environments, matching = await _environments(
-            request, paging, per_environment=QUEUES_PER_ENVIRONMENT
+            request, paging, per_environment=QUEUES_PER_ENVIRONMENT, size=LIMITS_PER_PAGE
         )
-        pager = paging.pager(ENVIRONMENTS_PER_PAGE, matching)
+        pager = paging.pager(LIMITS_PER_PAGE, matching)
     async with state.connection() as conn:
         scheduler = await limits.scheduler_settings_async(conn, schema=state.schema)
     return render(
