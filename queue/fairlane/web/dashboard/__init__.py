@@ -9,7 +9,7 @@ from pathlib import Path
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from fairlane.web.dashboard import environments, views, workers
+from fairlane.web.dashboard import environments, runs, views, workers
 
 
 def routes() -> list[BaseRoute]:
@@ -20,7 +20,9 @@ def routes() -> list[BaseRoute]:
         Route("/login", views.login, methods=["GET"], name="login"),
         Route("/login", views.login_post, methods=["POST"], name="login_post"),
         Route("/logout", views.logout, methods=["POST"], name="logout"),
-        Route("/runs", views.runs, name="runs"),
+        Route("/runs", runs.runs, name="runs"),
+        Route("/runs/bulk/{action}", runs.bulk_confirm, methods=["GET"], name="bulk_confirm"),
+        Route("/runs/bulk/{action}", runs.bulk_apply, methods=["POST"], name="bulk_apply"),
         Route("/runs/{id:bigint}", views.run, name="run"),
         Route("/runs/{id:bigint}/partial", views.run_live, name="run_live"),
         Route("/runs/{id:bigint}/events", views.run_events, name="run_events"),

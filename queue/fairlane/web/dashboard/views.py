@@ -20,11 +20,10 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from fairlane import control, limits
 from fairlane.batches.api import get_batch_async
-from fairlane.control import RunFilter
 from fairlane.engine.statement import drive_async, first_async, rows_async
 from fairlane.errors import BatchNotFoundError, FairlaneError, RunNotFoundError
 from fairlane.maintenance import list_jobs_async
-from fairlane.models import FINAL_STATUSES, RunStatus
+from fairlane.models import FINAL_STATUSES
 from fairlane.web.auth import state_of
 from fairlane.web.dashboard.session import (
     LOGIN_COOKIE,
@@ -229,40 +228,6 @@ logout = action(_logout)
 
 
 # -- runs ------------------------------------------------------------------------------------
-
-
-async def _runs(request: Request, session: Session) -> Response:
-    params = request.query_params
-    status = params.get("status") or None
-    filters = RunFilter(
-        environment=params.get("environment") or None,
-        queue=params.get("queue") or None,
-        task=params.get("task") or None,
-        status=status if status in {s.value for s in RunStatus} else None,
-        tags=[params["tag"]] if params.get("tag") else (),
-        limit=PAGE,
-        before_id=int_param(request, "before_id", None, low=1, high=MAX_ID),
-        batch_id=int_param(request, "batch", None, low=1, high=MAX_ID),
-    )
-    state = state_of(request)
-    async with state.connection() as conn:
-        runs = await drive_async(conn, control.list_runs(state.engine, filters))
-    kept = {k: v for k, v in params.items() if k not in ("before_id", "flash") and v}
-    next_page = "?" + urlencode({**kept, "before_id": runs[-1].id}) if len(runs) == PAGE else None
-    return render(
-        request,
-        "runs.html",
-        session,
-        runs=runs,
-        filters=kept,
-        next_page=next_page,
-        statuses=[s.value for s in RunStatus],
-        first_page=bool(filters.before_id),
-        reset="?" + urlencode(kept) if kept else "",
-    )
-
-
-runs = page(_runs)
 
 
 async def _run_context(request: Request, run_id: int) -> dict[str, Any]:
