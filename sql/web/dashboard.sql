@@ -58,3 +58,20 @@ WHERE (%(environment)s::text IS NULL OR b.environment = %(environment)s::text)
   AND (%(before_id)s::bigint IS NULL OR b.id < %(before_id)s::bigint)
 ORDER BY b.id DESC
 LIMIT %(limit)s;
+
+-- name: schedules_page
+-- params: search text, limit bigint, offset bigint
+-- A page of cron schedules, the active ones first by their next fire, then the paused ones;
+-- each with its last fire (the tick, and the run it made with that run's status) and
+-- `matching`: how many match in all. `search`: a part of the key, task or environment, any case.
+SELECT s.id, s.environment, s.key, s.task, s.cron, s.timezone, s.declared, s.paused,
+       s.next_fire_at, s.last_tick, s.last_run_id, r.status AS last_run_status,
+       count(*) OVER () AS matching
+FROM {schema}.schedules s
+LEFT JOIN {schema}.runs r ON r.id = s.last_run_id
+WHERE %(search)s::text IS NULL
+   OR strpos(lower(s.key), lower(%(search)s::text)) > 0
+   OR strpos(lower(s.task), lower(%(search)s::text)) > 0
+   OR strpos(lower(s.environment), lower(%(search)s::text)) > 0
+ORDER BY s.paused, s.next_fire_at, s.environment, s.key
+LIMIT %(limit)s OFFSET %(offset)s;

@@ -140,6 +140,12 @@ class Web(Section):
         params = {"minutes": minutes, "environments": list(environments)}
         return self._statement("finished_per_minute", params, _as_dict)
 
+    def schedules_page(
+        self, search: str | None, limit: int, offset: int
+    ) -> Statement[dict[str, Any]]:
+        params = {"search": search, "limit": limit, "offset": offset}
+        return self._statement("schedules_page", params, _as_dict)
+
     def busy_environments(
         self, search: str | None, name: str | None, limit: int, offset: int
     ) -> Statement[dict[str, Any]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from fairlane.web.dashboard import environments, runs, views, workers
+from fairlane.web.dashboard import environments, runs, schedules, views, workers
 
 
 def routes() -> list[BaseRoute]:
@@ -31,6 +31,13 @@ def routes() -> list[BaseRoute]:
         Route("/batches/{id:bigint}", views.batch, name="batch"),
         Route("/queues", environments.queues, name="queues"),
         Route("/queues/{action}", views.queue_action, methods=["POST"], name="queue_action"),
+        Route("/schedules", schedules.schedules_page, name="schedules"),
+        Route(
+            "/schedules/{action}",
+            schedules.schedule_action,
+            methods=["POST"],
+            name="schedule_action",
+        ),
         Route("/workers", workers.workers, name="workers"),
         Route("/maintenance", views.maintenance, name="maintenance"),
         Mount("/static", app=static, name="static"),

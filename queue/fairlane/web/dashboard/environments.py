@@ -56,7 +56,7 @@ class Paging:
         }
 
 
-def _paging(request: Request) -> Paging:
+def paging_of(request: Request) -> Paging:
     search = (request.query_params.get("q") or "").strip() or None
     if search is not None and len(search) > MAX_SEARCH:
         raise ApiError(400, "BadRequest", f"q is at most {MAX_SEARCH} characters", parameter="q")
@@ -124,7 +124,7 @@ async def _environments(
 
 
 async def _overview_data(request: Request) -> dict[str, Any]:
-    paging = _paging(request)
+    paging = paging_of(request)
     paging = Paging(paging.search, paging.number, None)
     environments, matching = await _environments(
         request, paging, per_environment=QUEUES_PER_ENVIRONMENT
@@ -148,7 +148,7 @@ async def _overview_live(request: Request, session: Session) -> Response:
 
 
 async def _queues(request: Request, session: Session) -> Response:
-    paging = _paging(request)
+    paging = paging_of(request)
     state = state_of(request)
     if paging.environment:
         # One environment: its queues a page at a time, searched by the queue's name.
