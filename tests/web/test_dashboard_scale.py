@@ -111,6 +111,8 @@ PAGES = [
     "/runs",
     "/workers",
     "/batches",
+    "/schedules",
+    "/runs/bulk/retry?status=FAILED",
 ]
 
 
