@@ -1,5 +1,6 @@
 -- The dashboard's environments and queues, busiest first, one page at a time: what it reads
--- stays the same size however many environments and queues there are (docs/dashboard.md).
+-- stays the same size however many environments and queues there are
+-- (tests/web/test_dashboard_scale.py).
 -- "Busy" is the runs an environment or queue holds right now: running (EXECUTING), queued and
 -- delayed. Those are counted from the partial indexes that hold only such runs (runs_held_idx,
 -- runs_queued_idx, runs_delayed_queue_idx), one branch per status so each branch matches its

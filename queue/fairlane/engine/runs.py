@@ -155,6 +155,22 @@ class Runs(Section):
         }
         return self._statement("matching_run_ids", params, scalar)
 
+    def count_matching(self, query: RunQuery) -> Statement[int]:
+        """How many runs ``matching_ids`` would page through (``limit`` is not used)."""
+        params = {
+            "environment": query.environment,
+            "queue": query.queue,
+            "task": query.task,
+            "statuses": query.statuses,
+            "tags": query.tags,
+            "batch_id": query.batch_id,
+            "idempotency_keys": query.idempotency_keys,
+            "before_id": query.before_id,
+            "since_s": query.since_s,
+            "include_carriers": query.include_carriers,
+        }
+        return self._statement("count_matching_runs", params, scalar)
+
     def retry_many(self, ids: Sequence[int]) -> Statement[BulkRow]:
         def bulk_row(row: Row) -> BulkRow:
             return BulkRow(row["id"], row["previous_status"], row["retried"], row["size_limit"])
