@@ -98,3 +98,44 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) head ON true
 ORDER BY env.n, page.busy DESC, page.queue;
+
+-- name: oldest_heads
+-- params: environments text[]
+-- For each of the given environments (a page of busy_environments), the head (the next run in
+-- claim order) that has waited longest among all its queues, shown or not. The queues holding
+-- QUEUED runs are found by skipping through runs_queued_idx from one to the next within each
+-- environment (one index descent each, none for an idle queue), then one descent for each
+-- one's head. The batch carriers' queue is skipped through like any other and left out after.
+WITH RECURSIVE waiting AS (
+    SELECT first.environment, first.queue
+    FROM unnest(%(environments)s::text[]) AS env(name)
+    CROSS JOIN LATERAL (
+        SELECT r.environment, r.queue
+        FROM {schema}.runs r
+        WHERE r.status = 'QUEUED' AND r.environment = env.name
+        ORDER BY r.queue
+        LIMIT 1
+    ) AS first
+    UNION ALL
+    SELECT later.environment, later.queue
+    FROM waiting w
+    CROSS JOIN LATERAL (
+        SELECT r.environment, r.queue
+        FROM {schema}.runs r
+        WHERE r.status = 'QUEUED' AND r.environment = w.environment AND r.queue > w.queue
+        ORDER BY r.queue
+        LIMIT 1
+    ) AS later
+)
+SELECT DISTINCT ON (w.environment) w.environment, head.id AS run_id,
+       extract(epoch FROM now() - head.queued_at)::float8 AS waited_s
+FROM waiting w
+CROSS JOIN LATERAL (
+    SELECT r.id, r.queued_at
+    FROM {schema}.runs r
+    WHERE r.status = 'QUEUED' AND r.environment = w.environment AND r.queue = w.queue
+    ORDER BY r.queue_order, r.id
+    LIMIT 1
+) AS head
+WHERE w.queue <> '__batches__'
+ORDER BY w.environment, head.queued_at, head.id;

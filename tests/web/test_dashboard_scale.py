@@ -216,6 +216,7 @@ def test_the_pages_read_runs_through_indexes_only(
         ),
         ("finished_per_minute", {"environments": names, "minutes": 10}, 1),
         ("unserved_tasks", {"head": 20, "max_rows": 100}, ENVIRONMENTS + 2),
+        ("oldest_heads", {"environments": names}, len(names) + 2),
     ]
     for name, params, loops in statements:
         explained = _explain(db, name, params, mode)
@@ -240,3 +241,28 @@ def test_the_pages_read_runs_through_indexes_only(
             took = explained["Execution Time"]
             read = ", ".join(sorted(indexes))
             _say(f"{name} ({mode}): {took:.1f} ms in the database, through {read}")
+
+
+async def test_the_oldest_queued_run_counts_every_queue_not_only_those_shown(
+    http: httpx.AsyncClient, keys: Keys, db: psycopg.Connection[Any]
+) -> None:
+    """The overview shows an environment's five busiest queues; its oldest queued run may sit
+    in a quiet queue that is not among them, and still shows."""
+    db.execute("INSERT INTO fairlane.environments (name) VALUES ('wide')")
+    db.execute(
+        "INSERT INTO fairlane.queues (environment, name)"
+        " SELECT 'wide', 'q' || i FROM generate_series(1, 7) i"
+    )
+    db.execute(
+        "INSERT INTO fairlane.runs (environment, queue, task, payload, status)"
+        " SELECT 'wide', 'q' || (i % 6 + 1), 'work', '{}', 'QUEUED' FROM generate_series(1, 18) i"
+    )
+    found = db.execute(
+        "INSERT INTO fairlane.runs (environment, queue, task, payload, status, queued_at)"
+        " VALUES ('wide', 'q7', 'work', '{}', 'QUEUED', now() - interval '1 hour') RETURNING id"
+    ).fetchone()
+    assert found is not None
+    await _sign_in(http, keys.admin)
+    page = (await http.get("/")).text
+    assert ">q7<" not in page
+    assert f'<a href="/runs/{found[0]}">1h 0m</a>' in page

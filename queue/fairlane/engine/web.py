@@ -140,6 +140,9 @@ class Web(Section):
         params = {"minutes": minutes, "environments": list(environments)}
         return self._statement("finished_per_minute", params, _as_dict)
 
+    def oldest_heads(self, environments: Sequence[str]) -> Statement[dict[str, Any]]:
+        return self._statement("oldest_heads", {"environments": list(environments)}, _as_dict)
+
     def schedules_page(
         self, search: str | None, limit: int, offset: int
     ) -> Statement[dict[str, Any]]:

@@ -108,16 +108,15 @@ async def _environments(
             conn, web.busy_queues(names, queue_search, per_environment, offset)
         )
         finished = await rows_async(conn, web.finished_per_minute(THROUGHPUT_MINUTES, names))
+        oldest = {
+            head["environment"]: head for head in await rows_async(conn, web.oldest_heads(names))
+        }
     environments = []
     for env in found:
         shown = [queue for queue in queues if queue["environment"] == env["name"]]
         env = {**env, "cap": _cap(env), "queues": shown}
         env["queue_count"] = shown[0]["matching"] if shown else 0
-        env["oldest"] = max(
-            (q for q in shown if q["head_run_id"] is not None),
-            key=lambda q: q["head_waited_s"],
-            default=None,
-        )
+        env["oldest"] = oldest.get(env["name"])
         _throughput(env, finished)
         environments.append(env)
     return environments, found[0]["matching"] if found else 0
