@@ -33,6 +33,7 @@ from fairlane.models import CancelResult as CancelResult
 from fairlane.models import Run, RunStatus, RunStep, WaitsOn
 from fairlane.payload import encode_json
 from fairlane.triggering.boundary import check_names
+from fairlane.triggering.idempotency import IdempotencyScope, stored_key
 
 # Error codes of pre-failed runs (the seeds' codes; any non-empty code is accepted).
 PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
@@ -130,12 +131,9 @@ def _pages(engine: Engine, filters: RunFilter) -> Generator[Statement[Any], list
 
 
 def count_matching(engine: Engine, filters: RunFilter) -> Operation[int]:
-    """How many runs a bulk action would take (a dry run)."""
-    total, before = 0, filters.before_id
-    while ids := (yield from _pages(engine, replace(filters, before_id=before))):
-        total += len(ids)
-        before = ids[-1]
-    return total
+    """How many runs a bulk action would take (a dry run): one statement."""
+    found = yield engine.runs.count_matching(filters.query())
+    return int(found[0])
 
 
 def _bulk(
@@ -194,6 +192,10 @@ class RunFilter:
     since: Duration | None = None
     # Only the runs this batch's items made.
     batch_id: int | None = None
+    # Only the runs triggered with this idempotency key (active or freed): as the caller gave
+    # it to a trigger without a parent run (a key's stored form is a hash of the key and its
+    # scope, fairlane.triggering.idempotency), or as stored (the hash itself).
+    idempotency_key: str | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -207,6 +209,7 @@ class RunFilter:
             or self.before_id
             or self.since is not None
             or self.batch_id is not None
+            or self.idempotency_key is not None
         )
 
     def query(self) -> RunQuery:
@@ -231,7 +234,18 @@ class RunFilter:
             limit=self.limit,
             since_s=seconds("since", self.since) if self.since is not None else None,
             batch_id=self.batch_id,
+            idempotency_keys=_stored_keys(self.idempotency_key),
         )
+
+
+def _stored_keys(key: str | None) -> list[str] | None:
+    """The forms a key given to a filter may be stored in: hashed as a trigger without a
+    parent run stores it (every scope is global there), or the stored hash itself."""
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or "\x00" in key:
+        raise RunFilterError("idempotency_key", key, "must be a non-empty string without NUL")
+    return [stored_key(key, IdempotencyScope.GLOBAL), key]
 
 
 def failed_run_params(

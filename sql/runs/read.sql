@@ -17,9 +17,10 @@ ORDER BY status;
 
 -- name: list_runs
 -- params: environment text, queue text, task text, statuses text[], tags text[], batch_id bigint,
--- params: before_id bigint, include_carriers boolean, limit bigint
+-- params: idempotency_keys text[], before_id bigint, include_carriers boolean, limit bigint
 -- Newest first, every filter optional (NULL: any). `tags` matches runs carrying all of them;
--- `batch_id` the runs a batch's items made;
+-- `batch_id` the runs a batch's items made; `idempotency_keys` the runs whose stored key, active
+-- or freed, is one of them (RunFilter.query() gives a key's stored forms);
 -- `before_id` pages: pass the last id of the previous page. Batch carrier runs (the reserved
 -- `__batches__` queue) are left out unless `include_carriers`. The scan walks the primary key
 -- backwards, filtering, so a rare filter value reads far; it is an operator's view, not a hot path.
@@ -34,6 +35,9 @@ WHERE (%(environment)s::text IS NULL OR environment = %(environment)s::text)
   AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
   AND (%(tags)s::text[] IS NULL OR tags @> %(tags)s::text[])
   AND (%(batch_id)s::bigint IS NULL OR batch_id = %(batch_id)s::bigint)
+  AND (%(idempotency_keys)s::text[] IS NULL
+       OR idempotency_key = ANY(%(idempotency_keys)s::text[])
+       OR inactive_idempotency_key = ANY(%(idempotency_keys)s::text[]))
   AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
   AND (%(include_carriers)s::boolean OR queue <> '__batches__')
 ORDER BY id DESC

@@ -1,9 +1,10 @@
--- What the dashboard reads beyond the API's statements: throughput, the head of each queue,
--- a run's children, waitpoints and batch, recent batches.
+-- What the dashboard reads beyond the API's statements: throughput,
+-- a run's children, waitpoints and batch, recent batches (busy.sql: environments and queues).
 
 -- name: finished_per_minute
--- params: minutes integer
--- Runs that ended in each of the last `minutes` minutes, by environment and final status.
+-- params: environments text[], minutes integer
+-- Runs of the given environments (a page of busy_environments) that ended in each of the last
+-- `minutes` minutes, by environment and final status.
 -- The lower bound on the pruning index's expression lets it serve the scan (an ended run's
 -- key expiry only ever raises the expression above its end).
 SELECT date_trunc('minute', finished_at) AS minute, environment, status, count(*) AS runs
@@ -11,6 +12,7 @@ FROM {schema}.runs
 WHERE finished_at IS NOT NULL
   -- Batch carriers are fairlane's own work, not the tenant's.
   AND queue <> '__batches__'
+  AND environment = ANY(%(environments)s::text[])
   AND GREATEST(finished_at,
       CASE
           WHEN idempotency_key IS NOT NULL AND (status = ANY (ARRAY['COMPLETED'::text, 'CANCELED'::text]))
@@ -20,21 +22,6 @@ WHERE finished_at IS NOT NULL
   AND finished_at >= date_trunc('minute', now()) - make_interval(mins => %(minutes)s - 1)
 GROUP BY 1, 2, 3
 ORDER BY 1, 2, 3;
-
--- name: queue_heads
--- Each queue's next run in claim order (its head), and how long it has waited: one index
--- descent per queue.
-SELECT q.environment, q.name AS queue, head.id AS run_id, head.queued_at,
-       extract(epoch FROM now() - head.queued_at)::float8 AS waited_s
-FROM {schema}.queues q
-CROSS JOIN LATERAL (
-    SELECT r.id, r.queued_at
-    FROM {schema}.runs r
-    WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'QUEUED'
-    ORDER BY r.queue_order, r.id
-    LIMIT 1
-) head
-ORDER BY q.environment, q.name;
 
 -- name: run_children
 -- params: id bigint, limit bigint
@@ -71,3 +58,20 @@ WHERE (%(environment)s::text IS NULL OR b.environment = %(environment)s::text)
   AND (%(before_id)s::bigint IS NULL OR b.id < %(before_id)s::bigint)
 ORDER BY b.id DESC
 LIMIT %(limit)s;
+
+-- name: schedules_page
+-- params: search text, limit bigint, offset bigint
+-- A page of cron schedules, the active ones first by their next fire, then the paused ones;
+-- each with its last fire (the tick, and the run it made with that run's status) and
+-- `matching`: how many match in all. `search`: a part of the key, task or environment, any case.
+SELECT s.id, s.environment, s.key, s.task, s.cron, s.timezone, s.declared, s.paused,
+       s.next_fire_at, s.last_tick, s.last_run_id, r.status AS last_run_status,
+       count(*) OVER () AS matching
+FROM {schema}.schedules s
+LEFT JOIN {schema}.runs r ON r.id = s.last_run_id
+WHERE %(search)s::text IS NULL
+   OR strpos(lower(s.key), lower(%(search)s::text)) > 0
+   OR strpos(lower(s.task), lower(%(search)s::text)) > 0
+   OR strpos(lower(s.environment), lower(%(search)s::text)) > 0
+ORDER BY s.paused, s.next_fire_at, s.environment, s.key
+LIMIT %(limit)s OFFSET %(offset)s;

@@ -136,7 +136,8 @@ def chromium() -> Iterator[Chrome]:
 def screenshot(driver: Chrome, name: str) -> Path:
     """The whole page (beyond the window) as ``<name>.png`` in the screenshot folder."""
     size = driver.execute_script(
-        "return [document.documentElement.scrollWidth, document.documentElement.scrollHeight]"
+        "return [document.documentElement.scrollWidth, document.documentElement.scrollHeight,"
+        " window.innerWidth]"
     )
     shot = driver.execute_cdp_cmd(
         "Page.captureScreenshot",
@@ -146,7 +147,9 @@ def screenshot(driver: Chrome, name: str) -> Path:
             "clip": {
                 "x": 0,
                 "y": 0,
-                "width": max(size[0], WINDOW[0]),
+                # The window's width (a phone's, when the test narrowed it), or the page's
+                # where it is wider.
+                "width": max(size[0], size[2]),
                 "height": size[1],
                 "scale": 1,
             },

@@ -39,6 +39,8 @@ async def test_pages_need_an_admin_session(
         "/queues",
         "/maintenance",
         "/workers",
+        "/schedules",
+        "/runs/bulk/retry?tag=x",
         "/partials/overview",
     ):
         answer = await http.get(path)

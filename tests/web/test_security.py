@@ -85,6 +85,51 @@ async def test_a_key_cannot_see_or_change_another_environments_runs(
     assert (await as_b.get(f"/api/v1/runs/{theirs}")).status_code == 200
 
 
+async def test_bulk_actions_stay_in_the_keys_environment(
+    as_a: httpx.AsyncClient,
+    as_b: httpx.AsyncClient,
+    as_admin: httpx.AsyncClient,
+    db: psycopg.Connection[Any],
+) -> None:
+    mine = [await _run(as_a) for _ in range(2)]
+    theirs = [await _run(as_b) for _ in range(3)]
+    db.execute("UPDATE fairlane.runs SET status = 'FAILED'")
+
+    def statuses() -> dict[int, str]:
+        return dict(db.execute("SELECT id, status FROM fairlane.runs").fetchall())
+
+    # A filter of the key's own is needed: its environment alone is not one.
+    refused = await as_a.post("/api/v1/runs/retry")
+    assert refused.status_code == 422
+    assert "all=true" in refused.json()["error"]["message"]
+    # Naming another environment is refused, as for the list, and changes nothing.
+    for action in ("retry", "cancel"):
+        other = await as_a.post(f"/api/v1/runs/{action}", params={"environment": "env-b"})
+        assert other.status_code == 403, action
+    dry = await as_a.post("/api/v1/runs/retry", params={"status": "FAILED", "dry_run": "true"})
+    assert dry.json() == {"matching": 2, "before_id": max(mine) + 1}
+    assert set(statuses().values()) == {"FAILED"}
+
+    done = await as_a.post("/api/v1/runs/retry", params={"all": "true"})
+    assert done.json() == {"matched": 2, "changed": 2, "unchanged": {}}
+    after = statuses()
+    assert [after[run] for run in mine] == ["QUEUED", "QUEUED"]
+    assert [after[run] for run in theirs] == ["FAILED"] * 3
+    canceled = await as_a.post("/api/v1/runs/cancel", params={"task": "t"})
+    assert canceled.json()["changed"] == 2
+    assert [statuses()[run] for run in theirs] == ["FAILED"] * 3
+
+    # An admin key acts in the environment it names, up to a dry run's before_id.
+    counted = await as_admin.post(
+        "/api/v1/runs/retry", params={"environment": "env-b", "dry_run": "1"}
+    )
+    assert counted.json() == {"matching": 3, "before_id": max(theirs) + 1}
+    below = {"environment": "env-b", "before_id": str(max(theirs))}
+    retried = await as_admin.post("/api/v1/runs/retry", params=below)
+    assert retried.json() == {"matched": 2, "changed": 2, "unchanged": {}}
+    assert [statuses()[run] for run in theirs] == ["QUEUED", "QUEUED", "FAILED"]
+
+
 async def test_a_key_triggers_only_in_its_environment(
     as_a: httpx.AsyncClient, as_b: httpx.AsyncClient, db: psycopg.Connection[Any]
 ) -> None:

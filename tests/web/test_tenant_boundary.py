@@ -353,3 +353,36 @@ async def test_an_option_is_validated_without_the_option_it_refines(
     assert answer.status_code == 422, answer.text
     assert answer.json()["error"]["option"] == option
     assert runs_of(db, A) == []
+
+
+async def test_bulk_actions_never_reach_another_environments_runs(
+    db: psycopg.Connection[Any], tenants: tuple[httpx.AsyncClient, httpx.AsyncClient]
+) -> None:
+    """A bulk retry or cancel by A, with every filter that names B's runs (B's environment,
+    B's batch, B's idempotency key, B's tag), or none at all, leaves B's runs as they were."""
+    a, b = tenants
+    theirs = [
+        await trigger(b, "noop", options={"idempotencyKey": "order-1", "tags": ["vip"]}),
+        await trigger(b, "noop", options={"tags": ["vip"]}),
+    ]
+    their_batch = await batch_of(b, {"task": "noop", "payload": 1})
+    mine = await trigger(a, "noop", options={"tags": ["vip"]})
+    db.execute("UPDATE fairlane.runs SET status = 'FAILED' WHERE id = ANY(%s)", [[*theirs, mine]])
+    before = runs_of(db, B)
+
+    for action in ("retry", "cancel"):
+        named = await a.post(f"/api/v1/runs/{action}", params={"environment": B})
+        assert named.status_code == 403, named.text
+        for params in (
+            {"batch_id": str(their_batch)},
+            {"idempotency_key": "order-1"},
+            {"tag": "vip", "status": "QUEUED"},
+        ):
+            dry = await a.post(f"/api/v1/runs/{action}", params={**params, "dry_run": "true"})
+            assert dry.json()["matching"] == 0, (action, params)
+            done = await a.post(f"/api/v1/runs/{action}", params=params)
+            assert done.json()["matched"] == 0, (action, params)
+    everything = await a.post("/api/v1/runs/retry", params={"all": "true"})
+    assert everything.json() == {"matched": 1, "changed": 1, "unchanged": {}}
+    assert run_row(db, mine)["status"] == "QUEUED"
+    assert runs_of(db, B) == before

@@ -63,6 +63,8 @@ class RunQuery:
     limit: int
     since_s: float | None
     batch_id: int | None = None
+    # The stored forms of an idempotency key (RunFilter.query()); None: any.
+    idempotency_keys: list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,7 @@ class Runs(Section):
             "statuses": query.statuses,
             "tags": query.tags,
             "batch_id": query.batch_id,
+            "idempotency_keys": query.idempotency_keys,
             "before_id": query.before_id,
             "include_carriers": query.include_carriers,
             "limit": query.limit,
@@ -144,12 +147,29 @@ class Runs(Section):
             "statuses": query.statuses,
             "tags": query.tags,
             "batch_id": query.batch_id,
+            "idempotency_keys": query.idempotency_keys,
             "before_id": query.before_id,
             "since_s": query.since_s,
             "include_carriers": query.include_carriers,
             "limit": query.limit,
         }
         return self._statement("matching_run_ids", params, scalar)
+
+    def count_matching(self, query: RunQuery) -> Statement[int]:
+        """How many runs ``matching_ids`` would page through (``limit`` is not used)."""
+        params = {
+            "environment": query.environment,
+            "queue": query.queue,
+            "task": query.task,
+            "statuses": query.statuses,
+            "tags": query.tags,
+            "batch_id": query.batch_id,
+            "idempotency_keys": query.idempotency_keys,
+            "before_id": query.before_id,
+            "since_s": query.since_s,
+            "include_carriers": query.include_carriers,
+        }
+        return self._statement("count_matching_runs", params, scalar)
 
     def retry_many(self, ids: Sequence[int]) -> Statement[BulkRow]:
         def bulk_row(row: Row) -> BulkRow:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -133,11 +134,37 @@ class Web(Section):
 
     # -- the dashboard ------------------------------------------------------------------
 
-    def finished_per_minute(self, minutes: int) -> Statement[dict[str, Any]]:
-        return self._statement("finished_per_minute", {"minutes": minutes}, _as_dict)
+    def finished_per_minute(
+        self, minutes: int, environments: Sequence[str]
+    ) -> Statement[dict[str, Any]]:
+        params = {"minutes": minutes, "environments": list(environments)}
+        return self._statement("finished_per_minute", params, _as_dict)
 
-    def queue_heads(self) -> Statement[dict[str, Any]]:
-        return self._statement("queue_heads", None, _as_dict)
+    def oldest_heads(self, environments: Sequence[str]) -> Statement[dict[str, Any]]:
+        return self._statement("oldest_heads", {"environments": list(environments)}, _as_dict)
+
+    def schedules_page(
+        self, search: str | None, limit: int, offset: int
+    ) -> Statement[dict[str, Any]]:
+        params = {"search": search, "limit": limit, "offset": offset}
+        return self._statement("schedules_page", params, _as_dict)
+
+    def busy_environments(
+        self, search: str | None, name: str | None, limit: int, offset: int
+    ) -> Statement[dict[str, Any]]:
+        params = {"search": search, "name": name, "limit": limit, "offset": offset}
+        return self._statement("busy_environments", params, _as_dict)
+
+    def busy_queues(
+        self, environments: Sequence[str], search: str | None, per_environment: int, offset: int
+    ) -> Statement[dict[str, Any]]:
+        params = {
+            "environments": list(environments),
+            "search": search,
+            "per_environment": per_environment,
+            "offset": offset,
+        }
+        return self._statement("busy_queues", params, _as_dict)
 
     def run_children(self, run_id: int, limit: int) -> Statement[ChildRow]:
         params = {"id": run_id, "limit": limit}

@@ -6,6 +6,7 @@ from starlette.routing import BaseRoute
 
 from fairlane.web.api import (
     batches,
+    bulk,
     limits,
     openapi,
     realtime,
@@ -22,6 +23,7 @@ def routes() -> list[BaseRoute]:
         *tasks.routes,
         *realtime.routes,
         *runs.routes,
+        *bulk.routes,
         *tokens.routes,
         *realtime_tokens.routes,
         *batches.routes,

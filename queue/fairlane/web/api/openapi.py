@@ -235,6 +235,18 @@ SCHEMAS: dict[str, Any] = {
             "next_before_id": {"type": ["integer", "null"]},
         },
     },
+    "BulkResult": {
+        "type": "object",
+        "description": "dry_run: matching and before_id; else matched, changed and why the "
+        "others were left alone (their status, or QUEUE_FULL)",
+        "properties": {
+            "matching": {"type": "integer"},
+            "before_id": {"type": ["integer", "null"]},
+            "matched": {"type": "integer"},
+            "changed": {"type": "integer"},
+            "unchanged": {"type": "object", "additionalProperties": {"type": "integer"}},
+        },
+    },
     "CancelResult": {
         "type": "object",
         "properties": {
@@ -421,6 +433,38 @@ QUEUE_LIMITS_BODY = body(
     }
 )
 ID_PATH = [path_param("id", ID)]
+RUN_FILTERS = [
+    query("environment", {"type": "string"}),
+    query("queue", {"type": "string"}),
+    query("task", {"type": "string"}),
+    query("status", {"type": "string"}, "a status; repeat or comma-separate"),
+    query("tag", {"type": "string"}, "runs with every tag given (repeat)"),
+    query("batch_id", ID, "the runs this batch's items made"),
+    query(
+        "idempotency_key",
+        {"type": "string"},
+        "runs triggered with this key (without a parent run), or with this stored key",
+    ),
+]
+BOOLEAN = {"type": "boolean"}
+
+
+def bulk_operation(summary: str) -> dict[str, Any]:
+    """A bulk action over the list's filters (fairlane.web.api.bulk)."""
+    return operation(
+        summary,
+        ref("BulkResult"),
+        400,
+        403,
+        422,
+        parameters=[
+            *RUN_FILTERS,
+            query("before_id", ID, "only runs below this id: a dry run's before_id"),
+            query("dry_run", BOOLEAN, "count the matching runs, change nothing"),
+            query("all", BOOLEAN, "needed when no filter is given"),
+        ],
+        tag="runs",
+    )
 
 
 def _run_operation(summary: str) -> dict[str, Any]:
@@ -474,17 +518,16 @@ def _paths() -> dict[str, Any]:
                 400,
                 403,
                 parameters=[
-                    query("environment", {"type": "string"}),
-                    query("queue", {"type": "string"}),
-                    query("task", {"type": "string"}),
-                    query("status", {"type": "string"}, "a status; repeat or comma-separate"),
-                    query("tag", {"type": "string"}, "runs with every tag given (repeat)"),
+                    *RUN_FILTERS,
                     query("limit", {"type": "integer", "minimum": 1, "maximum": 500}),
                     query("before_id", ID, "next_before_id of the last page"),
-                    query("batch_id", ID, "the runs this batch's items made"),
                 ],
                 tag="runs",
             )
+        },
+        "/runs/retry": {"post": bulk_operation("Retry every matching run that can be")},
+        "/runs/cancel": {
+            "post": bulk_operation("Cancel every matching run still going, with its descendants")
         },
         "/runs/{id}": {
             "get": operation("One run", ref("Run"), 404, parameters=ID_PATH, tag="runs")

@@ -86,6 +86,7 @@ def run_filter(request: Request, caller: Caller) -> RunFilter:
         limit=limit or DEFAULT_PAGE,
         before_id=int_param(request, "before_id", None, low=1, high=MAX_ID),
         batch_id=int_param(request, "batch_id", None, low=1, high=MAX_ID),
+        idempotency_key=params.get("idempotency_key") or None,
     )
 
 

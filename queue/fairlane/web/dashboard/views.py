@@ -1,6 +1,7 @@
-"""The dashboard's pages: overview, runs, run detail, batches, queues and limits,
-maintenance (the workers page is workers.py). Server-rendered (jinja2); the overview and a
-running run's page refresh their live part by polling a fragment. Every page needs an admin
+"""The dashboard's pages: runs, run detail, batches, the queues page's actions, maintenance
+(the overview and the queues page are environments.py, the workers page workers.py).
+Server-rendered (jinja2); the overview and a running run's page refresh their live part by
+polling a fragment. Every page needs an admin
 session (``session.py``); every form carries its CSRF token.
 """
 
@@ -19,12 +20,10 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from fairlane import control, limits
 from fairlane.batches.api import get_batch_async
-from fairlane.control import RunFilter
 from fairlane.engine.statement import drive_async, first_async, rows_async
 from fairlane.errors import BatchNotFoundError, FairlaneError, RunNotFoundError
 from fairlane.maintenance import list_jobs_async
-from fairlane.models import FINAL_STATUSES, RunStatus
-from fairlane.triggering.checks import BATCH_QUEUE
+from fairlane.models import FINAL_STATUSES
 from fairlane.web.auth import state_of
 from fairlane.web.dashboard.session import (
     LOGIN_COOKIE,
@@ -51,7 +50,6 @@ templates = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-THROUGHPUT_MINUTES = 10
 PAGE = 50
 
 
@@ -229,121 +227,7 @@ async def _logout(request: Request, session: Session, form: dict[str, str]) -> R
 logout = action(_logout)
 
 
-# -- overview --------------------------------------------------------------------------------
-
-
-def _environments(
-    table: list[dict[str, Any]], heads: list[dict[str, Any]]
-) -> dict[str, dict[str, Any]]:
-    """Each environment with its queues, counts against caps, and its longest-waiting head."""
-    head_of = {(h["environment"], h["queue"]): h for h in heads}
-    environments: dict[str, dict[str, Any]] = {}
-    for row in table:
-        if row["queue"] == BATCH_QUEUE:
-            continue
-        env_limit = row["env_limit"]
-        env = environments.setdefault(
-            row["environment"],
-            {
-                "name": row["environment"],
-                "queues": [],
-                "running": 0,
-                "queued": 0,
-                "delayed": 0,
-                "cap": int(env_limit * row["burst_factor"]) if env_limit is not None else None,
-                "paused": row["env_paused"],
-                "size_limit": row["env_size_limit"],
-                "oldest": None,
-                "throughput": [0] * THROUGHPUT_MINUTES,
-                "failed": 0,
-                "done": 0,
-            },
-        )
-        head = head_of.get((row["environment"], row["queue"]))
-        env["queues"].append({**row, "head": head})
-        for count in ("running", "queued", "delayed"):
-            env[count] += row[count]
-        oldest = env["oldest"]
-        if head is not None and (oldest is None or head["waited_s"] > oldest["waited_s"]):
-            env["oldest"] = head
-    return environments
-
-
-def _add_throughput(
-    environments: dict[str, dict[str, Any]], finished: list[dict[str, Any]]
-) -> None:
-    """Runs ended per minute (the last bar is the minute under way), and ended ok or not."""
-    now = datetime.now(UTC).replace(second=0, microsecond=0)
-    for row in finished:
-        env = environments.get(row["environment"])
-        if env is None:
-            continue
-        slot = THROUGHPUT_MINUTES - 1 - int((now - row["minute"]).total_seconds() // 60)
-        if 0 <= slot < THROUGHPUT_MINUTES:
-            env["throughput"][slot] += row["runs"]
-        env["done" if row["status"] == "COMPLETED" else "failed"] += row["runs"]
-    for env in environments.values():
-        env["peak"] = max(env["throughput"]) or 1
-
-
-async def _overview_data(request: Request) -> dict[str, Any]:
-    state = state_of(request)
-    async with state.connection() as conn:
-        table = await limits.limits_table_async(conn, schema=state.schema)
-        heads = await rows_async(conn, state.engine.web.queue_heads())
-        finished = await rows_async(conn, state.engine.web.finished_per_minute(THROUGHPUT_MINUTES))
-    environments = _environments(table, heads)
-    _add_throughput(environments, finished)
-    return {"environments": list(environments.values()), "minutes": THROUGHPUT_MINUTES}
-
-
-async def _overview(request: Request, session: Session) -> Response:
-    return render(request, "overview.html", session, **await _overview_data(request))
-
-
-async def _overview_live(request: Request, session: Session) -> Response:
-    return render(request, "_overview.html", session, **await _overview_data(request))
-
-
-overview = page(_overview)
-overview_live = page(_overview_live, poll=True)
-
-
 # -- runs ------------------------------------------------------------------------------------
-
-
-async def _runs(request: Request, session: Session) -> Response:
-    params = request.query_params
-    status = params.get("status") or None
-    filters = RunFilter(
-        environment=params.get("environment") or None,
-        queue=params.get("queue") or None,
-        task=params.get("task") or None,
-        status=status if status in {s.value for s in RunStatus} else None,
-        tags=[params["tag"]] if params.get("tag") else (),
-        limit=PAGE,
-        before_id=int_param(request, "before_id", None, low=1, high=MAX_ID),
-        batch_id=int_param(request, "batch", None, low=1, high=MAX_ID),
-    )
-    state = state_of(request)
-    async with state.connection() as conn:
-        runs = await drive_async(conn, control.list_runs(state.engine, filters))
-    kept = {k: v for k, v in params.items() if k not in ("before_id", "flash") and v}
-    next_page = "?" + urlencode({**kept, "before_id": runs[-1].id}) if len(runs) == PAGE else None
-    return render(
-        request,
-        "runs.html",
-        session,
-        runs=runs,
-        filters=kept,
-        next_page=next_page,
-        statuses=[s.value for s in RunStatus],
-        first_page=bool(filters.before_id),
-        reset="?" + urlencode(kept) if kept else "",
-    )
-
-
-runs = page(_runs)
 
 
 async def _run_context(request: Request, run_id: int) -> dict[str, Any]:
@@ -467,15 +351,6 @@ batch = page(_batch)
 # -- queues and limits -----------------------------------------------------------------------
 
 
-async def _queues(request: Request, session: Session) -> Response:
-    state = state_of(request)
-    async with state.connection() as conn:
-        table = await limits.limits_table_async(conn, schema=state.schema)
-        scheduler = await limits.scheduler_settings_async(conn, schema=state.schema)
-    rows = [row for row in table if row["queue"] != BATCH_QUEUE]
-    return render(request, "queues.html", session, rows=rows, scheduler=scheduler)
-
-
 def _limit(text: str | None) -> Any:
     if text is None:
         return limits.UNCHANGED
@@ -521,7 +396,6 @@ async def _queue_action(request: Request, session: Session, form: dict[str, str]
     return back(request, "/queues", f"{target} {done}")
 
 
-queues = page(_queues)
 queue_action = action(_queue_action)
 
 
