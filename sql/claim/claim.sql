@@ -41,18 +41,19 @@
 -- the entries of runs that ended dead as they pass them, so the next count skips them, where a
 -- bitmap scan marks none and fetched every run the environment ended since the last vacuum,
 -- at every count (bench/sittings/11-one-index-of-held-runs.md).
+-- Each holder comes with its concurrency key (sql/claim/keys.sql), NULL for a keyless run.
 CREATE OR REPLACE FUNCTION {schema}.slot_holders(env_name text)
-RETURNS TABLE (queue text)
+RETURNS TABLE (queue text, concurrency_key text)
 LANGUAGE plpgsql
 STABLE
 SET enable_bitmapscan = off
 AS $$
 BEGIN
     RETURN QUERY
-    SELECT r.queue FROM {schema}.runs r
+    SELECT r.queue, r.concurrency_key FROM {schema}.runs r
     WHERE r.environment = env_name AND r.status = 'EXECUTING'
     UNION ALL
-    SELECT r.queue FROM {schema}.runs r
+    SELECT r.queue, r.concurrency_key FROM {schema}.runs r
     WHERE r.environment = env_name AND r.status = 'WAITING' AND r.resume_ready;
 END;
 $$;
@@ -68,6 +69,9 @@ $$;
 -- claim that serves eight environments opens the runs table for writing once, not eight times.
 -- Each environment is picked from at most once per claim, so its counts never miss a run the
 -- same claim picked and has not started yet.
+-- A queue with queued runs that have a concurrency key is picked from by pick_from_keys
+-- (sql/claim/keys.sql): its limit applies per key, its total_limit across them, its keys
+-- served round robin; the counts are the same slot holders, grouped by key too.
 -- Batch carriers (queue __batches__) hold no slot of the environment's cap and are not bounded
 -- by it: they only turn items into runs, and their queue has its own cap (the batch
 -- concurrency), so a full environment still processes its batches and they never take its
@@ -84,6 +88,7 @@ DECLARE
     env_room integer;
     capped boolean;
     held_queues text[];
+    held_keys text[];
     held_counts integer[];
 BEGIN
     IF env_paused THEN
@@ -92,15 +97,17 @@ BEGIN
     -- Without any cap in the environment no slot needs counting (the common, fast case).
     capped := env_limit IS NOT NULL OR EXISTS (
         SELECT 1 FROM {schema}.queues q
-        WHERE q.environment = env_name AND q.concurrency_limit IS NOT NULL);
+        WHERE q.environment = env_name
+          AND (q.concurrency_limit IS NOT NULL OR q.total_limit IS NOT NULL));
     env_room := take;
     IF capped THEN
-        -- One pass over the slot holders gives both the per-queue and the environment count.
-        SELECT array_agg(per_queue.queue), array_agg(per_queue.n)
-        INTO held_queues, held_counts
-        FROM (SELECT holder.queue, count(*)::integer AS n
+        -- One pass over the slot holders gives the per-key, per-queue and environment counts.
+        SELECT array_agg(per_key.queue), array_agg(per_key.concurrency_key),
+               array_agg(per_key.n)
+        INTO held_queues, held_keys, held_counts
+        FROM (SELECT holder.queue, holder.concurrency_key, count(*)::integer AS n
               FROM {schema}.slot_holders(env_name) AS holder
-              GROUP BY holder.queue) AS per_queue;
+              GROUP BY holder.queue, holder.concurrency_key) AS per_key;
         IF env_limit IS NOT NULL THEN
             -- In numeric until the least: a cap times its burst factor may pass integer.
             env_room := least(take, floor(env_limit * env_burst)
@@ -119,14 +126,36 @@ BEGIN
     END IF;
     RETURN QUERY
     WITH running AS (
-        SELECT held.queue, held.n
-        FROM unnest(held_queues, held_counts) AS held(queue, n)
+        -- Per queue: its slot holders, its keyless ones, and its keys that hold slots.
+        SELECT held.queue, sum(held.n)::integer AS n,
+               coalesce(sum(held.n) FILTER (WHERE held.concurrency_key IS NULL), 0)::integer
+                   AS keyless,
+               array_agg(held.concurrency_key) FILTER (WHERE held.concurrency_key IS NOT NULL)
+                   AS keys,
+               array_agg(held.n) FILTER (WHERE held.concurrency_key IS NOT NULL) AS key_counts
+        FROM unnest(held_queues, held_keys, held_counts) AS held(queue, concurrency_key, n)
+        GROUP BY held.queue
     ), queue_room AS (
-        SELECT q.name, q.name = '__batches__' AS carriers,
-               CASE WHEN q.name = '__batches__' THEN coalesce(q.concurrency_limit, 2147483647)
-                    ELSE least(coalesce(q.concurrency_limit, 2147483647),
-                               coalesce(env_limit, 2147483647))
-               END - coalesce(running.n, 0) AS room,
+        SELECT q.name, q.name = '__batches__' AS carriers, q.concurrency_limit,
+               -- Keyed: it has queued runs with a concurrency key (sql/claim/keys.sql). One
+               -- descent of runs_queued_key_idx, which keyless runs never enter.
+               q.name <> '__batches__' AND EXISTS (
+                   SELECT 1 FROM {schema}.runs k
+                   WHERE k.environment = env_name AND k.queue = q.name
+                     AND k.status = 'QUEUED' AND k.concurrency_key IS NOT NULL) AS keyed,
+               running.keys, running.key_counts, coalesce(running.keyless, 0) AS keyless,
+               CASE WHEN q.name = '__batches__'
+                    THEN coalesce(q.concurrency_limit, 2147483647) - coalesce(running.n, 0)
+                    -- The queue's cap across keys, and its keyless runs' share of the limit
+                    -- (all its runs while it has no keys).
+                    ELSE least(least(coalesce(q.total_limit, 2147483647),
+                                     coalesce(env_limit, 2147483647)) - coalesce(running.n, 0),
+                               coalesce(q.concurrency_limit, 2147483647)
+                                   - coalesce(running.keyless, 0))
+               END AS room,
+               -- A keyed queue's room across its keys, which pick_from_keys bounds one by one.
+               least(coalesce(q.total_limit, 2147483647), coalesce(env_limit, 2147483647))
+                   - coalesce(running.n, 0) AS keyed_room,
                -- No floor: from the head (every queue_order is later than -infinity).
                coalesce(floor.queue_order, '-infinity') AS floor_order,
                coalesce(floor.id, 0) AS floor_id
@@ -144,23 +173,34 @@ BEGIN
                                   ORDER BY candidate.queue_order, candidate.id) AS nth
         FROM queue_room
         CROSS JOIN LATERAL (
-            SELECT r.id, r.queue_order
-            FROM {schema}.runs r
-            WHERE r.environment = env_name AND r.queue = queue_room.name AND r.status = 'QUEUED'
-              AND (r.queue_order, r.id) > (queue_room.floor_order, queue_room.floor_id)
-              -- A TTL limits the wait before a run first starts: one that lapsed is left to
-              -- expire_ttl_runs (exactly its condition, negated), never started. A filter on
-              -- the rows the index walk reads.
-              AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
-              -- The claimer's tasks: a filter on the rows the walk reads, like the TTL (the
-              -- head of this file says what a run of another task ahead of them costs).
-              AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
-            ORDER BY r.queue_order, r.id
-            LIMIT least(queue_room.room,
-                        CASE WHEN queue_room.carriers THEN take ELSE env_room END)
-            FOR UPDATE SKIP LOCKED
+            SELECT plain.id, plain.queue_order FROM (
+                SELECT r.id, r.queue_order
+                FROM {schema}.runs r
+                WHERE NOT queue_room.keyed
+                  AND r.environment = env_name AND r.queue = queue_room.name
+                  AND r.status = 'QUEUED'
+                  AND (r.queue_order, r.id) > (queue_room.floor_order, queue_room.floor_id)
+                  -- A TTL limits the wait before a run first starts: one that lapsed is left
+                  -- to expire_ttl_runs (exactly its condition, negated), never started. A
+                  -- filter on the rows the index walk reads.
+                  AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
+                  -- The claimer's tasks: a filter on the rows the walk reads, like the TTL
+                  -- (the head of this file says what a run of another task ahead costs).
+                  AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
+                ORDER BY r.queue_order, r.id
+                LIMIT least(queue_room.room,
+                            CASE WHEN queue_room.carriers THEN take ELSE env_room END)
+                FOR UPDATE SKIP LOCKED) AS plain
+            UNION ALL
+            -- A keyed queue: round robin over its keys, each within the queue's limit.
+            SELECT keyed.id, keyed.queue_order
+            FROM {schema}.pick_from_keys(
+                env_name, queue_room.name, queue_room.concurrency_limit,
+                least(queue_room.keyed_room, env_room), queue_room.keys,
+                queue_room.key_counts, queue_room.keyless, only_tasks) AS keyed
+            WHERE queue_room.keyed
         ) AS candidate
-        WHERE queue_room.room > 0
+        WHERE CASE WHEN queue_room.keyed THEN queue_room.keyed_room ELSE queue_room.room END > 0
     )
     SELECT c.id, c.queue_order
     FROM candidates c

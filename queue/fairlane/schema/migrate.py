@@ -26,6 +26,8 @@ from fairlane.schema.revision_hashes import migrations_dir
 from fairlane.schema.tables import VERSION_TABLE
 
 SCHEMA_ATTRIBUTE = "fairlane_schema"
+# How long one wait for the migration lock lasts before it starts again (_MigrationLock).
+_LOCK_WAIT = "200ms"
 URL_ATTRIBUTE = "fairlane_url"
 HEAD = "head"
 BASE = "base"
@@ -66,7 +68,19 @@ class _MigrationLock:
         self.conn = psycopg.connect(psycopg_dsn(database_url(url)), autocommit=True)
 
     def __enter__(self) -> psycopg.Connection[Any]:
-        self.conn.execute(migration_lock(self.schema, "pg_advisory_lock"))
+        # Waited for in short statements: a statement waiting on the lock holds a snapshot,
+        # and the migration that holds the lock may be building an index CONCURRENTLY, which
+        # waits for every snapshot older than its own; one long wait would deadlock the two
+        # (through this client, where PostgreSQL cannot see it). Each timeout ends the
+        # waiter's snapshot and lets the build go on.
+        self.conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(_LOCK_WAIT)))
+        while True:
+            try:
+                self.conn.execute(migration_lock(self.schema, "pg_advisory_lock"))
+            except psycopg.errors.LockNotAvailable:
+                continue
+            break
+        self.conn.execute("RESET lock_timeout")
         return self.conn
 
     def __exit__(self, *exc: object) -> None:
