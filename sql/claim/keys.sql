@@ -12,8 +12,8 @@
 -- Fairness inside the queue is round robin over its keys, in key order from where the last
 -- claim there stopped (queues.key_cursor, written under the same row lock): the first ring
 -- takes one run of each key with room, in its queue order; the keyless runs come after the
--- last key. A ring that leaves room comes back to the keys that gave a run for the rest of
--- their room. A key with 10,000 queued runs takes one turn in the ring as a key with 10 does.
+-- last key. A ring that leaves room comes back to the keys that gave a run, which take turns
+-- again, each an even share of what is left per turn. A key with 10,000 queued runs takes one turn in the ring as a key with 10 does.
 -- Each step of the ring is one descent of runs_queued_key_idx (the next key after the last
 -- one), and a key at its limit is stepped over by the next descent, never walked.
 --
@@ -114,6 +114,9 @@ DECLARE
     orders timestamptz[] := '{{}}';
     more_keys text[] := '{{}}';
     more_room integer[] := '{{}}';
+    next_keys text[];
+    next_room integer[];
+    share integer;
     i integer;
 BEGIN
     SELECT coalesce(q.key_cursor, '') INTO start FROM {schema}.queues q
@@ -149,14 +152,29 @@ BEGIN
     UPDATE {schema}.queues q SET key_cursor = nullif(pos, '')
     WHERE q.environment = env_name AND q.name = queue_name
       AND q.key_cursor IS DISTINCT FROM nullif(pos, '') AND pos IS NOT NULL;
-    -- The ring came round with room left: the keys that gave a run give the rest of theirs.
-    FOR i IN 1 .. cardinality(more_keys) LOOP
-        EXIT WHEN room <= 0;
-        RETURN QUERY SELECT p.id, p.queue_order FROM {schema}.pick_key_runs(
-            env_name, queue_name, nullif(more_keys[i], ''), least(more_room[i], room), taken,
-            only_tasks, 1000) AS p;
-        GET DIAGNOSTICS key_room = ROW_COUNT;
-        room := room - key_room;
+    -- The ring came round with room left: the keys that gave a run take turns again, each an
+    -- even share of the room left per turn, until the room or their runs run out.
+    WHILE room > 0 AND cardinality(more_keys) > 0 LOOP
+        share := greatest(1, room / cardinality(more_keys));
+        next_keys := '{{}}';
+        next_room := '{{}}';
+        FOR i IN 1 .. cardinality(more_keys) LOOP
+            EXIT WHEN room <= 0;
+            SELECT coalesce(array_agg(p.id), '{{}}'), coalesce(array_agg(p.queue_order), '{{}}')
+            INTO got, orders
+            FROM {schema}.pick_key_runs(env_name, queue_name, nullif(more_keys[i], ''),
+                                        least(share, more_room[i], room), taken, only_tasks,
+                                        1000) AS p;
+            RETURN QUERY SELECT p.id, p.queue_order FROM unnest(got, orders) AS p(id, queue_order);
+            taken := taken || got;
+            room := room - cardinality(got);
+            IF cardinality(got) > 0 AND more_room[i] > cardinality(got) THEN
+                next_keys := next_keys || more_keys[i];
+                next_room := next_room || (more_room[i] - cardinality(got));
+            END IF;
+        END LOOP;
+        more_keys := next_keys;
+        more_room := next_room;
     END LOOP;
 END;
 $$;

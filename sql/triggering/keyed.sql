@@ -44,7 +44,7 @@ BEGIN
     INSERT INTO {schema}.runs
         (environment, queue, task, payload, status, priority, max_attempts, available_at,
          tags, metadata, machine, max_duration_s, ttl_s, expires_at, parent_run_id,
-         idempotency_key, idempotency_key_expires_at)
+         idempotency_key, idempotency_key_expires_at, concurrency_key)
     VALUES
         (r.environment, r.queue, r.task, coalesce(r.payload, 'null'),
          CASE WHEN start_at IS NOT NULL THEN 'DELAYED' ELSE 'QUEUED' END,
@@ -52,7 +52,7 @@ BEGIN
          ARRAY(SELECT jsonb_array_elements_text(r.tags)), coalesce(r.metadata, '{{}}'),
          r.machine, r.max_duration_s, ttl,
          CASE WHEN start_at IS NULL AND ttl IS NOT NULL THEN now() + make_interval(secs => ttl) END,
-         r.parent_run_id, idem_key, key_expires_at)
+         r.parent_run_id, idem_key, key_expires_at, r.concurrency_key)
     ON CONFLICT (environment, task, idempotency_key) WHERE idempotency_key IS NOT NULL
     DO NOTHING
     RETURNING id INTO made;
