@@ -55,7 +55,7 @@ def test_the_queue_limit_holds_per_key(db: psycopg.Connection[Any]) -> None:
     for key in ("a", "b", "c"):
         keyed(db, key, 5)
     limits.set_queue(db, "acme", "default", concurrency_limit=1)
-    assert sorted(claim(db)) == ["a", "b", "c"]
+    assert Counter(claim(db)) == Counter("abc")
     assert claim(db) == []
     finish(db, "b")
     assert claim(db) == ["b"]
