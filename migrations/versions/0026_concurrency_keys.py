@@ -8,6 +8,11 @@ a keyed queue's keys round robin from ``queues.key_cursor``, the last key it ser
 then in queue order. Keyless runs never enter it, so they cost what they cost before. The index
 is built concurrently: the runs table is large.
 
+Two settings follow the seeds' system: ``environment_concurrency_limit`` (100), the limit an
+environment gets when a trigger creates it (environments made before keep theirs), and the batch
+token bucket's refill, 10 items per 10 s with at most 1,200 (seed 004; it was 100 per 10 s): a
+database still at the old default moves to the new one, one that set its own keeps it.
+
 Revision ID: 0026
 Revises: 0025
 Create Date: 2026-12-06
@@ -21,6 +26,7 @@ from alembic import op
 from fairlane.schema.revision_helpers import (
     create_index_concurrently,
     drop_index_concurrently,
+    execute,
 )
 from fairlane.schema.revision_helpers import (
     schema as migration_schema,
@@ -43,6 +49,20 @@ def upgrade() -> None:
         "total_limit IS NULL OR total_limit >= 0",
         schema=schema,
     )
+    execute(
+        """
+        INSERT INTO {schema}.settings (name, value, description) VALUES
+            ('environment_concurrency_limit', '100',
+             'The concurrency limit of an environment a trigger creates (null: unlimited)')
+        ON CONFLICT (name) DO NOTHING
+        """
+    )
+    execute(
+        """
+        UPDATE {schema}.settings SET value = '10'
+        WHERE name = 'batch_refill_amount' AND value = '100'
+        """
+    )
     create_index_concurrently(
         "runs_queued_key_idx",
         "runs",
@@ -53,6 +73,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     schema = migration_schema()
+    execute("DELETE FROM {schema}.settings WHERE name = 'environment_concurrency_limit'")
     drop_index_concurrently("runs_queued_key_idx")
     op.drop_constraint("queues_total_limit_check", "queues", schema=schema)
     op.drop_column("queues", "key_cursor", schema=schema)

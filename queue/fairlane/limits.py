@@ -36,6 +36,7 @@ class QueueChange(TypedDict, total=False):
     concurrency_limit: int | None
     paused: bool | None
     size_limit: int | None
+    total_limit: int | None
 
 
 class SchedulerChange(TypedDict, total=False):
@@ -113,9 +114,11 @@ def _queue(
     concurrency_limit: Any = UNCHANGED,
     paused: bool | None = None,
     size_limit: Any = UNCHANGED,
+    total_limit: Any = UNCHANGED,
 ) -> Operation[QueueSettings]:
     set_limit, limit = _limit("concurrency_limit", concurrency_limit)
     set_size_limit, size = _limit("size_limit", size_limit)
+    set_total_limit, total = _limit("total_limit", total_limit)
     limits = engine(schema_name(schema)).limits
     yield limits.ensure_environment(environment)
     found = yield limits.upsert_queue(
@@ -126,6 +129,8 @@ def _queue(
         paused=paused,
         size_limit=size,
         set_size_limit=set_size_limit,
+        total_limit=total,
+        set_total_limit=set_total_limit,
     )
     return found[0]  # type: ignore[no-any-return]
 
@@ -193,8 +198,10 @@ async def set_queue_async(
     schema: str | None = None,
     **settings: Unpack[QueueChange],
 ) -> QueueSettings:
-    """Change a queue's settings (``concurrency_limit``, ``paused``, ``size_limit``); those
-    left out keep their value. The queue's size limit caps its runs waiting to start."""
+    """Change a queue's settings (``concurrency_limit``, ``paused``, ``size_limit``,
+    ``total_limit``); those left out keep their value. With concurrency keys,
+    ``concurrency_limit`` bounds each key and ``total_limit`` the queue across them. The
+    queue's size limit caps its runs waiting to start."""
     return await drive_async(conn, _queue(environment, name, schema, **settings))
 
 
@@ -244,8 +251,10 @@ def set_queue(
     schema: str | None = None,
     **settings: Unpack[QueueChange],
 ) -> QueueSettings:
-    """Change a queue's settings (``concurrency_limit``, ``paused``, ``size_limit``); those
-    left out keep their value. The queue's size limit caps its runs waiting to start."""
+    """Change a queue's settings (``concurrency_limit``, ``paused``, ``size_limit``,
+    ``total_limit``); those left out keep their value. With concurrency keys,
+    ``concurrency_limit`` bounds each key and ``total_limit`` the queue across them. The
+    queue's size limit caps its runs waiting to start."""
     return drive(conn, _queue(environment, name, schema, **settings))
 
 

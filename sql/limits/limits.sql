@@ -7,7 +7,10 @@
 -- size_limit caps the runs waiting to start (QUEUED or DELAYED) across the environment's queues;
 -- triggers check it in their transaction (sql/triggering/sizes.sql). NULL is unlimited.
 INSERT INTO {schema}.environments AS e (name, concurrency_limit, burst_factor, paused, size_limit)
-VALUES (%(name)s, %(concurrency_limit)s, coalesce(%(burst_factor)s, 1.0),
+VALUES (%(name)s,
+        CASE WHEN %(set_limit)s THEN %(concurrency_limit)s
+             ELSE {schema}.new_environment_limit() END,
+        coalesce(%(burst_factor)s, 1.0),
         coalesce(%(paused)s, false), %(size_limit)s)
 ON CONFLICT (name) DO UPDATE
 SET concurrency_limit = CASE WHEN %(set_limit)s THEN excluded.concurrency_limit
@@ -19,20 +22,26 @@ RETURNING name, concurrency_limit, burst_factor, paused, size_limit;
 
 -- name: upsert_queue_settings
 -- params: environment text, name text, concurrency_limit integer, paused boolean,
--- params: size_limit integer, set_limit boolean, set_size_limit boolean
-INSERT INTO {schema}.queues AS q (environment, name, concurrency_limit, paused, size_limit)
+-- params: size_limit integer, set_limit boolean, set_size_limit boolean, total_limit integer,
+-- params: set_total_limit boolean
+-- total_limit caps the queue across its concurrency keys (sql/claim/keys.sql).
+INSERT INTO {schema}.queues AS q
+    (environment, name, concurrency_limit, paused, size_limit, total_limit)
 VALUES (%(environment)s, %(name)s, %(concurrency_limit)s, coalesce(%(paused)s, false),
-        %(size_limit)s)
+        %(size_limit)s, %(total_limit)s)
 ON CONFLICT (environment, name) DO UPDATE
 SET concurrency_limit = CASE WHEN %(set_limit)s THEN excluded.concurrency_limit
                              ELSE q.concurrency_limit END,
     paused = coalesce(%(paused)s, q.paused),
-    size_limit = CASE WHEN %(set_size_limit)s THEN excluded.size_limit ELSE q.size_limit END
-RETURNING environment, name, concurrency_limit, paused, size_limit;
+    size_limit = CASE WHEN %(set_size_limit)s THEN excluded.size_limit ELSE q.size_limit END,
+    total_limit = CASE WHEN %(set_total_limit)s THEN excluded.total_limit
+                       ELSE q.total_limit END
+RETURNING environment, name, concurrency_limit, paused, size_limit, total_limit;
 
 -- name: ensure_environment
 -- params: name text
-INSERT INTO {schema}.environments (name) VALUES (%(name)s) ON CONFLICT DO NOTHING;
+INSERT INTO {schema}.environments (name, concurrency_limit)
+VALUES (%(name)s, {schema}.new_environment_limit()) ON CONFLICT DO NOTHING;
 
 -- name: update_scheduler_settings
 -- params: quantum integer, max_deficit integer, set_global boolean,

@@ -201,8 +201,9 @@ DECLARE
 BEGIN
     -- First use: the rows are made in name order, since an INSERT waits for another trigger
     -- inserting the same row as for a lock.
-    INSERT INTO {schema}.environments (name)
-    SELECT DISTINCT r.environment FROM {schema}.trigger_requests(requests) AS r
+    INSERT INTO {schema}.environments (name, concurrency_limit)
+    SELECT DISTINCT r.environment, (SELECT {schema}.new_environment_limit())
+    FROM {schema}.trigger_requests(requests) AS r
     ORDER BY 1
     ON CONFLICT DO NOTHING;
     INSERT INTO {schema}.queues (environment, name)

@@ -116,8 +116,9 @@ BEGIN
         SELECT environment, queue, count(*)::integer AS runs, bool_or(start_at IS NULL) AS queued
         FROM t GROUP BY 1, 2
     ), new_environments AS (
-        INSERT INTO {schema}.environments (name)
-        SELECT DISTINCT environment FROM queues_added ORDER BY 1
+        INSERT INTO {schema}.environments (name, concurrency_limit)
+        SELECT DISTINCT environment, (SELECT {schema}.new_environment_limit())
+        FROM queues_added ORDER BY 1
         ON CONFLICT DO NOTHING
     ), new_queues AS (
         INSERT INTO {schema}.queues (environment, name)

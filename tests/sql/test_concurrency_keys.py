@@ -72,8 +72,8 @@ def test_keyless_runs_of_a_keyed_queue_share_one_key(db: psycopg.Connection[Any]
 def test_the_total_limit_caps_the_queue_across_its_keys(db: psycopg.Connection[Any]) -> None:
     for key in "abcde":
         keyed(db, key, 2)
-    limits.set_queue(db, "acme", "default", concurrency_limit=1)
-    db.execute("UPDATE fairlane.queues SET total_limit = 3 WHERE environment = 'acme'")
+    settings = limits.set_queue(db, "acme", "default", concurrency_limit=1, total_limit=3)
+    assert (settings.concurrency_limit, settings.total_limit) == (1, 3)
     first = claim(db)
     assert len(first) == 3
     assert len(set(first)) == 3
@@ -186,8 +186,7 @@ def test_two_claims_on_a_key_at_limit_one_start_one_of_its_runs(
     a's, and takes the other key's run."""
     keyed(db, "a", 3)
     other = keyed(db, "b", 1)
-    limits.set_queue(db, "acme", "default", concurrency_limit=1)
-    db.execute("UPDATE fairlane.queues SET total_limit = 2 WHERE environment = 'acme'")
+    limits.set_queue(db, "acme", "default", concurrency_limit=1, total_limit=2)
     with sessions(dsn, 2) as (a, b):
         a.begin()
         first = a.start(CLAIM, claim_params(limit=1, worker_id=a.name)).result(timeout=30)

@@ -72,6 +72,7 @@ def cmd_limits(args: argparse.Namespace) -> int:
                 concurrency_limit=_limit(args.limit),
                 paused=_paused(args),
                 size_limit=_limit(args.size_limit),
+                total_limit=_limit(args.total_limit),
                 schema=args.schema,
             )
         elif args.action == "scheduler":
@@ -122,7 +123,10 @@ def add_parser(commands: Any) -> None:
     queue = actions.add_parser("queue", help="a queue's cap, pause")
     queue.add_argument("environment")
     queue.add_argument("name")
-    queue.add_argument("--limit", help="concurrency limit, or 'none'")
+    queue.add_argument(
+        "--limit", help="concurrency limit (per concurrency key when runs have keys), or 'none'"
+    )
+    queue.add_argument("--total-limit", help="cap across the queue's concurrency keys, or 'none'")
     for action in (env, queue):
         action.add_argument(
             "--size-limit", help="most runs waiting to start (queued or delayed), or 'none'"

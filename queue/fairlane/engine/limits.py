@@ -52,6 +52,8 @@ class Limits(Section):
         paused: bool | None,
         size_limit: int | None,
         set_size_limit: bool,
+        total_limit: int | None = None,
+        set_total_limit: bool = False,
     ) -> Statement[QueueSettings]:
         """``paused``: None leaves it as it is."""
         params = {
@@ -62,6 +64,8 @@ class Limits(Section):
             "size_limit": size_limit,
             "set_limit": set_limit,
             "set_size_limit": set_size_limit,
+            "total_limit": total_limit,
+            "set_total_limit": set_total_limit,
         }
         return self._statement("upsert_queue_settings", params, lambda row: QueueSettings(**row))
 
