@@ -22,30 +22,6 @@
 -- `keyless_window` queued runs in queue order and takes the keyless ones among them. Keyless
 -- runs behind more keyed runs than that wait for the keyed runs ahead of them to start.
 
--- function: next_queue_key
--- The first key after `after` (and not past `upto`, when given) of a queue with queued runs
--- with a key: one descent of runs_queued_key_idx.
-CREATE OR REPLACE FUNCTION {schema}.next_queue_key(
-    env_name text, queue_name text, after text, upto text)
-RETURNS text
-LANGUAGE plpgsql
-STABLE
-AS $$
-BEGIN
-    IF upto IS NULL THEN
-        RETURN (SELECT r.concurrency_key FROM {schema}.runs r
-                WHERE r.environment = env_name AND r.queue = queue_name
-                  AND r.status = 'QUEUED' AND r.concurrency_key > after
-                ORDER BY r.concurrency_key LIMIT 1);
-    END IF;
-    RETURN (SELECT r.concurrency_key FROM {schema}.runs r
-            WHERE r.environment = env_name AND r.queue = queue_name
-              AND r.status = 'QUEUED' AND r.concurrency_key > after
-              AND r.concurrency_key <= upto
-            ORDER BY r.concurrency_key LIMIT 1);
-END;
-$$;
-
 -- function: pick_key_runs
 -- Up to `n` claimable runs of one key of a queue (`the_key` NULL: its keyless runs, among its
 -- first `keyless_window` queued runs), in queue order, locked (FOR UPDATE SKIP LOCKED), none of
@@ -91,12 +67,89 @@ BEGIN
 END;
 $$;
 
+-- function: ring_heads
+-- The first claimable run (in queue order, locked FOR UPDATE SKIP LOCKED) of each key of a
+-- queue after `after` (and not past `upto`, when given), in key order, skipping the keys at
+-- `key_limit` (`held_keys`, `held_counts`: slot holders per key); at most `n`. One statement:
+-- a loose index scan of runs_queued_key_idx (one descent per key) that stops once `n` keys
+-- gave a run, each key's run found by one more descent. The filters are pick_key_runs's.
+CREATE OR REPLACE FUNCTION {schema}.ring_heads(
+    env_name text, queue_name text, after text, upto text, n integer, key_limit integer,
+    held_keys text[], held_counts integer[], only_tasks text[])
+RETURNS TABLE (id bigint, queue_order timestamptz, concurrency_key text)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF upto IS NULL THEN
+        RETURN QUERY
+        WITH RECURSIVE ring(key) AS (
+            (SELECT r.concurrency_key FROM {schema}.runs r
+             WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
+               AND r.concurrency_key > after
+             ORDER BY r.concurrency_key LIMIT 1)
+            UNION ALL
+            SELECT (SELECT r.concurrency_key FROM {schema}.runs r
+                    WHERE r.environment = env_name AND r.queue = queue_name
+                      AND r.status = 'QUEUED' AND r.concurrency_key > ring.key
+                    ORDER BY r.concurrency_key LIMIT 1)
+            FROM ring WHERE ring.key IS NOT NULL
+        )
+        SELECT head.id, head.queue_order, ring.key
+        FROM ring
+        CROSS JOIN LATERAL (
+            SELECT r.id, r.queue_order FROM {schema}.runs r
+            WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
+              AND r.concurrency_key = ring.key
+              AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
+              AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
+            ORDER BY r.queue_order, r.id
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED) AS head
+        WHERE ring.key IS NOT NULL
+          AND coalesce(key_limit, 2147483647)
+              > coalesce(held_counts[array_position(held_keys, ring.key)], 0)
+        LIMIT n;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH RECURSIVE ring(key) AS (
+        (SELECT r.concurrency_key FROM {schema}.runs r
+         WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
+           AND r.concurrency_key > after AND r.concurrency_key <= upto
+         ORDER BY r.concurrency_key LIMIT 1)
+        UNION ALL
+        SELECT (SELECT r.concurrency_key FROM {schema}.runs r
+                WHERE r.environment = env_name AND r.queue = queue_name
+                  AND r.status = 'QUEUED' AND r.concurrency_key > ring.key
+                  AND r.concurrency_key <= upto
+                ORDER BY r.concurrency_key LIMIT 1)
+        FROM ring WHERE ring.key IS NOT NULL
+    )
+    SELECT head.id, head.queue_order, ring.key
+    FROM ring
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.queue_order FROM {schema}.runs r
+        WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
+          AND r.concurrency_key = ring.key
+          AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
+          AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
+        ORDER BY r.queue_order, r.id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED) AS head
+    WHERE ring.key IS NOT NULL
+      AND coalesce(key_limit, 2147483647)
+          > coalesce(held_counts[array_position(held_keys, ring.key)], 0)
+    LIMIT n;
+END;
+$$;
+
 -- function: pick_from_keys
 -- Up to `room` runs of a keyed queue, round robin over its keys from queues.key_cursor, each key
 -- within `key_limit` (NULL: none) less its slot holders (`held_keys`, `held_counts`: this
 -- queue's keys that hold slots; `keyless_held` for its keyless runs). The caller holds the
--- environment's row lock. The ring's steps are positions: a key, or '' for the keyless runs
--- (keys are never empty), which come after the last key.
+-- environment's row lock. The ring: the keys after the cursor, the keyless runs, the keys up
+-- to the cursor; the cursor moves to the last key that gave a run ('' : the keyless runs).
 CREATE OR REPLACE FUNCTION {schema}.pick_from_keys(
     env_name text, queue_name text, key_limit integer, room integer, held_keys text[],
     held_counts integer[], keyless_held integer, only_tasks text[])
@@ -106,74 +159,97 @@ AS $$
 #variable_conflict use_column
 DECLARE
     start text;
-    pos text;
-    wrapped boolean := false;
-    key_room integer;
-    got bigint[];
-    taken bigint[] := '{{}}';
-    orders timestamptz[] := '{{}}';
-    more_keys text[] := '{{}}';
-    more_room integer[] := '{{}}';
-    next_keys text[];
-    next_room integer[];
-    share integer;
-    i integer;
+    ids bigint[];
+    orders timestamptz[];
+    keys text[];
 BEGIN
     SELECT coalesce(q.key_cursor, '') INTO start FROM {schema}.queues q
     WHERE q.environment = env_name AND q.name = queue_name;
-    pos := start;
-    LOOP
-        EXIT WHEN room <= 0;
-        pos := {schema}.next_queue_key(env_name, queue_name, pos,
-                                       CASE WHEN wrapped THEN start END);
-        IF pos IS NULL THEN
-            EXIT WHEN wrapped;  -- back where the ring started
-            wrapped := true;
-            pos := '';
-        END IF;
-        key_room := coalesce(key_limit, 2147483647) - CASE WHEN pos = '' THEN keyless_held
-            ELSE coalesce(held_counts[array_position(held_keys, pos)], 0) END;
-        SELECT coalesce(array_agg(p.id), '{{}}'), coalesce(array_agg(p.queue_order), '{{}}')
-        INTO got, orders
-        FROM (SELECT p.id, p.queue_order FROM {schema}.pick_key_runs(
-                  env_name, queue_name, nullif(pos, ''), least(key_room, 1), taken,
-                  only_tasks, 1000) AS p) AS p;
-        IF cardinality(got) > 0 THEN
-            RETURN QUERY SELECT got[1], orders[1];
-            taken := taken || got;
-            room := room - 1;
-            IF key_room > 1 THEN
-                more_keys := more_keys || pos;
-                more_room := more_room || (key_room - 1);
-            END IF;
-        END IF;
-        EXIT WHEN pos = start AND wrapped;
-    END LOOP;
-    UPDATE {schema}.queues q SET key_cursor = nullif(pos, '')
-    WHERE q.environment = env_name AND q.name = queue_name
-      AND q.key_cursor IS DISTINCT FROM nullif(pos, '') AND pos IS NOT NULL;
-    -- The ring came round with room left: the keys that gave a run take turns again, each an
-    -- even share of the room left per turn, until the room or their runs run out.
-    WHILE room > 0 AND cardinality(more_keys) > 0 LOOP
-        share := greatest(1, room / cardinality(more_keys));
+    -- The first ring: one run of each key with room.
+    SELECT coalesce(array_agg(h.id), '{{}}'), coalesce(array_agg(h.queue_order), '{{}}'),
+           coalesce(array_agg(h.concurrency_key), '{{}}')
+    INTO ids, orders, keys
+    FROM {schema}.ring_heads(env_name, queue_name, start, NULL, room, key_limit, held_keys,
+                             held_counts, only_tasks) AS h;
+    IF cardinality(ids) < room AND coalesce(key_limit, 2147483647) > keyless_held THEN
+        SELECT ids || coalesce(array_agg(p.id), '{{}}'),
+               orders || coalesce(array_agg(p.queue_order), '{{}}'),
+               keys || array_fill(''::text, ARRAY[count(*)::integer])
+        INTO ids, orders, keys
+        FROM {schema}.pick_key_runs(env_name, queue_name, NULL, 1, '{{}}', only_tasks,
+                                    1000) AS p;
+    END IF;
+    IF cardinality(ids) < room AND start <> '' THEN
+        SELECT ids || coalesce(array_agg(h.id), '{{}}'),
+               orders || coalesce(array_agg(h.queue_order), '{{}}'),
+               keys || coalesce(array_agg(h.concurrency_key), '{{}}')
+        INTO ids, orders, keys
+        FROM {schema}.ring_heads(env_name, queue_name, '', start, room - cardinality(ids),
+                                 key_limit, held_keys, held_counts, only_tasks) AS h;
+    END IF;
+    IF cardinality(ids) > 0 THEN
+        UPDATE {schema}.queues q SET key_cursor = nullif(keys[cardinality(keys)], '')
+        WHERE q.environment = env_name AND q.name = queue_name;
+    END IF;
+    RETURN QUERY SELECT p.id, p.queue_order FROM unnest(ids, orders) AS p(id, queue_order);
+    IF cardinality(ids) < room AND cardinality(ids) > 0
+       AND coalesce(key_limit, 2147483647) > 1 THEN
+        RETURN QUERY SELECT m.id, m.queue_order FROM {schema}.fill_keys(
+            env_name, queue_name, key_limit, room - cardinality(ids), keys, held_keys,
+            held_counts, keyless_held, ids, only_tasks) AS m;
+    END IF;
+END;
+$$;
+
+-- function: fill_keys
+-- After a ring that left room: the keys that gave a run (`keys`, '' for the keyless runs) take
+-- turns again, each an even share of the room left per turn, within its limit, until the room
+-- or their runs run out. Rare: only a queue with fewer keys than a claim takes runs.
+CREATE OR REPLACE FUNCTION {schema}.fill_keys(
+    env_name text, queue_name text, key_limit integer, room integer, keys text[],
+    held_keys text[], held_counts integer[], keyless_held integer, taken bigint[],
+    only_tasks text[])
+RETURNS TABLE (id bigint, queue_order timestamptz)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    more_room integer[];
+    next_keys text[];
+    next_room integer[];
+    got bigint[];
+    orders timestamptz[];
+    share integer;
+    i integer;
+BEGIN
+    -- Each key's room after the run it gave.
+    SELECT coalesce(array_agg(coalesce(key_limit, 2147483647) - 1 - CASE WHEN k.key = ''
+               THEN keyless_held
+               ELSE coalesce(held_counts[array_position(held_keys, k.key)], 0) END
+               ORDER BY k.nth), '{{}}')
+    INTO more_room
+    FROM unnest(keys) WITH ORDINALITY AS k(key, nth);
+    WHILE room > 0 AND cardinality(keys) > 0 LOOP
+        share := greatest(1, room / cardinality(keys));
         next_keys := '{{}}';
         next_room := '{{}}';
-        FOR i IN 1 .. cardinality(more_keys) LOOP
+        FOR i IN 1 .. cardinality(keys) LOOP
             EXIT WHEN room <= 0;
+            CONTINUE WHEN more_room[i] <= 0;
             SELECT coalesce(array_agg(p.id), '{{}}'), coalesce(array_agg(p.queue_order), '{{}}')
             INTO got, orders
-            FROM {schema}.pick_key_runs(env_name, queue_name, nullif(more_keys[i], ''),
+            FROM {schema}.pick_key_runs(env_name, queue_name, nullif(keys[i], ''),
                                         least(share, more_room[i], room), taken, only_tasks,
                                         1000) AS p;
             RETURN QUERY SELECT p.id, p.queue_order FROM unnest(got, orders) AS p(id, queue_order);
             taken := taken || got;
             room := room - cardinality(got);
             IF cardinality(got) > 0 AND more_room[i] > cardinality(got) THEN
-                next_keys := next_keys || more_keys[i];
+                next_keys := next_keys || keys[i];
                 next_room := next_room || (more_room[i] - cardinality(got));
             END IF;
         END LOOP;
-        more_keys := next_keys;
+        keys := next_keys;
         more_room := next_room;
     END LOOP;
 END;
