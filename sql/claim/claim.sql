@@ -138,11 +138,14 @@ BEGIN
     ), queue_room AS (
         SELECT q.name, q.name = '__batches__' AS carriers, q.concurrency_limit,
                -- Keyed: it has queued runs with a concurrency key (sql/claim/keys.sql). One
-               -- descent of runs_queued_key_idx, which keyless runs never enter.
-               q.name <> '__batches__' AND EXISTS (
-                   SELECT 1 FROM {schema}.runs k
+               -- descent of runs_queued_key_idx, which keyless runs never enter. A scalar
+               -- subquery in the index's order: an EXISTS was planned as a hashed subplan,
+               -- which read every keyed entry of the environment on every claim.
+               q.name <> '__batches__' AND (
+                   SELECT k.concurrency_key FROM {schema}.runs k
                    WHERE k.environment = env_name AND k.queue = q.name
-                     AND k.status = 'QUEUED' AND k.concurrency_key IS NOT NULL) AS keyed,
+                     AND k.status = 'QUEUED' AND k.concurrency_key IS NOT NULL
+                   ORDER BY k.concurrency_key LIMIT 1) IS NOT NULL AS keyed,
                running.keys, running.key_counts, coalesce(running.keyless, 0) AS keyless,
                CASE WHEN q.name = '__batches__'
                     THEN coalesce(q.concurrency_limit, 2147483647) - coalesce(running.n, 0)
