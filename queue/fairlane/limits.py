@@ -175,6 +175,13 @@ def _limits_table(schema: str | None, include_carriers: bool) -> Operation[list[
     return (yield engine(schema_name(schema)).limits.table(include_carriers))
 
 
+def _busiest_keys(
+    environment: str, queue: str, most: int, schema: str | None
+) -> Operation[list[dict[str, Any]]]:
+    _whole("most", most, 1)
+    return (yield engine(schema_name(schema)).limits.busiest_keys(environment, queue, most))
+
+
 # -- async, written once: the sync section below is generated from it ----------------------
 
 
@@ -228,6 +235,14 @@ async def limits_table_async(
     return await drive_async(conn, _limits_table(schema, include_carriers))
 
 
+async def busiest_keys_async(
+    conn: AsyncConn, environment: str, queue: str, *, most: int = 10, schema: str | None = None
+) -> list[dict[str, Any]]:
+    """A queue's concurrency keys with the most running runs, then the most queued: at most
+    ``most`` rows of ``concurrency_key``, ``running`` and ``queued``."""
+    return await drive_async(conn, _busiest_keys(environment, queue, most, schema))
+
+
 # -- sync, generated from the async section above by tools/async_to_sync.py: do not edit ----
 
 
@@ -277,6 +292,14 @@ def limits_table(
     """Every queue with its caps, size limits and its running, queued and delayed counts; the
     batch carriers' queue (``__batches__``, fairlane's own) only with ``include_carriers``."""
     return drive(conn, _limits_table(schema, include_carriers))
+
+
+def busiest_keys(
+    conn: Conn, environment: str, queue: str, *, most: int = 10, schema: str | None = None
+) -> list[dict[str, Any]]:
+    """A queue's concurrency keys with the most running runs, then the most queued: at most
+    ``most`` rows of ``concurrency_key``, ``running`` and ``queued``."""
+    return drive(conn, _busiest_keys(environment, queue, most, schema))
 
 
 # -- end of the generated sync section -------------------------------------------------------

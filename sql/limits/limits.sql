@@ -79,8 +79,32 @@ SELECT q.environment, q.name AS queue, e.concurrency_limit AS env_limit, e.burst
        (SELECT count(*) FROM {schema}.runs r
         WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'DELAYED')
            AS delayed,
-       e.size_limit AS env_size_limit, q.size_limit AS queue_size_limit
+       e.size_limit AS env_size_limit, q.size_limit AS queue_size_limit,
+       q.total_limit AS queue_total_limit
 FROM {schema}.queues q
 JOIN {schema}.environments e ON e.name = q.environment
 WHERE %(include_carriers)s OR q.name <> '__batches__'
 ORDER BY q.environment, q.name;
+
+-- name: busiest_keys
+-- params: environment text, queue text, most integer
+-- A queue's concurrency keys with the most running runs, then the most queued, at most
+-- %(most)s of them (fairlane limits keys, the API): the executing runs through runs_held_idx,
+-- the queued ones through runs_queued_key_idx (every queued keyed run of the queue is counted:
+-- for people, not for a scrape each few seconds).
+WITH running AS (
+    SELECT r.concurrency_key AS key, count(*) AS n FROM {schema}.runs r
+    WHERE r.environment = %(environment)s AND r.status = 'EXECUTING' AND r.queue = %(queue)s
+      AND r.concurrency_key IS NOT NULL
+    GROUP BY 1
+), queued AS (
+    SELECT r.concurrency_key AS key, count(*) AS n FROM {schema}.runs r
+    WHERE r.environment = %(environment)s AND r.queue = %(queue)s AND r.status = 'QUEUED'
+      AND r.concurrency_key IS NOT NULL
+    GROUP BY 1
+)
+SELECT key AS concurrency_key, coalesce(running.n, 0) AS running,
+       coalesce(queued.n, 0) AS queued
+FROM running FULL JOIN queued USING (key)
+ORDER BY 2 DESC, 3 DESC, 1
+LIMIT %(most)s;

@@ -220,3 +220,18 @@ def test_a_claim_that_waited_sees_the_key_slot_the_other_released(
         got = pending.result(timeout=30)
         b.commit()
     assert [key_of(db, row[0]) for row in got] == ["a"]
+
+
+def test_the_busiest_keys_come_first(db: psycopg.Connection[Any]) -> None:
+    keyed(db, "big", 5)
+    keyed(db, "small", 2)
+    keyed(db, "idle", 1)
+    keyed(db, None, 3)
+    limits.set_queue(db, "acme", "default", concurrency_limit=2)
+    claim(db)
+    finish(db, "idle")
+    rows = limits.busiest_keys(db, "acme", "default", most=2)
+    assert rows == [
+        {"concurrency_key": "big", "running": 2, "queued": 3},
+        {"concurrency_key": "small", "running": 2, "queued": 0},
+    ]

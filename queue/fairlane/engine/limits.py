@@ -102,6 +102,10 @@ class Limits(Section):
         params = {"include_carriers": include_carriers}
         return self._statement("limits_table", params, _as_dict)
 
+    def busiest_keys(self, environment: str, queue: str, most: int) -> Statement[dict[str, Any]]:
+        params = {"environment": environment, "queue": queue, "most": most}
+        return self._statement("busiest_keys", params, _as_dict)
+
 
 def _as_dict(row: Row) -> dict[str, Any]:
     return dict(row)
