@@ -2,8 +2,8 @@
 -- trigger; setting a limit for one that has none yet creates it.
 
 -- name: upsert_environment_settings
--- params: name text, concurrency_limit integer, burst_factor numeric, paused boolean,
--- params: size_limit integer, set_limit boolean, set_size_limit boolean
+-- params: name text, set_limit boolean, concurrency_limit integer, burst_factor numeric,
+-- params: paused boolean, size_limit integer, set_size_limit boolean
 -- size_limit caps the runs waiting to start (QUEUED or DELAYED) across the environment's queues;
 -- triggers check it in their transaction (sql/triggering/sizes.sql). NULL is unlimited.
 INSERT INTO {schema}.environments AS e (name, concurrency_limit, burst_factor, paused, size_limit)
@@ -22,7 +22,7 @@ RETURNING name, concurrency_limit, burst_factor, paused, size_limit;
 
 -- name: upsert_queue_settings
 -- params: environment text, name text, concurrency_limit integer, paused boolean,
--- params: size_limit integer, set_limit boolean, set_size_limit boolean, total_limit integer,
+-- params: size_limit integer, total_limit integer, set_limit boolean, set_size_limit boolean,
 -- params: set_total_limit boolean
 -- total_limit caps the queue across its concurrency keys (sql/claim/keys.sql).
 INSERT INTO {schema}.queues AS q
@@ -87,7 +87,7 @@ WHERE %(include_carriers)s OR q.name <> '__batches__'
 ORDER BY q.environment, q.name;
 
 -- name: busiest_keys
--- params: environment text, queue text, most integer
+-- params: environment text, queue text, most bigint
 -- A queue's concurrency keys with the most running runs, then the most queued, at most
 -- %(most)s of them (fairlane limits keys, the API): the executing runs through runs_held_idx,
 -- the queued ones through runs_queued_key_idx (every queued keyed run of the queue is counted:
