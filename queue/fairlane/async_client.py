@@ -291,7 +291,8 @@ class AsyncClient:
 
         ``options`` are ``TriggerRequest``'s: delay, ttl, idempotency_key (+ idempotency_scope,
         idempotency_ttl, parent_run_id, parent_attempt), debounce=Debounce(...), priority,
-        queue, environment, max_attempts, max_duration, tags, metadata, machine. With an
+        queue, concurrency_key, environment, max_attempts, max_duration, tags, metadata,
+        machine. With an
         idempotency key or debounce the id may be an existing run's.
         """
         ids = await self.trigger_many([TriggerRequest(task, payload, **options)])

@@ -36,6 +36,7 @@ class QueueChange(TypedDict, total=False):
     concurrency_limit: int | None
     paused: bool | None
     size_limit: int | None
+    total_limit: int | None
 
 
 class SchedulerChange(TypedDict, total=False):
@@ -113,9 +114,11 @@ def _queue(
     concurrency_limit: Any = UNCHANGED,
     paused: bool | None = None,
     size_limit: Any = UNCHANGED,
+    total_limit: Any = UNCHANGED,
 ) -> Operation[QueueSettings]:
     set_limit, limit = _limit("concurrency_limit", concurrency_limit)
     set_size_limit, size = _limit("size_limit", size_limit)
+    set_total_limit, total = _limit("total_limit", total_limit)
     limits = engine(schema_name(schema)).limits
     yield limits.ensure_environment(environment)
     found = yield limits.upsert_queue(
@@ -126,6 +129,8 @@ def _queue(
         paused=paused,
         size_limit=size,
         set_size_limit=set_size_limit,
+        total_limit=total,
+        set_total_limit=set_total_limit,
     )
     return found[0]  # type: ignore[no-any-return]
 
@@ -170,6 +175,13 @@ def _limits_table(schema: str | None, include_carriers: bool) -> Operation[list[
     return (yield engine(schema_name(schema)).limits.table(include_carriers))
 
 
+def _busiest_keys(
+    environment: str, queue: str, most: int, schema: str | None
+) -> Operation[list[dict[str, Any]]]:
+    _whole("most", most, 1)
+    return (yield engine(schema_name(schema)).limits.busiest_keys(environment, queue, most))
+
+
 # -- async, written once: the sync section below is generated from it ----------------------
 
 
@@ -193,8 +205,10 @@ async def set_queue_async(
     schema: str | None = None,
     **settings: Unpack[QueueChange],
 ) -> QueueSettings:
-    """Change a queue's settings (``concurrency_limit``, ``paused``, ``size_limit``); those
-    left out keep their value. The queue's size limit caps its runs waiting to start."""
+    """Change a queue's settings (``concurrency_limit``, ``paused``, ``size_limit``,
+    ``total_limit``); those left out keep their value. With concurrency keys,
+    ``concurrency_limit`` bounds each key and ``total_limit`` the queue across them. The
+    queue's size limit caps its runs waiting to start."""
     return await drive_async(conn, _queue(environment, name, schema, **settings))
 
 
@@ -221,6 +235,14 @@ async def limits_table_async(
     return await drive_async(conn, _limits_table(schema, include_carriers))
 
 
+async def busiest_keys_async(
+    conn: AsyncConn, environment: str, queue: str, *, most: int = 10, schema: str | None = None
+) -> list[dict[str, Any]]:
+    """A queue's concurrency keys with the most running runs, then the most queued: at most
+    ``most`` rows of ``concurrency_key``, ``running`` and ``queued``."""
+    return await drive_async(conn, _busiest_keys(environment, queue, most, schema))
+
+
 # -- sync, generated from the async section above by tools/async_to_sync.py: do not edit ----
 
 
@@ -244,8 +266,10 @@ def set_queue(
     schema: str | None = None,
     **settings: Unpack[QueueChange],
 ) -> QueueSettings:
-    """Change a queue's settings (``concurrency_limit``, ``paused``, ``size_limit``); those
-    left out keep their value. The queue's size limit caps its runs waiting to start."""
+    """Change a queue's settings (``concurrency_limit``, ``paused``, ``size_limit``,
+    ``total_limit``); those left out keep their value. With concurrency keys,
+    ``concurrency_limit`` bounds each key and ``total_limit`` the queue across them. The
+    queue's size limit caps its runs waiting to start."""
     return drive(conn, _queue(environment, name, schema, **settings))
 
 
@@ -268,6 +292,14 @@ def limits_table(
     """Every queue with its caps, size limits and its running, queued and delayed counts; the
     batch carriers' queue (``__batches__``, fairlane's own) only with ``include_carriers``."""
     return drive(conn, _limits_table(schema, include_carriers))
+
+
+def busiest_keys(
+    conn: Conn, environment: str, queue: str, *, most: int = 10, schema: str | None = None
+) -> list[dict[str, Any]]:
+    """A queue's concurrency keys with the most running runs, then the most queued: at most
+    ``most`` rows of ``concurrency_key``, ``running`` and ``queued``."""
+    return drive(conn, _busiest_keys(environment, queue, most, schema))
 
 
 # -- end of the generated sync section -------------------------------------------------------

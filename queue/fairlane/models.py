@@ -151,6 +151,8 @@ class QueueSettings:
     paused: bool
     # Most runs that may wait to start (QUEUED or DELAYED) in it; None: unlimited.
     size_limit: int | None = None
+    # Its cap across its concurrency keys (concurrency_limit bounds each key); None: unlimited.
+    total_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,9 +30,10 @@ BEGIN
         RETURN QUERY SELECT NULL::bigint, 'TOO_MANY'::text, NULL::float8, max_items::float8;
         RETURN;
     END IF;
-    INSERT INTO {schema}.environments (name) VALUES (env) ON CONFLICT DO NOTHING;
+    INSERT INTO {schema}.environments (name, concurrency_limit)
+    VALUES (env, {schema}.new_environment_limit()) ON CONFLICT DO NOTHING;
     SELECT coalesce(e.batch_refill_amount,
-                    {schema}.numeric_setting('batch_refill_amount', 100))::float8 AS amount,
+                    {schema}.numeric_setting('batch_refill_amount', 10))::float8 AS amount,
            coalesce(e.batch_refill_interval_s,
                     {schema}.numeric_setting('batch_refill_interval_s', 10))::float8 AS every,
            coalesce(e.batch_bucket_max,
@@ -92,7 +93,8 @@ FROM {schema}.create_batch(%(environment)s, %(run_count)s, %(parent_run_id)s,
 
 -- name: set_environment_batch_limits
 -- params: environment text
-INSERT INTO {schema}.environments (name) VALUES (%(environment)s) ON CONFLICT DO NOTHING;
+INSERT INTO {schema}.environments (name, concurrency_limit)
+VALUES (%(environment)s, {schema}.new_environment_limit()) ON CONFLICT DO NOTHING;
 
 -- name: update_environment_batch_limits
 -- params: refill_amount double precision, refill_interval_s double precision,

@@ -43,7 +43,10 @@
 -- minus its priority in seconds), then id. One statement for every environment of a round:
 -- slots are counted where a cap needs them, and each queue is read in the order
 -- of the queued index, so no backlog is sorted: only the few rows each queue contributes are
--- merged. `turn` is the environment's position in the arrays. The picked runs are locked (FOR
+-- merged. `turn` is the environment's position in the arrays. A queue with queued runs that have
+-- a concurrency key is picked from by pick_from_keys (sql/claim/keys.sql): its limit applies
+-- per key, its total_limit across them, its keys served round robin; the counts are the same
+-- slot holders, grouped by key too. The picked runs are locked (FOR
 -- UPDATE SKIP LOCKED) and still QUEUED: the claim starts them later in one UPDATE
 -- (start_picked_runs), and no environment is picked from twice before that
 -- (sql/claim/claim.sql).
@@ -89,25 +92,56 @@ BEGIN
     ), queue_room AS MATERIALIZED (
         -- Computed once: the walks' limits read it.
         SELECT e.turn, e.name AS environment, greatest(e.room, 0) AS env_room,
-               q.name AS queue, q.name = '__batches__' AS carriers,
-               CASE WHEN q.concurrency_limit IS NULL
-                         AND (q.name = '__batches__' OR e.env_limit IS NULL)
-                    THEN 2147483647
-                    ELSE CASE WHEN q.name = '__batches__' THEN q.concurrency_limit
-                              ELSE least(coalesce(q.concurrency_limit, 2147483647),
-                                         coalesce(e.env_limit, 2147483647)) END
-                         - (SELECT count(*) FROM {schema}.runs r
-                            WHERE r.environment = e.name AND r.status = 'EXECUTING'
-                              AND r.queue = q.name)::integer
-                         - (SELECT count(*) FROM {schema}.runs r
-                            WHERE r.environment = e.name AND r.status = 'WAITING'
-                              AND r.resume_ready AND r.queue = q.name)::integer
+               q.name AS queue, q.name = '__batches__' AS carriers, q.concurrency_limit,
+               keyed.keyed, held.keys, held.key_counts, coalesce(held.keyless, 0) AS keyless,
+               CASE WHEN q.name = '__batches__'
+                    THEN coalesce(q.concurrency_limit, 2147483647) - coalesce(held.n, 0)
+                    -- The queue's cap across keys, and its keyless runs' share of its limit
+                    -- (all its runs while it has no keys).
+                    ELSE least(least(coalesce(q.total_limit, 2147483647),
+                                     coalesce(e.env_limit, 2147483647)) - coalesce(held.n, 0),
+                               coalesce(q.concurrency_limit, 2147483647)
+                                   - coalesce(held.keyless, 0))
                END AS room,
+               -- A keyed queue's room across its keys, which pick_from_keys bounds one by one.
+               least(coalesce(q.total_limit, 2147483647), coalesce(e.env_limit, 2147483647))
+                   - coalesce(held.n, 0) AS keyed_room,
                -- No floor: from the head (every queue_order is later than -infinity).
                coalesce(floor.queue_order, '-infinity') AS floor_order,
                coalesce(floor.id, 0) AS floor_id
         FROM env_room e
         JOIN {schema}.queues q ON q.environment = e.name
+        -- Keyed: it has queued runs with a concurrency key (sql/claim/keys.sql). One descent
+        -- of runs_queued_key_idx, which keyless runs never enter. A scalar subquery in the
+        -- index's order: an EXISTS was planned as a hashed subplan, which read every keyed
+        -- entry of the environment on every claim.
+        CROSS JOIN LATERAL (
+            SELECT q.name <> '__batches__' AND (
+                       SELECT k.concurrency_key FROM {schema}.runs k
+                       WHERE k.environment = e.name AND k.queue = q.name
+                         AND k.status = 'QUEUED' AND k.concurrency_key IS NOT NULL
+                       ORDER BY k.concurrency_key LIMIT 1) IS NOT NULL AS keyed
+        ) AS keyed
+        -- The queue's slot holders, by key (NULL: keyless), counted only where a cap or a
+        -- key needs them: without either nothing is counted (the common, fast case).
+        LEFT JOIN LATERAL (
+            SELECT sum(g.n)::integer AS n,
+                   sum(g.n) FILTER (WHERE g.concurrency_key IS NULL)::integer AS keyless,
+                   array_agg(g.concurrency_key) FILTER (WHERE g.concurrency_key IS NOT NULL)
+                       AS keys,
+                   array_agg(g.n) FILTER (WHERE g.concurrency_key IS NOT NULL) AS key_counts
+            FROM (SELECT h.concurrency_key, count(*)::integer AS n
+                  FROM (SELECT r.concurrency_key FROM {schema}.runs r
+                        WHERE r.environment = e.name AND r.status = 'EXECUTING'
+                          AND r.queue = q.name
+                        UNION ALL
+                        SELECT r.concurrency_key FROM {schema}.runs r
+                        WHERE r.environment = e.name AND r.status = 'WAITING'
+                          AND r.resume_ready AND r.queue = q.name) AS h
+                  GROUP BY h.concurrency_key) AS g
+            WHERE q.concurrency_limit IS NOT NULL OR q.total_limit IS NOT NULL
+               OR e.env_limit IS NOT NULL OR keyed.keyed
+        ) AS held ON true
         LEFT JOIN unnest(floor_environments, floor_queues, floor_orders, floor_ids)
             AS floor(environment, queue, queue_order, id)
             ON floor.environment = e.name AND floor.queue = q.name
@@ -121,23 +155,33 @@ BEGIN
                                   ORDER BY c.queue_order, c.id) AS nth
         FROM queue_room qr
         CROSS JOIN LATERAL (
-            SELECT r.id, r.queue_order
-            FROM {schema}.runs r
-            WHERE r.environment = qr.environment AND r.queue = qr.queue
-              AND r.status = 'QUEUED'
-              AND (r.queue_order, r.id) > (qr.floor_order, qr.floor_id)
-              -- A TTL limits the wait before a run first starts: one that lapsed is left to
-              -- expire_ttl_runs (exactly its condition, negated), never started. A filter on
-              -- the rows the index walk reads.
-              AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
-              -- The claimer's tasks: a filter on the rows the walk reads, like the TTL
-              -- (sql/claim/claim.sql says what a run of another task ahead of them costs).
-              AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
-            ORDER BY r.queue_order, r.id
-            LIMIT least(qr.room, CASE WHEN qr.carriers THEN share ELSE qr.env_room END)
-            FOR UPDATE SKIP LOCKED
+            SELECT plain.id, plain.queue_order FROM (
+                SELECT r.id, r.queue_order
+                FROM {schema}.runs r
+                WHERE NOT qr.keyed
+                  AND r.environment = qr.environment AND r.queue = qr.queue
+                  AND r.status = 'QUEUED'
+                  AND (r.queue_order, r.id) > (qr.floor_order, qr.floor_id)
+                  -- A TTL limits the wait before a run first starts: one that lapsed is left
+                  -- to expire_ttl_runs (exactly its condition, negated), never started. A
+                  -- filter on the rows the index walk reads.
+                  AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
+                  -- The claimer's tasks: a filter on the rows the walk reads, like the TTL
+                  -- (sql/claim/claim.sql says what a run of another task ahead costs).
+                  AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
+                ORDER BY r.queue_order, r.id
+                LIMIT least(qr.room, CASE WHEN qr.carriers THEN share ELSE qr.env_room END)
+                FOR UPDATE SKIP LOCKED) AS plain
+            UNION ALL
+            -- A keyed queue: round robin over its keys, each within the queue's limit.
+            SELECT keyed.id, keyed.queue_order
+            FROM {schema}.pick_from_keys(
+                qr.environment, qr.queue, qr.concurrency_limit,
+                least(qr.keyed_room, qr.env_room), qr.keys, qr.key_counts, qr.keyless,
+                only_tasks) AS keyed
+            WHERE qr.keyed
         ) AS c
-        WHERE qr.room > 0
+        WHERE CASE WHEN qr.keyed THEN qr.keyed_room ELSE qr.room END > 0
     ), kept AS (
         SELECT c.turn, c.id, c.queue_order,
                row_number() OVER (PARTITION BY c.turn ORDER BY c.queue_order, c.id) AS nth

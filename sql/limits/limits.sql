@@ -2,12 +2,15 @@
 -- trigger; setting a limit for one that has none yet creates it.
 
 -- name: upsert_environment_settings
--- params: name text, concurrency_limit integer, burst_factor numeric, paused boolean,
--- params: size_limit integer, set_limit boolean, set_size_limit boolean
+-- params: name text, set_limit boolean, concurrency_limit integer, burst_factor numeric,
+-- params: paused boolean, size_limit integer, set_size_limit boolean
 -- size_limit caps the runs waiting to start (QUEUED or DELAYED) across the environment's queues;
 -- triggers check it in their transaction (sql/triggering/sizes.sql). NULL is unlimited.
 INSERT INTO {schema}.environments AS e (name, concurrency_limit, burst_factor, paused, size_limit)
-VALUES (%(name)s, %(concurrency_limit)s, coalesce(%(burst_factor)s, 1.0),
+VALUES (%(name)s,
+        CASE WHEN %(set_limit)s THEN %(concurrency_limit)s
+             ELSE {schema}.new_environment_limit() END,
+        coalesce(%(burst_factor)s, 1.0),
         coalesce(%(paused)s, false), %(size_limit)s)
 ON CONFLICT (name) DO UPDATE
 SET concurrency_limit = CASE WHEN %(set_limit)s THEN excluded.concurrency_limit
@@ -19,20 +22,26 @@ RETURNING name, concurrency_limit, burst_factor, paused, size_limit;
 
 -- name: upsert_queue_settings
 -- params: environment text, name text, concurrency_limit integer, paused boolean,
--- params: size_limit integer, set_limit boolean, set_size_limit boolean
-INSERT INTO {schema}.queues AS q (environment, name, concurrency_limit, paused, size_limit)
+-- params: size_limit integer, total_limit integer, set_limit boolean, set_size_limit boolean,
+-- params: set_total_limit boolean
+-- total_limit caps the queue across its concurrency keys (sql/claim/keys.sql).
+INSERT INTO {schema}.queues AS q
+    (environment, name, concurrency_limit, paused, size_limit, total_limit)
 VALUES (%(environment)s, %(name)s, %(concurrency_limit)s, coalesce(%(paused)s, false),
-        %(size_limit)s)
+        %(size_limit)s, %(total_limit)s)
 ON CONFLICT (environment, name) DO UPDATE
 SET concurrency_limit = CASE WHEN %(set_limit)s THEN excluded.concurrency_limit
                              ELSE q.concurrency_limit END,
     paused = coalesce(%(paused)s, q.paused),
-    size_limit = CASE WHEN %(set_size_limit)s THEN excluded.size_limit ELSE q.size_limit END
-RETURNING environment, name, concurrency_limit, paused, size_limit;
+    size_limit = CASE WHEN %(set_size_limit)s THEN excluded.size_limit ELSE q.size_limit END,
+    total_limit = CASE WHEN %(set_total_limit)s THEN excluded.total_limit
+                       ELSE q.total_limit END
+RETURNING environment, name, concurrency_limit, paused, size_limit, total_limit;
 
 -- name: ensure_environment
 -- params: name text
-INSERT INTO {schema}.environments (name) VALUES (%(name)s) ON CONFLICT DO NOTHING;
+INSERT INTO {schema}.environments (name, concurrency_limit)
+VALUES (%(name)s, {schema}.new_environment_limit()) ON CONFLICT DO NOTHING;
 
 -- name: update_scheduler_settings
 -- params: quantum integer, max_deficit integer, set_global boolean,
@@ -70,8 +79,32 @@ SELECT q.environment, q.name AS queue, e.concurrency_limit AS env_limit, e.burst
        (SELECT count(*) FROM {schema}.runs r
         WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'DELAYED')
            AS delayed,
-       e.size_limit AS env_size_limit, q.size_limit AS queue_size_limit
+       e.size_limit AS env_size_limit, q.size_limit AS queue_size_limit,
+       q.total_limit AS queue_total_limit
 FROM {schema}.queues q
 JOIN {schema}.environments e ON e.name = q.environment
 WHERE %(include_carriers)s OR q.name <> '__batches__'
 ORDER BY q.environment, q.name;
+
+-- name: busiest_keys
+-- params: environment text, queue text, most bigint
+-- A queue's concurrency keys with the most running runs, then the most queued, at most
+-- %(most)s of them (fairlane limits keys, the API): the executing runs through runs_held_idx,
+-- the queued ones through runs_queued_key_idx (every queued keyed run of the queue is counted:
+-- for people, not for a scrape each few seconds).
+WITH running AS (
+    SELECT r.concurrency_key AS key, count(*) AS n FROM {schema}.runs r
+    WHERE r.environment = %(environment)s AND r.status = 'EXECUTING' AND r.queue = %(queue)s
+      AND r.concurrency_key IS NOT NULL
+    GROUP BY 1
+), queued AS (
+    SELECT r.concurrency_key AS key, count(*) AS n FROM {schema}.runs r
+    WHERE r.environment = %(environment)s AND r.queue = %(queue)s AND r.status = 'QUEUED'
+      AND r.concurrency_key IS NOT NULL
+    GROUP BY 1
+)
+SELECT key AS concurrency_key, coalesce(running.n, 0) AS running,
+       coalesce(queued.n, 0) AS queued
+FROM running FULL JOIN queued USING (key)
+ORDER BY 2 DESC, 3 DESC, 1
+LIMIT %(most)s;

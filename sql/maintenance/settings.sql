@@ -20,6 +20,20 @@ SELECT coalesce((SELECT (s.value #>> '{{}}')::numeric FROM {schema}.settings s
                  WHERE s.name = setting_name), fallback);
 $$;
 
+-- function: new_environment_limit
+-- The concurrency limit an environment gets when a trigger (or anything else that names it
+-- first) creates its row: the setting environment_concurrency_limit, 100 as in the seeds'
+-- system; JSON null leaves new environments unlimited. An environment's own limit, once set
+-- (fairlane limits), is its own.
+CREATE OR REPLACE FUNCTION {schema}.new_environment_limit()
+RETURNS integer
+LANGUAGE sql
+STABLE
+AS $$
+SELECT (s.value #>> '{{}}')::integer FROM {schema}.settings s
+WHERE s.name = 'environment_concurrency_limit';
+$$;
+
 -- function: boolean_setting
 -- A setting as a boolean, or the default when it is missing or null.
 CREATE OR REPLACE FUNCTION {schema}.boolean_setting(setting_name text, fallback boolean)

@@ -44,7 +44,7 @@ BEGIN
     INSERT INTO {schema}.runs
         (environment, queue, task, payload, status, priority, max_attempts, available_at,
          tags, metadata, machine, max_duration_s, ttl_s, expires_at, parent_run_id,
-         idempotency_key, idempotency_key_expires_at)
+         idempotency_key, idempotency_key_expires_at, concurrency_key)
     VALUES
         (r.environment, r.queue, r.task, coalesce(r.payload, 'null'),
          CASE WHEN start_at IS NOT NULL THEN 'DELAYED' ELSE 'QUEUED' END,
@@ -52,7 +52,7 @@ BEGIN
          ARRAY(SELECT jsonb_array_elements_text(r.tags)), coalesce(r.metadata, '{{}}'),
          r.machine, r.max_duration_s, ttl,
          CASE WHEN start_at IS NULL AND ttl IS NOT NULL THEN now() + make_interval(secs => ttl) END,
-         r.parent_run_id, idem_key, key_expires_at)
+         r.parent_run_id, idem_key, key_expires_at, r.concurrency_key)
     ON CONFLICT (environment, task, idempotency_key) WHERE idempotency_key IS NOT NULL
     DO NOTHING
     RETURNING id INTO made;
@@ -201,8 +201,9 @@ DECLARE
 BEGIN
     -- First use: the rows are made in name order, since an INSERT waits for another trigger
     -- inserting the same row as for a lock.
-    INSERT INTO {schema}.environments (name)
-    SELECT DISTINCT r.environment FROM {schema}.trigger_requests(requests) AS r
+    INSERT INTO {schema}.environments (name, concurrency_limit)
+    SELECT DISTINCT r.environment, (SELECT {schema}.new_environment_limit())
+    FROM {schema}.trigger_requests(requests) AS r
     ORDER BY 1
     ON CONFLICT DO NOTHING;
     INSERT INTO {schema}.queues (environment, name)

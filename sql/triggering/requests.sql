@@ -48,7 +48,7 @@ RETURNS TABLE (environment text, queue text, task text, payload jsonb, priority 
                metadata jsonb, machine text, max_duration_s float8, ttl_s float8,
                parent_run_id bigint, idempotency_key text, idempotency_ttl_s float8,
                debounce_key text, debounce_delay_s float8, debounce_trailing boolean,
-               debounce_max_delay_s float8, ord bigint)
+               debounce_max_delay_s float8, concurrency_key text, ord bigint)
 LANGUAGE sql
 STABLE
 AS $$
@@ -56,14 +56,14 @@ AS $$
            coalesce(r.priority, 0), r.max_attempts, r.delay_s, r.delay_until, r.tags,
            r.metadata, r.machine, r.max_duration_s, r.ttl_s, r.parent_run_id,
            r.idempotency_key, r.idempotency_ttl_s, r.debounce_key, r.debounce_delay_s,
-           r.debounce_trailing, r.debounce_max_delay_s, r.ordinality
+           r.debounce_trailing, r.debounce_max_delay_s, r.concurrency_key, r.ordinality
     FROM ROWS FROM (jsonb_to_recordset(requests) AS (
             environment text, queue text, task text, payload jsonb, priority integer,
             max_attempts integer, delay_s float8, delay_until timestamptz, tags jsonb,
             metadata jsonb, machine text, max_duration_s float8, ttl_s float8,
             parent_run_id bigint, idempotency_key text, idempotency_ttl_s float8,
             debounce_key text, debounce_delay_s float8, debounce_trailing boolean,
-            debounce_max_delay_s float8)) WITH ORDINALITY AS r
+            debounce_max_delay_s float8, concurrency_key text)) WITH ORDINALITY AS r
     WHERE (r.parent_run_id IS NULL AND NOT starts_with(r.task, 'fairlane.')
            AND r.queue IS DISTINCT FROM '__batches__')
        OR {schema}.check_trigger_request(
@@ -116,8 +116,9 @@ BEGIN
         SELECT environment, queue, count(*)::integer AS runs, bool_or(start_at IS NULL) AS queued
         FROM t GROUP BY 1, 2
     ), new_environments AS (
-        INSERT INTO {schema}.environments (name)
-        SELECT DISTINCT environment FROM queues_added ORDER BY 1
+        INSERT INTO {schema}.environments (name, concurrency_limit)
+        SELECT DISTINCT environment, (SELECT {schema}.new_environment_limit())
+        FROM queues_added ORDER BY 1
         ON CONFLICT DO NOTHING
     ), new_queues AS (
         INSERT INTO {schema}.queues (environment, name)
@@ -144,7 +145,8 @@ BEGIN
     ), inserted AS (
         INSERT INTO {schema}.runs
             (environment, queue, task, payload, status, priority, max_attempts, available_at,
-             tags, metadata, machine, max_duration_s, ttl_s, expires_at, parent_run_id)
+             tags, metadata, machine, max_duration_s, ttl_s, expires_at, parent_run_id,
+             concurrency_key)
         SELECT t.environment,
                t.queue,
                t.task,
@@ -163,7 +165,8 @@ BEGIN
                -- Armed now only when the run is enqueued now; a delayed run arms it when promoted.
                CASE WHEN t.start_at IS NULL AND t.ttl IS NOT NULL
                     THEN now() + make_interval(secs => t.ttl) END,
-               t.parent_run_id
+               t.parent_run_id,
+               t.concurrency_key
         FROM t
         WHERE NOT EXISTS (SELECT 1 FROM rejected)
         ORDER BY t.ord

@@ -9,7 +9,7 @@ WHERE name = %(name)s;
 
 -- name: get_queue_settings
 -- params: environment text, name text
-SELECT environment, name, concurrency_limit, paused, size_limit
+SELECT environment, name, concurrency_limit, paused, size_limit, total_limit
 FROM {schema}.queues
 WHERE environment = %(environment)s AND name = %(name)s;
 

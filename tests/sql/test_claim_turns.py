@@ -67,6 +67,8 @@ async def test_a_lap_asks_the_environments_that_gave_their_whole_share_again(
     queue_runs(db, "shallow", 1)
     queue_runs(db, "deep-a", 150)
     queue_runs(db, "deep-b", 150)
+    # Without the cap new environments get (environment_concurrency_limit).
+    db.execute("UPDATE fairlane.environments SET concurrency_limit = NULL")
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         got = await store.claim(conn, 200)
         again = await store.claim(conn, 200)

@@ -34,6 +34,7 @@ EVERY_OPTION = TriggerRequest(
     idempotency_key="k",
     idempotency_ttl="2h",
     debounce=Debounce("d", "5s", mode="trailing", max_delay="1m"),
+    concurrency_key="user-1",
 )
 
 

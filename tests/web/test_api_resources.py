@@ -165,6 +165,26 @@ async def test_limits_read_set_pause_resume(as_a: httpx.AsyncClient) -> None:
     assert paused.status_code == 422
 
 
+async def test_a_queues_total_limit_and_busiest_keys(
+    as_a: httpx.AsyncClient, db: psycopg.Connection[Any]
+) -> None:
+    from fairlane import TriggerRequest, trigger_many
+
+    queue = "/api/v1/environments/env-a/queues/mail"
+    changed = await as_a.put(queue + "/limits", json={"concurrency_limit": 1, "total_limit": 5})
+    assert (changed.json()["concurrency_limit"], changed.json()["total_limit"]) == (1, 5)
+    trigger_many(
+        db,
+        [
+            TriggerRequest("t", environment="env-a", queue="mail", concurrency_key=key)
+            for key in ("a", "a", "b")
+        ],
+    )
+    keys = await as_a.get(queue + "/keys", params={"top": "1"})
+    assert keys.json() == {"keys": [{"concurrency_key": "a", "running": 0, "queued": 2}]}
+    assert (await as_a.get(queue + "/keys", params={"top": "0"})).status_code == 422
+
+
 async def test_scheduler_settings_need_an_admin_key(as_admin: httpx.AsyncClient) -> None:
     changed = await as_admin.put("/api/v1/scheduler", json={"quantum": 5, "rate_limit_per_s": 100})
     assert changed.status_code == 200, changed.text

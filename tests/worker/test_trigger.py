@@ -26,6 +26,7 @@ from fairlane import (
     TaskRegistry,
     TriggerRequest,
     Worker,
+    limits,
 )
 from fairlane.config import sqlalchemy_url
 from fairlane.errors import PayloadError, TriggerOptionError
@@ -267,6 +268,8 @@ async def test_client_trigger_many_is_one_transaction(
     assert row == (1, 1000)
     payloads = dict(db.execute("SELECT id, payload FROM fairlane.runs"))
     assert [payloads[run_id] for run_id in ids] == list(range(1000))
+    # The trigger made the environment at the default limit (100); all 1,000 may start.
+    limits.set_environment(db, "default", concurrency_limit=None)
     assert len(await claim_ids(dsn, limit=1000)) == 1000
 
 

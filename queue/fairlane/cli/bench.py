@@ -1,4 +1,4 @@
-"""``fairlane bench enqueue|drain|latency|fairness|rate|batch|promote|retry|transitions|
+"""``fairlane bench enqueue|drain|latency|fairness|keys|rate|batch|promote|retry|transitions|
 waits|periodic|http-trigger|ndjson-ingest``: one JSON line on stdout per run; ``fairlane bench
 soak``: one per minute and a verdict; ``fairlane bench suite``: the side-by-side table."""
 
@@ -14,6 +14,7 @@ from fairlane.tools.bench import (
     enqueue,
     fairness,
     http_trigger,
+    keys,
     latency,
     ndjson_ingest,
     periodic,
@@ -32,8 +33,8 @@ def add_parser(commands: Any) -> None:
     """Add ``bench`` and its scenarios to the ``fairlane`` command's subparsers."""
     bench = commands.add_parser(
         "bench",
-        help="benchmarks on a fresh database: enqueue, drain, latency, fairness, rate, batch, "
-        "promote, retry, transitions, waits, periodic, http-trigger, ndjson-ingest, soak; "
+        help="benchmarks on a fresh database: enqueue, drain, latency, fairness, keys, rate, "
+        "batch, promote, retry, transitions, waits, periodic, http-trigger, ndjson-ingest, soak; "
         "suite: all of them beside the peer harness, as one table",
     )
     common = argparse.ArgumentParser(add_help=False)
@@ -62,6 +63,7 @@ def add_parser(commands: Any) -> None:
         drain,
         latency,
         fairness,
+        keys,
         rate,
         batch,
         promote,

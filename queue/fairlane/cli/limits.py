@@ -52,8 +52,22 @@ def _sizes(row: dict[str, Any]) -> str:
     return f"{'-' if queue is None else queue}/{'-' if env is None else env}"
 
 
+def _show_keys(conn: Any, args: argparse.Namespace) -> None:
+    """A queue's busiest concurrency keys: running, then queued."""
+    rows = limits.busiest_keys(conn, args.environment, args.name, most=args.top, schema=args.schema)
+    if args.json:
+        print_json(rows)
+        return
+    print(f"{'concurrency key':<40}{'running':>9}{'queued':>9}")
+    for row in rows:
+        print(f"{row['concurrency_key']:<40}{row['running']:>9}{row['queued']:>9}")
+
+
 def cmd_limits(args: argparse.Namespace) -> int:
     with connect_checked(args.dsn, args.schema) as conn:
+        if args.action == "keys":
+            _show_keys(conn, args)
+            return 0
         if args.action == "env":
             limits.set_environment(
                 conn,
@@ -72,6 +86,7 @@ def cmd_limits(args: argparse.Namespace) -> int:
                 concurrency_limit=_limit(args.limit),
                 paused=_paused(args),
                 size_limit=_limit(args.size_limit),
+                total_limit=_limit(args.total_limit),
                 schema=args.schema,
             )
         elif args.action == "scheduler":
@@ -122,7 +137,14 @@ def add_parser(commands: Any) -> None:
     queue = actions.add_parser("queue", help="a queue's cap, pause")
     queue.add_argument("environment")
     queue.add_argument("name")
-    queue.add_argument("--limit", help="concurrency limit, or 'none'")
+    queue.add_argument(
+        "--limit", help="concurrency limit (per concurrency key when runs have keys), or 'none'"
+    )
+    queue.add_argument("--total-limit", help="cap across the queue's concurrency keys, or 'none'")
+    keys = actions.add_parser("keys", help="a queue's busiest concurrency keys")
+    keys.add_argument("environment")
+    keys.add_argument("name", help="the queue")
+    keys.add_argument("--top", type=int, default=10, help="how many keys (default 10)")
     for action in (env, queue):
         action.add_argument(
             "--size-limit", help="most runs waiting to start (queued or delayed), or 'none'"

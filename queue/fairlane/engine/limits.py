@@ -52,6 +52,8 @@ class Limits(Section):
         paused: bool | None,
         size_limit: int | None,
         set_size_limit: bool,
+        total_limit: int | None = None,
+        set_total_limit: bool = False,
     ) -> Statement[QueueSettings]:
         """``paused``: None leaves it as it is."""
         params = {
@@ -62,6 +64,8 @@ class Limits(Section):
             "size_limit": size_limit,
             "set_limit": set_limit,
             "set_size_limit": set_size_limit,
+            "total_limit": total_limit,
+            "set_total_limit": set_total_limit,
         }
         return self._statement("upsert_queue_settings", params, lambda row: QueueSettings(**row))
 
@@ -97,6 +101,10 @@ class Limits(Section):
     def table(self, include_carriers: bool = False) -> Statement[dict[str, Any]]:
         params = {"include_carriers": include_carriers}
         return self._statement("limits_table", params, _as_dict)
+
+    def busiest_keys(self, environment: str, queue: str, most: int) -> Statement[dict[str, Any]]:
+        params = {"environment": environment, "queue": queue, "most": most}
+        return self._statement("busiest_keys", params, _as_dict)
 
 
 def _as_dict(row: Row) -> dict[str, Any]:

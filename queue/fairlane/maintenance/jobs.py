@@ -113,6 +113,8 @@ ENGINE_SETTINGS: tuple[SettingSpec, ...] = (
     count("batch_concurrency", 0),
     count("batch_item_max_attempts"),
     seconds("batch_seal_timeout_s"),
+    # The limit of an environment a trigger creates; null leaves new environments unlimited.
+    SettingSpec("environment_concurrency_limit", "count", 0, nullable=True),
 )
 
 SETTINGS: dict[str, SettingSpec] = {

@@ -107,6 +107,9 @@ def _runs(metadata: MetaData) -> Table:
         # The claim's order within a queue: queued_at minus priority seconds, so priority is a
         # head start and nothing waits forever behind higher priorities.
         Column("queue_order", DateTime(timezone=True), Computed(QUEUE_ORDER, persisted=True)),
+        # The run's key inside its queue (NULL: none): the queue's concurrency_limit bounds
+        # each key's EXECUTING runs, keyless runs counting as one key (sql/claim/keys.sql).
+        Column("concurrency_key", Text),
         _status_check(),
         CheckConstraint("max_attempts >= 1", name="runs_max_attempts_check"),
         # Claims read this index only, in its order; finished and leased rows drop out of it.
@@ -130,6 +133,17 @@ def _runs(metadata: MetaData) -> Table:
             "status",
             "queue",
             postgresql_where=text("status IN ('EXECUTING', 'WAITING')"),
+        ),
+        # A keyed queue's runs by key, then in queue order: the claim's walk over its keys.
+        # Keyless runs never enter it.
+        Index(
+            "runs_queued_key_idx",
+            "environment",
+            "queue",
+            "concurrency_key",
+            "queue_order",
+            "id",
+            postgresql_where=text("status = 'QUEUED' AND concurrency_key IS NOT NULL"),
         ),
         Index("runs_delayed_idx", "available_at", postgresql_where=text("status = 'DELAYED'")),
         Index(
@@ -253,15 +267,21 @@ def _queues(metadata: MetaData) -> Table:
         metadata,
         Column("environment", Text, primary_key=True),
         Column("name", Text, primary_key=True),
-        # NULL is unlimited; the queue cap is min(concurrency_limit, environment limit).
+        # NULL is unlimited; the queue cap is min(concurrency_limit, environment limit), per
+        # concurrency key when its runs have keys (keyless runs count as one key).
         Column("concurrency_limit", Integer),
         Column("paused", Boolean, nullable=False, server_default=text("false")),
         Column("created_at", DateTime(timezone=True), nullable=False, server_default=text("now()")),
         # Hard cap on its runs waiting to start (QUEUED or DELAYED); NULL is unlimited.
         Column("size_limit", Integer),
+        # The cap across all its keys; NULL is unlimited.
+        Column("total_limit", Integer),
+        # The last concurrency key a claim served here: the next claim's walk starts after it.
+        Column("key_cursor", Text),
         CheckConstraint(
             "concurrency_limit IS NULL OR concurrency_limit >= 0", name="queues_limit_check"
         ),
+        CheckConstraint("total_limit IS NULL OR total_limit >= 0", name="queues_total_limit_check"),
         CheckConstraint("size_limit IS NULL OR size_limit >= 0", name="queues_size_check"),
     )
 

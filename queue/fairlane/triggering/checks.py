@@ -11,6 +11,7 @@ transaction) and never crashes the encoder. The limits are the documented ones
   key's (environment, task, key) included;
 - tags: at most 10 per run, each 1 to 128 characters, as in the seeds' engine;
 - a debounce key: 1 to 256 characters (stored as given, in that index);
+- a concurrency key: 1 to 256 characters (stored as given, in runs_queued_key_idx);
 - an idempotency key: any non-empty string; only its SHA-256 is stored, so its length never
   reaches an index;
 - payload and metadata: at most ``MAX_JSON_DEPTH`` levels of nesting (fairlane.payload).
@@ -34,6 +35,7 @@ MAX_NAME_LENGTH = 128
 MAX_TAGS = 10
 MAX_TAG_LENGTH = 128
 MAX_DEBOUNCE_KEY_LENGTH = 256
+MAX_CONCURRENCY_KEY_LENGTH = 256
 MAX_ATTEMPTS_CEILING = 250
 NOT_TAGS = "must be a collection of strings (a list, tuple or set)"
 # Priorities are stored as PostgreSQL integers.
@@ -109,6 +111,13 @@ def _check_tags(tags: object) -> None:
             )
 
 
+def _check_keys(request: TriggerRequest) -> None:
+    if request.idempotency_key is not None:
+        check_text("idempotency_key", request.idempotency_key)
+    if request.concurrency_key is not None:
+        check_text("concurrency_key", request.concurrency_key, MAX_CONCURRENCY_KEY_LENGTH)
+
+
 def check_request(request: TriggerRequest) -> None:
     """Raise ``TriggerOptionError`` naming the first option of ``request`` that is refused."""
     task, environment, queue = request.task, request.environment, request.queue
@@ -128,8 +137,8 @@ def check_request(request: TriggerRequest) -> None:
         check_names(task, queue)
     if request.machine is not None:
         check_text("machine", request.machine, MAX_NAME_LENGTH)
-    if request.idempotency_key is not None:
-        check_text("idempotency_key", request.idempotency_key)
+    if request.idempotency_key is not None or request.concurrency_key is not None:
+        _check_keys(request)
     if request.max_attempts is not None:
         _check_integer(
             "max_attempts",

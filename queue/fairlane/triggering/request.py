@@ -83,6 +83,9 @@ class TriggerRequest:
     # How long the key stays active; None takes the idempotency_key_ttl_s setting (30 days).
     idempotency_ttl: Duration | None = None
     debounce: Debounce | None = None
+    # The run's key inside its queue: the queue's concurrency_limit bounds each key's runs
+    # (docs/concurrency.md, "Concurrency keys"); None is the queue's keyless runs.
+    concurrency_key: str | None = None
 
     @property
     def keyed(self) -> bool:
@@ -188,6 +191,8 @@ def _add_run_options(request: TriggerRequest, fields: dict[str, Any]) -> None:
         fields["ttl_s"] = seconds("ttl", request.ttl)
     if request.parent_run_id is not None:
         fields["parent_run_id"] = request.parent_run_id
+    if request.concurrency_key is not None:
+        fields["concurrency_key"] = request.concurrency_key
 
 
 # The JSON values of a request's object, after its scalar fields.

@@ -146,6 +146,7 @@ def queue_json(settings: QueueSettings) -> dict[str, Any]:
         "queue": settings.name,
         "concurrency_limit": settings.concurrency_limit,
         "size_limit": settings.size_limit,
+        "total_limit": settings.total_limit,
         "paused": settings.paused,
     }
 

@@ -49,8 +49,14 @@ class Task(Generic[P, R]):
 
     def request(self, payload: P, **options: Any) -> TriggerRequest:
         """A ``TriggerRequest`` for this task: the payload checked and encoded, the task's
-        defaults filled in where ``options`` leave them out (or give None)."""
+        defaults filled in where ``options`` leave them out (or give None); a concurrency key
+        the task works out from the payload, when ``options`` give none."""
         given = {option: value for option, value in options.items() if value is not None}
+        key_of = self.definition.concurrency_key
+        if "concurrency_key" not in given and key_of is not None and not isinstance(key_of, str):
+            key = key_of(payload)
+            if key is not None:
+                given["concurrency_key"] = key
         return TriggerRequest(
             self.name, self.encode(payload), **{**self.definition.trigger_defaults(), **given}
         )

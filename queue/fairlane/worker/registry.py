@@ -19,6 +19,7 @@ from fairlane.errors import (
     ConfigurationError,
     DuplicateTaskError,
     ReservedNameError,
+    TriggerOptionError,
     UnknownTaskError,
 )
 from fairlane.retry import DEFAULT_BACKOFF, Backoff
@@ -32,6 +33,8 @@ SyncHandler = Callable[[RunContext, Any], Any]
 # on_success(ctx, result) and on_failure(ctx, error); sync or async.
 SuccessHook = Callable[[RunContext, Any], Any]
 FailureHook = Callable[[RunContext, BaseException], Any]
+# A task's concurrency key worked out from a run's payload (as given to the trigger).
+KeyOfPayload = Callable[[Any], "str | None"]
 ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
 
 P = TypeVar("P")
@@ -53,6 +56,9 @@ class TaskDefinition:
     max_duration: Duration | None = None
     queue: str | None = None
     priority: int | None = None
+    # The runs' concurrency key: a key, or a function of the payload returning one (or None:
+    # keyless), called by each trigger through the handle that gives none.
+    concurrency_key: str | KeyOfPayload | None = None
     on_success: SuccessHook | None = None
     on_failure: FailureHook | None = None
     # Typed payload and result (a dataclass or pydantic model), else None: plain JSON.
@@ -75,6 +81,9 @@ class TaskDefinition:
             "max_duration": self.max_duration,
             "queue": self.queue,
             "priority": self.priority,
+            "concurrency_key": (
+                self.concurrency_key if isinstance(self.concurrency_key, str) else None
+            ),
         }
         return {option: value for option, value in defaults.items() if value is not None}
 
@@ -122,6 +131,7 @@ class TaskRegistry:
         max_duration: Duration | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        concurrency_key: str | KeyOfPayload | None = None,
         on_success: SuccessHook | None = None,
         on_failure: FailureHook | None = None,
         cron: str | None = None,
@@ -147,6 +157,7 @@ class TaskRegistry:
                 max_duration=max_duration,
                 queue=queue,
                 priority=priority,
+                concurrency_key=concurrency_key,
                 on_success=on_success,
                 on_failure=on_failure,
                 cron=cron,
@@ -169,6 +180,7 @@ class TaskRegistry:
         max_duration: Duration | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        concurrency_key: str | KeyOfPayload | None = None,
         on_success: SuccessHook | None = None,
         on_failure: FailureHook | None = None,
         cron: str | None = None,
@@ -189,6 +201,7 @@ class TaskRegistry:
             max_duration=max_duration,
             queue=queue,
             priority=priority,
+            concurrency_key=concurrency_key,
             on_success=on_success,
             on_failure=on_failure,
             payload_codec=payload_codec,
@@ -258,6 +271,11 @@ def _check_defaults(definition: TaskDefinition) -> None:
             )
         return
     check_request(TriggerRequest(definition.name, None, **definition.trigger_defaults()))
+    key = definition.concurrency_key
+    if key is not None and not isinstance(key, str) and not callable(key):
+        raise TriggerOptionError(
+            "concurrency_key", key, "must be a string or a function of the payload"
+        )
     seconds("max_duration", definition.max_duration)
     if definition.cron is not None:
         from fairlane.cron.expressions import check_cron

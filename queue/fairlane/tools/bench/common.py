@@ -50,6 +50,7 @@ def fresh_database(server: str, scenario: str, *, keep: bool = False) -> Iterato
     try:
         started = time.perf_counter()
         migrate.upgrade(dsn, SCHEMA)
+        unlimited_new_environments(dsn)
         log.info("database %s created and migrated in %.2fs", name, time.perf_counter() - started)
         yield dsn
     finally:
@@ -57,6 +58,17 @@ def fresh_database(server: str, scenario: str, *, keep: bool = False) -> Iterato
             log.info("keeping database %s", name)
         else:
             _drop(server, name)
+
+
+def unlimited_new_environments(dsn: str) -> None:
+    """The benches measure the engine without caps unless they set some: environments their
+    triggers create get no concurrency limit (the setting's default is the seeds' 100)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "UPDATE {}.settings SET value = 'null' WHERE name = 'environment_concurrency_limit'"
+            ).format(sql.Identifier(SCHEMA))
+        )
 
 
 def _drop(server: str, name: str) -> None:

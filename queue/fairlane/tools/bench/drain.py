@@ -6,6 +6,10 @@ are ``--env-cap`` (default 1000: checked on every claim but never the bottleneck
 queue's ``size_limit`` is the number of runs (checked on every trigger). ``--tenants 1`` is the
 same setup with one environment, the baseline to compare against.
 
+With ``--keys K`` run i has the concurrency key i mod K (sql/claim/keys.sql), in the one
+environment without caps: the claim walks the queue's keys round robin. Compared with the same
+drain without ``--keys``, it is what keys cost.
+
 Why so high: a run holds its environment slot until its completion is written, while the worker
 frees its local slot when the handler returns and claims again at once. A completion write that
 lags by a few milliseconds leaves tens of finished runs still counted; when that reaches the cap
@@ -119,10 +123,23 @@ async def trigger_tenants(
     return time.perf_counter() - started
 
 
+async def trigger_keys(client: AsyncClient, runs: int, keys: int, batch: int = BATCH) -> float:
+    """Like ``trigger_bulk``, run i with the concurrency key i mod ``keys``."""
+    started = time.perf_counter()
+    for offset in range(0, runs, batch):
+        size = min(batch, runs - offset)
+        await client.trigger_many(
+            [TriggerRequest(TASK, concurrency_key=f"k{(offset + i) % keys}") for i in range(size)]
+        )
+    return time.perf_counter() - started
+
+
 async def _drain(dsn: str, args: argparse.Namespace) -> dict[str, Any]:
     client = await open_client(dsn)
     async with client:
-        if args.tenants:
+        if args.keys:
+            enqueue_s = await trigger_keys(client, args.runs, args.keys, BATCH)
+        elif args.tenants:
             enqueue_s = await trigger_tenants(client, args.runs, args.tenants, BATCH)
         else:
             enqueue_s = await trigger_bulk(client, args.runs, BATCH)
@@ -197,6 +214,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "claim_batch": args.claim_batch or args.concurrency,
         "durable_claims": not args.fast_claims,
         "tenants": args.tenants or 1,
+        "keys": args.keys,
         "env_cap": env_cap(args) if args.tenants else None,
         "runs_per_s": round(n / timing["seconds"]),
         "process_runs_per_s": round(n / timing["process_s"]),
@@ -222,6 +240,9 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     p = commands.add_parser("drain", parents=[common], help="drain a bulk-queued backlog")
     p.add_argument("--runs", type=int, default=20000)
     p.add_argument("--concurrency", type=int, default=10)
+    p.add_argument(
+        "--keys", type=int, help="spread the runs over this many concurrency keys (default: none)"
+    )
     p.add_argument("--claim-batch", type=int, help="runs per claim (default: the concurrency)")
     p.add_argument(
         "--fast-claims",

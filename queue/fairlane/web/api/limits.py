@@ -29,7 +29,7 @@ from fairlane.web.serialize import (
 from fairlane.web.state import AsyncConn, WebState
 
 ENVIRONMENT_FIELDS = {"concurrency_limit", "burst_factor", "size_limit", "paused"}
-QUEUE_FIELDS = {"concurrency_limit", "size_limit", "paused"}
+QUEUE_FIELDS = {"concurrency_limit", "size_limit", "total_limit", "paused"}
 SCHEDULER_FIELDS = {
     "quantum",
     "max_deficit",
@@ -153,6 +153,24 @@ async def _set_queue(request: Request, changes: dict[str, Any]) -> JSONResponse:
     return JSONResponse(queue_json(updated))
 
 
+async def queue_keys(request: Request) -> JSONResponse:
+    """The queue's busiest concurrency keys (``?top=`` how many, default 10)."""
+    await _path_environment(request)
+    state = state_of(request)
+    top = request.query_params.get("top", "10")
+    if not top.isdigit() or int(top) < 1:
+        raise ApiError(422, "SettingError", "top must be a positive integer", setting="top")
+    async with state.connection() as conn:
+        rows = await limits.busiest_keys_async(
+            conn,
+            request.path_params["environment"],
+            request.path_params["queue"],
+            most=int(top),
+            schema=state.schema,
+        )
+    return JSONResponse({"keys": rows})
+
+
 async def put_queue(request: Request) -> JSONResponse:
     await _path_environment(request)
     body = await read_object(request, state_of(request).max_body_bytes)
@@ -204,6 +222,7 @@ routes = [
     Route(ENV + "/resume", resume_environment, methods=["POST"], name="resume_environment"),
     Route(QUEUE + "/limits", get_queue, methods=["GET"], name="queue_limits"),
     Route(QUEUE + "/limits", put_queue, methods=["PUT"], name="set_queue_limits"),
+    Route(QUEUE + "/keys", queue_keys, methods=["GET"], name="queue_keys"),
     Route(QUEUE + "/pause", pause_queue, methods=["POST"], name="pause_queue"),
     Route(QUEUE + "/resume", resume_queue, methods=["POST"], name="resume_queue"),
     Route("/scheduler", get_scheduler, methods=["GET"], name="scheduler"),

@@ -351,7 +351,24 @@ SCHEMAS: dict[str, Any] = {
             "queue": {"type": "string"},
             "concurrency_limit": NULLABLE_INT,
             "size_limit": NULLABLE_INT,
+            "total_limit": NULLABLE_INT,
             "paused": {"type": "boolean"},
+        },
+    },
+    "QueueKeys": {
+        "type": "object",
+        "properties": {
+            "keys": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "concurrency_key": {"type": "string"},
+                        "running": COUNT,
+                        "queued": COUNT,
+                    },
+                },
+            }
         },
     },
     "Scheduler": {
@@ -428,6 +445,7 @@ QUEUE_LIMITS_BODY = body(
         "properties": {
             "concurrency_limit": NULLABLE_INT,
             "size_limit": NULLABLE_INT,
+            "total_limit": NULLABLE_INT,
             "paused": {"type": "boolean"},
         },
     }
@@ -733,6 +751,19 @@ def _paths() -> dict[str, Any]:
                 request_body=QUEUE_LIMITS_BODY,
                 tag="limits",
             ),
+        },
+        "/environments/{environment}/queues/{queue}/keys": {
+            "get": operation(
+                "A queue's busiest concurrency keys: running, then queued",
+                ref("QueueKeys"),
+                403,
+                422,
+                parameters=[
+                    *QUEUE_PATH,
+                    query("top", {**COUNT, "minimum": 1}, "how many keys (default 10)"),
+                ],
+                tag="limits",
+            )
         },
         "/environments/{environment}/queues/{queue}/pause": {
             "post": operation(

@@ -44,6 +44,8 @@ ALIASES = {
     "idempotency_ttl": "idempotency_ttl",
     "idempotencyKeyTTL": "idempotency_ttl",
     "debounce": "debounce",
+    "concurrency_key": "concurrency_key",
+    "concurrencyKey": "concurrency_key",
 }
 DEBOUNCE_ALIASES = {
     "key": "key",

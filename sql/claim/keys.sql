@@ -1,0 +1,256 @@
+-- Concurrency keys: a queue's runs split by runs.concurrency_key, each key with its own copy
+-- of the queue's concurrency_limit (keyless runs are one more key), and queues.total_limit
+-- bounding the queue across them. pick_runs (sql/claim/claim.sql) hands a queue
+-- here when it has queued runs with a key (a keyed queue); a queue without any is walked as
+-- before, and keyless runs cost nothing more.
+--
+-- Slots per key are derived like every slot: the EXECUTING runs of the key (and WAITING ones
+-- owed a resume), counted by pick_runs under the environment's row lock, which
+-- every claim of the environment takes before it counts. So no two claims count a key at once,
+-- and no count misses a committed claim: there is no per-key counter to leak or skew.
+--
+-- Fairness inside the queue is round robin over its keys, in key order from where the last
+-- claim there stopped (queues.key_cursor, written under the same row lock): the first ring
+-- takes one run of each key with room, in its queue order; the keyless runs come after the
+-- last key. A ring that leaves room comes back to the keys that gave a run, which take turns
+-- again, each an even share of what is left per turn. A key with 10,000 queued runs takes one turn in the ring as a key with 10 does.
+-- Each step of the ring is one descent of runs_queued_key_idx (the next key after the last
+-- one), and a key at its limit is stepped over by the next descent, never walked.
+--
+-- Keyless runs of a keyed queue are in runs_queued_idx only (keyless runs stay out of the key
+-- index, so that the common case pays nothing for keys): their turn reads the queue's first
+-- `keyless_window` queued runs in queue order and takes the keyless ones among them. Keyless
+-- runs behind more keyed runs than that wait for the keyed runs ahead of them to start.
+
+-- function: pick_key_runs
+-- Up to `n` claimable runs of one key of a queue (`the_key` NULL: its keyless runs, among its
+-- first `keyless_window` queued runs), in queue order, locked (FOR UPDATE SKIP LOCKED), none of
+-- `taken`. The filters are pick_runs' (TTL, the claimer's tasks).
+CREATE OR REPLACE FUNCTION {schema}.pick_key_runs(
+    env_name text, queue_name text, the_key text, n integer, taken bigint[],
+    only_tasks text[], keyless_window integer)
+RETURNS TABLE (id bigint, queue_order timestamptz)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF n <= 0 THEN
+        RETURN;
+    END IF;
+    IF the_key IS NOT NULL THEN
+        RETURN QUERY
+        SELECT r.id, r.queue_order FROM {schema}.runs r
+        WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
+          AND r.concurrency_key = the_key
+          AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
+          AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
+          AND r.id <> ALL (taken)
+        ORDER BY r.queue_order, r.id
+        LIMIT n
+        FOR UPDATE SKIP LOCKED;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT r.id, r.queue_order FROM {schema}.runs r
+    WHERE r.id IN (SELECT head.id FROM {schema}.runs head
+                   WHERE head.environment = env_name AND head.queue = queue_name
+                     AND head.status = 'QUEUED'
+                   ORDER BY head.queue_order, head.id
+                   LIMIT keyless_window)
+      AND r.status = 'QUEUED' AND r.concurrency_key IS NULL
+      AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
+      AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
+      AND r.id <> ALL (taken)
+    ORDER BY r.queue_order, r.id
+    LIMIT n
+    FOR UPDATE SKIP LOCKED;
+END;
+$$;
+
+-- function: ring_heads
+-- The first claimable run (in queue order, locked FOR UPDATE SKIP LOCKED) of each key of a
+-- queue after `after` (and not past `upto`, when given), in key order, skipping the keys at
+-- `key_limit` (`held_keys`, `held_counts`: slot holders per key); at most `n`. One statement:
+-- a loose index scan of runs_queued_key_idx (one descent per key) that stops once `n` keys
+-- gave a run, each key's run found by one more descent. The filters are pick_key_runs's.
+CREATE OR REPLACE FUNCTION {schema}.ring_heads(
+    env_name text, queue_name text, after text, upto text, n integer, key_limit integer,
+    held_keys text[], held_counts integer[], only_tasks text[])
+RETURNS TABLE (id bigint, queue_order timestamptz, concurrency_key text)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF upto IS NULL THEN
+        RETURN QUERY
+        WITH RECURSIVE ring(key) AS (
+            (SELECT r.concurrency_key FROM {schema}.runs r
+             WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
+               AND r.concurrency_key > after
+             ORDER BY r.concurrency_key LIMIT 1)
+            UNION ALL
+            SELECT (SELECT r.concurrency_key FROM {schema}.runs r
+                    WHERE r.environment = env_name AND r.queue = queue_name
+                      AND r.status = 'QUEUED' AND r.concurrency_key > ring.key
+                    ORDER BY r.concurrency_key LIMIT 1)
+            FROM ring WHERE ring.key IS NOT NULL
+        )
+        SELECT head.id, head.queue_order, ring.key
+        FROM ring
+        CROSS JOIN LATERAL (
+            SELECT r.id, r.queue_order FROM {schema}.runs r
+            WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
+              AND r.concurrency_key = ring.key
+              AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
+              AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
+            ORDER BY r.queue_order, r.id
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED) AS head
+        WHERE ring.key IS NOT NULL
+          AND coalesce(key_limit, 2147483647)
+              > coalesce(held_counts[array_position(held_keys, ring.key)], 0)
+        LIMIT n;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH RECURSIVE ring(key) AS (
+        (SELECT r.concurrency_key FROM {schema}.runs r
+         WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
+           AND r.concurrency_key > after AND r.concurrency_key <= upto
+         ORDER BY r.concurrency_key LIMIT 1)
+        UNION ALL
+        SELECT (SELECT r.concurrency_key FROM {schema}.runs r
+                WHERE r.environment = env_name AND r.queue = queue_name
+                  AND r.status = 'QUEUED' AND r.concurrency_key > ring.key
+                  AND r.concurrency_key <= upto
+                ORDER BY r.concurrency_key LIMIT 1)
+        FROM ring WHERE ring.key IS NOT NULL
+    )
+    SELECT head.id, head.queue_order, ring.key
+    FROM ring
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.queue_order FROM {schema}.runs r
+        WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
+          AND r.concurrency_key = ring.key
+          AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
+          AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
+        ORDER BY r.queue_order, r.id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED) AS head
+    WHERE ring.key IS NOT NULL
+      AND coalesce(key_limit, 2147483647)
+          > coalesce(held_counts[array_position(held_keys, ring.key)], 0)
+    LIMIT n;
+END;
+$$;
+
+-- function: pick_from_keys
+-- Up to `room` runs of a keyed queue, round robin over its keys from queues.key_cursor, each key
+-- within `key_limit` (NULL: none) less its slot holders (`held_keys`, `held_counts`: this
+-- queue's keys that hold slots; `keyless_held` for its keyless runs). The caller holds the
+-- environment's row lock. The ring: the keys after the cursor, the keyless runs, the keys up
+-- to the cursor; the cursor moves to the last key that gave a run ('' : the keyless runs).
+CREATE OR REPLACE FUNCTION {schema}.pick_from_keys(
+    env_name text, queue_name text, key_limit integer, room integer, held_keys text[],
+    held_counts integer[], keyless_held integer, only_tasks text[])
+RETURNS TABLE (id bigint, queue_order timestamptz)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    start text;
+    ids bigint[];
+    orders timestamptz[];
+    keys text[];
+BEGIN
+    SELECT coalesce(q.key_cursor, '') INTO start FROM {schema}.queues q
+    WHERE q.environment = env_name AND q.name = queue_name;
+    -- The first ring: one run of each key with room.
+    SELECT coalesce(array_agg(h.id), '{{}}'), coalesce(array_agg(h.queue_order), '{{}}'),
+           coalesce(array_agg(h.concurrency_key), '{{}}')
+    INTO ids, orders, keys
+    FROM {schema}.ring_heads(env_name, queue_name, start, NULL, room, key_limit, held_keys,
+                             held_counts, only_tasks) AS h;
+    IF cardinality(ids) < room AND coalesce(key_limit, 2147483647) > keyless_held THEN
+        SELECT ids || coalesce(array_agg(p.id), '{{}}'),
+               orders || coalesce(array_agg(p.queue_order), '{{}}'),
+               keys || array_fill(''::text, ARRAY[count(*)::integer])
+        INTO ids, orders, keys
+        FROM {schema}.pick_key_runs(env_name, queue_name, NULL, 1, '{{}}', only_tasks,
+                                    1000) AS p;
+    END IF;
+    IF cardinality(ids) < room AND start <> '' THEN
+        SELECT ids || coalesce(array_agg(h.id), '{{}}'),
+               orders || coalesce(array_agg(h.queue_order), '{{}}'),
+               keys || coalesce(array_agg(h.concurrency_key), '{{}}')
+        INTO ids, orders, keys
+        FROM {schema}.ring_heads(env_name, queue_name, '', start, room - cardinality(ids),
+                                 key_limit, held_keys, held_counts, only_tasks) AS h;
+    END IF;
+    IF cardinality(ids) > 0 THEN
+        UPDATE {schema}.queues q SET key_cursor = nullif(keys[cardinality(keys)], '')
+        WHERE q.environment = env_name AND q.name = queue_name;
+    END IF;
+    RETURN QUERY SELECT p.id, p.queue_order FROM unnest(ids, orders) AS p(id, queue_order);
+    IF cardinality(ids) < room AND cardinality(ids) > 0
+       AND coalesce(key_limit, 2147483647) > 1 THEN
+        RETURN QUERY SELECT m.id, m.queue_order FROM {schema}.fill_keys(
+            env_name, queue_name, key_limit, room - cardinality(ids), keys, held_keys,
+            held_counts, keyless_held, ids, only_tasks) AS m;
+    END IF;
+END;
+$$;
+
+-- function: fill_keys
+-- After a ring that left room: the keys that gave a run (`keys`, '' for the keyless runs) take
+-- turns again, each an even share of the room left per turn, within its limit, until the room
+-- or their runs run out. Rare: only a queue with fewer keys than a claim takes runs.
+CREATE OR REPLACE FUNCTION {schema}.fill_keys(
+    env_name text, queue_name text, key_limit integer, room integer, keys text[],
+    held_keys text[], held_counts integer[], keyless_held integer, taken bigint[],
+    only_tasks text[])
+RETURNS TABLE (id bigint, queue_order timestamptz)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    more_room integer[];
+    next_keys text[];
+    next_room integer[];
+    got bigint[];
+    orders timestamptz[];
+    share integer;
+    i integer;
+BEGIN
+    -- Each key's room after the run it gave.
+    SELECT coalesce(array_agg(coalesce(key_limit, 2147483647) - 1 - CASE WHEN k.key = ''
+               THEN keyless_held
+               ELSE coalesce(held_counts[array_position(held_keys, k.key)], 0) END
+               ORDER BY k.nth), '{{}}')
+    INTO more_room
+    FROM unnest(keys) WITH ORDINALITY AS k(key, nth);
+    WHILE room > 0 AND cardinality(keys) > 0 LOOP
+        share := greatest(1, room / cardinality(keys));
+        next_keys := '{{}}';
+        next_room := '{{}}';
+        FOR i IN 1 .. cardinality(keys) LOOP
+            EXIT WHEN room <= 0;
+            CONTINUE WHEN more_room[i] <= 0;
+            SELECT coalesce(array_agg(p.id), '{{}}'), coalesce(array_agg(p.queue_order), '{{}}')
+            INTO got, orders
+            FROM {schema}.pick_key_runs(env_name, queue_name, nullif(keys[i], ''),
+                                        least(share, more_room[i], room), taken, only_tasks,
+                                        1000) AS p;
+            RETURN QUERY SELECT p.id, p.queue_order FROM unnest(got, orders) AS p(id, queue_order);
+            taken := taken || got;
+            room := room - cardinality(got);
+            IF cardinality(got) > 0 AND more_room[i] > cardinality(got) THEN
+                next_keys := next_keys || keys[i];
+                next_room := next_room || (more_room[i] - cardinality(got));
+            END IF;
+        END LOOP;
+        keys := next_keys;
+        more_room := next_room;
+    END LOOP;
+END;
+$$;
