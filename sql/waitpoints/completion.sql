@@ -100,11 +100,12 @@ EXECUTE FUNCTION {schema}.wake_after_statement();
 -- else pending become ready to resume; their workers are told on the resume channel. The
 -- waiting runs are locked first, in descending id order; the check is the next statement, so
 -- it sees whatever another completer committed before it let go of a run.
--- The runs are found from the completed waitpoints' edges, by primary key: left to price a
--- long list of waitpoints against tables it has no statistics of (autovacuum off, or not run
--- yet), the planner read every edge and sorted every WAITING run, at each completion (100,000
--- waiting runs woken 5,000 at a time: 170 ms of each 500 ms slice,
--- bench/sittings/31-resuming-waits.md).
+-- The runs are found from the completed waitpoints' edges: left to price a long list of
+-- waitpoints against tables it has no statistics of (autovacuum off, or not run yet), the
+-- planner read every edge and merge-joined them with every WAITING run, sorted, at each
+-- completion (100,000 waiting runs woken 5,000 at a time: 170 ms of each 500 ms,
+-- bench/sittings/31-resuming-waits.md). A list of run ids lets it probe the primary key (or
+-- walk the index of held runs while that is small).
 CREATE OR REPLACE FUNCTION {schema}.wake_waiting_runs(completed bigint[])
 RETURNS integer
 LANGUAGE plpgsql
