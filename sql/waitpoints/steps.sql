@@ -34,27 +34,49 @@ SET name = EXCLUDED.name, attempt = EXCLUDED.attempt, status = 'WAITING', result
     error = NULL, started_at = now(), finished_at = NULL
 WHERE s.attempt <> EXCLUDED.attempt;
 
--- name: recorded_calls
--- params: run_ids bigint[]
+-- function: recorded_calls
 -- Everything the runs recorded, by run and position, for their replay: a step's outcome, and
 -- for a wait of the run's current wait attempt the edges' waitpoints (as wait_results reads
 -- them), with whether all of them completed. When they did, the replay returns the results
 -- without a statement; else it waits as the first execution did.
-SELECT s.run_id, s.position, s.kind, s.name, s.attempt, s.status, s.result, s.error,
-       waited.results, coalesce(waited.complete, false) AS complete
-FROM {schema}.run_steps AS s
-JOIN {schema}.runs AS r ON r.id = s.run_id
-LEFT JOIN LATERAL (
-    SELECT jsonb_agg(jsonb_build_array(e.item, w.is_error, w.output, w.run_id)
-                     ORDER BY e.item) AS results,
-           bool_and(w.status = 'COMPLETED') AS complete
-    FROM {schema}.run_waitpoints AS e
-    JOIN {schema}.waitpoints AS w ON w.id = e.waitpoint_id
-    WHERE s.kind = 'WAIT' AND e.run_id = s.run_id AND e.attempt = r.wait_attempt
-      AND e.position = s.position
-) AS waited ON true
-WHERE s.run_id = ANY(%(run_ids)s::bigint[])
-ORDER BY s.run_id, s.position;
+-- Read by primary keys only, for any number of runs: priced without statistics (autovacuum
+-- off, or not run yet), a claim's thousand runs read every run and every recorded call in a
+-- parallel hash join, and the estimate of that many rows had JIT compile the plan: 0.6 s a
+-- claim at 100,000 waiting runs, of which 0.01 s reading (bench/sittings/31-resuming-waits.md).
+-- Each run's wait attempt is looked up by its key.
+CREATE OR REPLACE FUNCTION {schema}.recorded_calls(run_ids bigint[])
+RETURNS TABLE (run_id bigint, "position" integer, kind text, name text, attempt integer,
+               status text, result jsonb, error jsonb, results jsonb, complete boolean)
+LANGUAGE plpgsql
+STABLE
+SET enable_seqscan = off
+SET jit = off
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    SELECT s.run_id, s.position, s.kind, s.name, s.attempt, s.status, s.result, s.error,
+           waited.results, coalesce(waited.complete, false)
+    FROM {schema}.run_steps AS s
+    LEFT JOIN LATERAL (
+        SELECT jsonb_agg(jsonb_build_array(e.item, w.is_error, w.output, w.run_id)
+                         ORDER BY e.item) AS results,
+               bool_and(w.status = 'COMPLETED') AS complete
+        FROM {schema}.run_waitpoints AS e
+        JOIN {schema}.waitpoints AS w ON w.id = e.waitpoint_id
+        WHERE s.kind = 'WAIT' AND e.run_id = s.run_id
+          AND e.attempt = (SELECT r.wait_attempt FROM {schema}.runs AS r WHERE r.id = s.run_id)
+          AND e.position = s.position
+    ) AS waited ON true
+    WHERE s.run_id = ANY(run_ids)
+    ORDER BY s.run_id, s.position;
+END;
+$$;
+
+-- name: recorded_calls
+-- params: run_ids bigint[]
+SELECT run_id, position, kind, name, attempt, status, result, error, results, complete
+FROM {schema}.recorded_calls(%(run_ids)s::bigint[]);
 
 -- name: run_steps
 -- params: run_id bigint
