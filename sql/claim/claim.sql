@@ -244,7 +244,8 @@ DECLARE
     page_names text[];
     page_served bigint[];
     page_turns timestamptz[];
-    looked boolean := full_scan;
+    -- A claim that scanned, or looked where notifications said work arrived, looks no more.
+    looked boolean := full_scan OR announced_environments IS NOT NULL;
     lapping boolean := false;
     yield numeric;
     round record;

@@ -24,7 +24,6 @@ DECLARE
     limits integer[];
     bursts numeric[];
     paused boolean[];
-    turns bigint[];
 BEGIN
     IF wait THEN
         SELECT ARRAY[e.name], ARRAY[e.concurrency_limit], ARRAY[e.burst_factor], ARRAY[e.paused]
@@ -50,21 +49,27 @@ BEGIN
         RETURN;
     END IF;
     share := least(remaining, greatest(quantum, ceil(remaining::numeric / cardinality(names))))::integer;
-    SELECT coalesce(array_agg(p.id ORDER BY p.nth), '{{}}'),
-           coalesce(array_agg(p.turn ORDER BY p.nth), '{{}}')
-    INTO picked, turns
-    FROM (SELECT picks.id, picks.turn,
-                 row_number() OVER (ORDER BY picks.turn, picks.queue_order, picks.id) AS nth
-          FROM {schema}.pick_runs(names, limits, bursts, paused, share, only_queues,
-                                  only_tasks, floor_environments, floor_queues, floor_orders,
-                                  floor_ids) AS picks) AS p
-    WHERE p.nth <= remaining;
-    SELECT array_agg(coalesce(c.n, 0) ORDER BY x.turn),
-           coalesce(array_agg(x.name ORDER BY x.turn) FILTER (WHERE c.n >= share), '{{}}')
-    INTO taken, again
-    FROM unnest(names) WITH ORDINALITY AS x(name, turn)
-    LEFT JOIN (SELECT t.turn, count(*)::integer AS n FROM unnest(turns) AS t(turn)
-               GROUP BY t.turn) AS c ON c.turn = x.turn;
+    -- One statement: the picks kept (the first `remaining` in turn order), what each
+    -- environment gave, and which gave their whole share.
+    WITH kept AS MATERIALIZED (
+        SELECT p.id, p.turn, p.nth
+        FROM (SELECT picks.id, picks.turn,
+                     row_number() OVER (ORDER BY picks.turn, picks.queue_order, picks.id)
+                         AS nth
+              FROM {schema}.pick_runs(names, limits, bursts, paused, share, only_queues,
+                                      only_tasks, floor_environments, floor_queues,
+                                      floor_orders, floor_ids) AS picks) AS p
+        WHERE p.nth <= remaining
+    )
+    SELECT (SELECT coalesce(array_agg(k.id ORDER BY k.nth), '{{}}') FROM kept k),
+           given.taken, given.again
+    INTO picked, taken, again
+    FROM (SELECT array_agg(coalesce(c.n, 0) ORDER BY x.turn) AS taken,
+                 coalesce(array_agg(x.name ORDER BY x.turn) FILTER (WHERE c.n >= share),
+                          '{{}}') AS again
+          FROM unnest(names) WITH ORDINALITY AS x(name, turn)
+          LEFT JOIN (SELECT k.turn, count(*)::integer AS n FROM kept k GROUP BY k.turn) AS c
+              ON c.turn = x.turn) AS given;
 END;
 $$;
 
