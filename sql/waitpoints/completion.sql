@@ -104,7 +104,7 @@ EXECUTE FUNCTION {schema}.wake_after_statement();
 -- waitpoints against tables it has no statistics of (autovacuum off, or not run yet), the
 -- planner read every edge and merge-joined them with every WAITING run, sorted, at each
 -- completion (100,000 waiting runs woken 5,000 at a time: 170 ms of each 500 ms,
--- bench/sittings/31-resuming-waits.md). A list of run ids lets it probe the primary key (or
+-- bench/sittings/35-resuming-waits.md). A list of run ids lets it probe the primary key (or
 -- walk the index of held runs while that is small).
 CREATE OR REPLACE FUNCTION {schema}.wake_waiting_runs(completed bigint[])
 RETURNS integer

@@ -42,7 +42,7 @@ WHERE s.attempt <> EXCLUDED.attempt;
 -- Read by primary keys only, for any number of runs: priced without statistics (autovacuum
 -- off, or not run yet), a claim's thousand runs read every run and every recorded call in a
 -- parallel hash join, and the estimate of that many rows had JIT compile the plan: 0.6 s a
--- claim at 100,000 waiting runs, of which 0.01 s reading (bench/sittings/31-resuming-waits.md).
+-- claim at 100,000 waiting runs, of which 0.01 s reading (bench/sittings/35-resuming-waits.md).
 -- Each run's wait attempt is looked up by its key.
 CREATE OR REPLACE FUNCTION {schema}.recorded_calls(run_ids bigint[])
 RETURNS TABLE (run_id bigint, "position" integer, kind text, name text, attempt integer,
