@@ -104,7 +104,9 @@ async def test_a_claim_reads_a_page_of_the_turn_order_not_every_active_environme
     pages = [plan for plan in plans if "Query Text: SELECT array_agg(t.name" in plan]
     assert pages, "no claim read the turn order"
     for plan in pages:
-        assert "Sort" not in plan, plan
+        # No sort of the environments (PostgreSQL 16 and later sort the page's own few rows
+        # for the ordered aggregate, by their position in it).
+        assert not re.search(r"Sort Key: \(?e\.", plan), plan
         scans = re.findall(
             r"Index Scan using environments_turn_idx.*actual time=\S+ rows=(\d+)", plan
         )

@@ -103,6 +103,9 @@ def test_every_parent_of_a_released_storm_of_children_completes(
     db: psycopg.Connection[Any], workers: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
     maintenance.set_setting(db, "sweep_repair_waiting", False)
+    # Every child runs at once, waiting for the barrier: the environment the trigger creates
+    # takes no default cap (environment_concurrency_limit).
+    maintenance.set_setting(db, "environment_concurrency_limit", None)
     # 1,500 items in 300 batches at once: past the default batch token bucket (1,200).
     maintenance.set_setting(db, "batch_bucket_max", PARENTS * CHILDREN)
     barrier = tmp_path / "release"
