@@ -114,21 +114,12 @@ RETURNING id;
 -- params: idempotency_keys text[], before_id bigint, since_s double precision,
 -- params: include_carriers boolean, limit bigint
 -- One page of the ids a bulk action takes, newest first (the global lock order: runs in
--- descending id order), with the filters of list_runs and `since_s` (created within).
+-- descending id order), by the filter of runs_matching (sql/runs/filter.sql).
 SELECT id
-FROM {schema}.runs
-WHERE (%(environment)s::text IS NULL OR environment = %(environment)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task)s::text IS NULL OR task = %(task)s::text)
-  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
-  AND (%(tags)s::text[] IS NULL OR tags @> %(tags)s::text[])
-  AND (%(batch_id)s::bigint IS NULL OR batch_id = %(batch_id)s::bigint)
-  AND (%(idempotency_keys)s::text[] IS NULL
-       OR idempotency_key = ANY(%(idempotency_keys)s::text[])
-       OR inactive_idempotency_key = ANY(%(idempotency_keys)s::text[]))
-  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
-  AND (%(since_s)s::float8 IS NULL OR created_at >= now() - make_interval(secs => %(since_s)s::float8))
-  AND (%(include_carriers)s::boolean OR queue <> '__batches__')
+FROM {schema}.runs_matching(%(environment)s::text, %(queue)s::text, %(task)s::text,
+                             %(statuses)s::text[], %(tags)s::text[], %(batch_id)s::bigint,
+                             %(idempotency_keys)s::text[], %(before_id)s::bigint,
+                             %(since_s)s::float8, %(include_carriers)s::boolean)
 ORDER BY id DESC
 LIMIT %(limit)s;
 
@@ -139,19 +130,10 @@ LIMIT %(limit)s;
 -- How many runs matching_run_ids would page through: a bulk action's dry run, and the count a
 -- confirmation states. One statement, one scan, whatever the count.
 SELECT count(*)
-FROM {schema}.runs
-WHERE (%(environment)s::text IS NULL OR environment = %(environment)s::text)
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task)s::text IS NULL OR task = %(task)s::text)
-  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
-  AND (%(tags)s::text[] IS NULL OR tags @> %(tags)s::text[])
-  AND (%(batch_id)s::bigint IS NULL OR batch_id = %(batch_id)s::bigint)
-  AND (%(idempotency_keys)s::text[] IS NULL
-       OR idempotency_key = ANY(%(idempotency_keys)s::text[])
-       OR inactive_idempotency_key = ANY(%(idempotency_keys)s::text[]))
-  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
-  AND (%(since_s)s::float8 IS NULL OR created_at >= now() - make_interval(secs => %(since_s)s::float8))
-  AND (%(include_carriers)s::boolean OR queue <> '__batches__');
+FROM {schema}.runs_matching(%(environment)s::text, %(queue)s::text, %(task)s::text,
+                             %(statuses)s::text[], %(tags)s::text[], %(batch_id)s::bigint,
+                             %(idempotency_keys)s::text[], %(before_id)s::bigint,
+                             %(since_s)s::float8, %(include_carriers)s::boolean);
 
 -- name: retry_runs
 -- params: ids bigint[]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from fairlane.engine.rows import run_from_row
 from fairlane.engine.section import Section
@@ -51,7 +52,7 @@ class BulkRow:
 @dataclass(frozen=True, slots=True)
 class RunQuery:
     """Which runs a listing or a bulk action takes (``RunFilter.query()``), newest first.
-    ``since_s`` only for bulk actions: ``list_runs`` has no such parameter."""
+    ``since_s``: created within that many seconds (bulk actions; a listing leaves it None)."""
 
     environment: str | None
     queue: str | None
@@ -90,19 +91,7 @@ class Runs(Section):
         return self._statement("get_run", {"id": run_id}, run_from_row)
 
     def list(self, query: RunQuery) -> Statement[Run]:
-        params = {
-            "environment": query.environment,
-            "queue": query.queue,
-            "task": query.task,
-            "statuses": query.statuses,
-            "tags": query.tags,
-            "batch_id": query.batch_id,
-            "idempotency_keys": query.idempotency_keys,
-            "before_id": query.before_id,
-            "include_carriers": query.include_carriers,
-            "limit": query.limit,
-        }
-        return self._statement("list_runs", params, run_from_row)
+        return self._statement("list_runs", _filter(query, paged=True), run_from_row)
 
     def count_by_status(self) -> Statement[tuple[str, int]]:
         return self._statement(
@@ -140,36 +129,11 @@ class Runs(Section):
 
     def matching_ids(self, query: RunQuery) -> Statement[int]:
         """A page of matching ids (``limit`` is the page size)."""
-        params = {
-            "environment": query.environment,
-            "queue": query.queue,
-            "task": query.task,
-            "statuses": query.statuses,
-            "tags": query.tags,
-            "batch_id": query.batch_id,
-            "idempotency_keys": query.idempotency_keys,
-            "before_id": query.before_id,
-            "since_s": query.since_s,
-            "include_carriers": query.include_carriers,
-            "limit": query.limit,
-        }
-        return self._statement("matching_run_ids", params, scalar)
+        return self._statement("matching_run_ids", _filter(query, paged=True), scalar)
 
     def count_matching(self, query: RunQuery) -> Statement[int]:
         """How many runs ``matching_ids`` would page through (``limit`` is not used)."""
-        params = {
-            "environment": query.environment,
-            "queue": query.queue,
-            "task": query.task,
-            "statuses": query.statuses,
-            "tags": query.tags,
-            "batch_id": query.batch_id,
-            "idempotency_keys": query.idempotency_keys,
-            "before_id": query.before_id,
-            "since_s": query.since_s,
-            "include_carriers": query.include_carriers,
-        }
-        return self._statement("count_matching_runs", params, scalar)
+        return self._statement("count_matching_runs", _filter(query, paged=False), scalar)
 
     def retry_many(self, ids: Sequence[int]) -> Statement[BulkRow]:
         def bulk_row(row: Row) -> BulkRow:
@@ -183,3 +147,22 @@ class Runs(Section):
             {"ids": list(ids)},
             lambda row: BulkRow(row["id"], row["previous_status"], row["canceled"]),
         )
+
+
+def _filter(query: RunQuery, *, paged: bool) -> dict[str, Any]:
+    """The parameters of runs_matching (sql/runs/filter.sql), and the page size when paged."""
+    params: dict[str, Any] = {
+        "environment": query.environment,
+        "queue": query.queue,
+        "task": query.task,
+        "statuses": query.statuses,
+        "tags": query.tags,
+        "batch_id": query.batch_id,
+        "idempotency_keys": query.idempotency_keys,
+        "before_id": query.before_id,
+        "since_s": query.since_s,
+        "include_carriers": query.include_carriers,
+    }
+    if paged:
+        params["limit"] = query.limit
+    return params
