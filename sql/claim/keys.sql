@@ -73,6 +73,9 @@ $$;
 -- `key_limit` (`held_keys`, `held_counts`: slot holders per key); at most `n`. One statement:
 -- a loose index scan of runs_queued_key_idx (one descent per key) that stops once `n` keys
 -- gave a run, each key's run found by one more descent. The filters are pick_key_runs's.
+-- Written twice, with and without the upper bound: as `upto IS NULL OR key <= upto` the bound
+-- would be a filter on a generic plan, not a bound of the index scan, and the last descent of
+-- the ring's second part would read every key past `upto`.
 CREATE OR REPLACE FUNCTION {schema}.ring_heads(
     env_name text, queue_name text, after text, upto text, n integer, key_limit integer,
     held_keys text[], held_counts integer[], only_tasks text[])
