@@ -37,6 +37,9 @@ class QueueChange(TypedDict, total=False):
     paused: bool | None
     size_limit: int | None
     total_limit: int | None
+    rate_limit: int | None
+    rate_period_s: float
+    rate_burst: int | None
 
 
 class SchedulerChange(TypedDict, total=False):
@@ -53,6 +56,9 @@ MAX_BURST_FACTOR = 9999.99
 # Runs per second past which a rate is no limit; bounded so the bucket's refill (rate times
 # the seconds since the last claim) stays a finite double.
 MAX_RATE = 1e9
+# A queue's rate period: from a millisecond to a year.
+MIN_RATE_PERIOD_S = 0.001
+MAX_RATE_PERIOD_S = 366 * 86400.0
 
 
 def _whole(setting: str, value: Any, low: int) -> None:
@@ -79,6 +85,28 @@ def _limit(setting: str, value: Any) -> tuple[bool, int | None]:
     ):
         raise SettingError(setting, value, f"must be an integer from 0 to {INT32_MAX}, or None")
     return True, value
+
+
+def _rate(
+    rate_limit: Any, rate_period_s: Any, rate_burst: Any
+) -> tuple[bool, tuple[int, float, int | None] | None]:
+    """A queue's rate is set whole: ``rate_limit`` runs per ``rate_period_s`` (default 1 s),
+    bursts of ``rate_burst`` (default ``rate_limit``); ``rate_limit=None`` turns it off."""
+    if rate_limit is UNCHANGED:
+        if rate_period_s is not UNCHANGED or rate_burst is not UNCHANGED:
+            raise SettingError(
+                "rate_limit", None, "is needed with rate_period_s and rate_burst (set whole)"
+            )
+        return False, None
+    if rate_limit is None:
+        return True, None
+    _whole("rate_limit", rate_limit, 1)
+    period = 1.0 if rate_period_s in (UNCHANGED, None) else rate_period_s
+    _real("rate_period_s", period, MIN_RATE_PERIOD_S, MAX_RATE_PERIOD_S)
+    burst = None if rate_burst is UNCHANGED else rate_burst
+    if burst is not None:
+        _whole("rate_burst", burst, 1)
+    return True, (rate_limit, float(period), burst)
 
 
 def _environment(
@@ -115,8 +143,12 @@ def _queue(
     paused: bool | None = None,
     size_limit: Any = UNCHANGED,
     total_limit: Any = UNCHANGED,
+    rate_limit: Any = UNCHANGED,
+    rate_period_s: Any = UNCHANGED,
+    rate_burst: Any = UNCHANGED,
 ) -> Operation[QueueSettings]:
     set_limit, limit = _limit("concurrency_limit", concurrency_limit)
+    set_rate, rate = _rate(rate_limit, rate_period_s, rate_burst)
     set_size_limit, size = _limit("size_limit", size_limit)
     set_total_limit, total = _limit("total_limit", total_limit)
     limits = engine(schema_name(schema)).limits
@@ -131,6 +163,8 @@ def _queue(
         set_size_limit=set_size_limit,
         total_limit=total,
         set_total_limit=set_total_limit,
+        rate=rate,
+        set_rate=set_rate,
     )
     return found[0]  # type: ignore[no-any-return]
 
@@ -206,9 +240,10 @@ async def set_queue_async(
     **settings: Unpack[QueueChange],
 ) -> QueueSettings:
     """Change a queue's settings (``concurrency_limit``, ``paused``, ``size_limit``,
-    ``total_limit``); those left out keep their value. With concurrency keys,
-    ``concurrency_limit`` bounds each key and ``total_limit`` the queue across them. The
-    queue's size limit caps its runs waiting to start."""
+    ``total_limit``, the rate: ``rate_limit``, ``rate_period_s``, ``rate_burst``); those left
+    out keep their value. With concurrency keys, ``concurrency_limit`` bounds each key and
+    ``total_limit`` the queue across them, and the rate applies to each key (keyless runs share
+    one). The queue's size limit caps its runs waiting to start."""
     return await drive_async(conn, _queue(environment, name, schema, **settings))
 
 
@@ -267,9 +302,10 @@ def set_queue(
     **settings: Unpack[QueueChange],
 ) -> QueueSettings:
     """Change a queue's settings (``concurrency_limit``, ``paused``, ``size_limit``,
-    ``total_limit``); those left out keep their value. With concurrency keys,
-    ``concurrency_limit`` bounds each key and ``total_limit`` the queue across them. The
-    queue's size limit caps its runs waiting to start."""
+    ``total_limit``, the rate: ``rate_limit``, ``rate_period_s``, ``rate_burst``); those left
+    out keep their value. With concurrency keys, ``concurrency_limit`` bounds each key and
+    ``total_limit`` the queue across them, and the rate applies to each key (keyless runs share
+    one). The queue's size limit caps its runs waiting to start."""
     return drive(conn, _queue(environment, name, schema, **settings))
 
 

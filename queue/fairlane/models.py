@@ -153,6 +153,11 @@ class QueueSettings:
     size_limit: int | None = None
     # Its cap across its concurrency keys (concurrency_limit bounds each key); None: unlimited.
     total_limit: int | None = None
+    # Runs started per rate_period_s seconds, per concurrency key (keyless runs share one);
+    # at most rate_burst at once (None: rate_limit). None: no rate.
+    rate_limit: int | None = None
+    rate_period_s: float | None = None
+    rate_burst: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,10 +46,11 @@
 -- merged. `turn` is the environment's position in the arrays. A queue with queued runs that have
 -- a concurrency key is picked from by pick_from_keys (sql/claim/keys.sql): its limit applies
 -- per key, its total_limit across them, its keys served round robin; the counts are the same
--- slot holders, grouped by key too. The picked runs are locked (FOR
--- UPDATE SKIP LOCKED) and still QUEUED: the claim starts them later in one UPDATE
--- (start_picked_runs), and no environment is picked from twice before that
--- (sql/claim/claim.sql).
+-- slot holders, grouped by key too. A queue with a rate takes no more of a key's runs (its
+-- keyless runs' too) than the key's bucket holds tokens (sql/claim/key_rates.sql). The
+-- picked runs are locked (FOR UPDATE SKIP LOCKED) and still QUEUED: the claim starts them
+-- later in one UPDATE (start_picked_runs), and no environment is picked from twice before
+-- that (sql/claim/claim.sql).
 -- Slot holders are the runs holding (or owed) a slot: EXECUTING ones, and WAITING ones whose
 -- waitpoints completed, so that they resume ahead of fresh work. They are read by plain index
 -- scans (the claim turns bitmap scans off): those mark the entries of runs that ended dead as
@@ -106,6 +107,13 @@ BEGIN
                -- A keyed queue's room across its keys, which pick_from_keys bounds one by one.
                least(coalesce(q.total_limit, 2147483647), coalesce(e.env_limit, 2147483647))
                    - coalesce(held.n, 0) AS keyed_room,
+               -- The queue's rate per concurrency key, and the tokens of its keyless runs'
+               -- bucket (sql/claim/key_rates.sql); without a rate, no bound and no read.
+               coalesce(q.rate_period_s, 1) / q.rate_limit AS rate_per_run_s,
+               coalesce(q.rate_burst, q.rate_limit) AS rate_burst,
+               {schema}.key_rate_tokens(e.name, q.name, '', coalesce(q.rate_period_s, 1)
+                                        / q.rate_limit, coalesce(q.rate_burst, q.rate_limit))
+                   AS keyless_tokens,
                -- No floor: from the head (every queue_order is later than -infinity).
                coalesce(floor.queue_order, '-infinity') AS floor_order,
                coalesce(floor.id, 0) AS floor_id
@@ -170,7 +178,8 @@ BEGIN
                   -- (sql/claim/claim.sql says what a run of another task ahead costs).
                   AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
                 ORDER BY r.queue_order, r.id
-                LIMIT least(qr.room, CASE WHEN qr.carriers THEN share ELSE qr.env_room END)
+                LIMIT least(qr.room, qr.keyless_tokens,
+                            CASE WHEN qr.carriers THEN share ELSE qr.env_room END)
                 FOR UPDATE SKIP LOCKED) AS plain
             UNION ALL
             -- A keyed queue: round robin over its keys, each within the queue's limit.
@@ -178,7 +187,7 @@ BEGIN
             FROM {schema}.pick_from_keys(
                 qr.environment, qr.queue, qr.concurrency_limit,
                 least(qr.keyed_room, qr.env_room), qr.keys, qr.key_counts, qr.keyless,
-                only_tasks) AS keyed
+                only_tasks, qr.rate_per_run_s, qr.rate_burst, qr.keyless_tokens) AS keyed
             WHERE qr.keyed
         ) AS c
         WHERE CASE WHEN qr.keyed THEN qr.keyed_room ELSE qr.room END > 0

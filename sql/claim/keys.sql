@@ -70,7 +70,8 @@ $$;
 -- function: ring_heads
 -- The first claimable run (in queue order, locked FOR UPDATE SKIP LOCKED) of each key of a
 -- queue after `after` (and not past `upto`, when given), in key order, skipping the keys at
--- `key_limit` (`held_keys`, `held_counts`: slot holders per key); at most `n`. One statement:
+-- `key_limit` (`held_keys`, `held_counts`: slot holders per key) and, with a rate, the keys
+-- whose bucket holds no token (sql/claim/key_rates.sql); at most `n`. One statement:
 -- a loose index scan of runs_queued_key_idx (one descent per key) that stops once `n` keys
 -- gave a run, each key's run found by one more descent. The filters are pick_key_runs's.
 -- Written twice, with and without the upper bound: as `upto IS NULL OR key <= upto` the bound
@@ -78,7 +79,8 @@ $$;
 -- the ring's second part would read every key past `upto`.
 CREATE OR REPLACE FUNCTION {schema}.ring_heads(
     env_name text, queue_name text, after text, upto text, n integer, key_limit integer,
-    held_keys text[], held_counts integer[], only_tasks text[])
+    held_keys text[], held_counts integer[], only_tasks text[], rate_per_run_s double precision,
+    rate_burst integer)
 RETURNS TABLE (id bigint, queue_order timestamptz, concurrency_key text)
 LANGUAGE plpgsql
 AS $$
@@ -112,6 +114,8 @@ BEGIN
         WHERE ring.key IS NOT NULL
           AND coalesce(key_limit, 2147483647)
               > coalesce(held_counts[array_position(held_keys, ring.key)], 0)
+          AND (rate_per_run_s IS NULL OR {schema}.key_rate_tokens(
+                   env_name, queue_name, ring.key, rate_per_run_s, rate_burst) > 0)
         LIMIT n;
         RETURN;
     END IF;
@@ -143,6 +147,8 @@ BEGIN
     WHERE ring.key IS NOT NULL
       AND coalesce(key_limit, 2147483647)
           > coalesce(held_counts[array_position(held_keys, ring.key)], 0)
+      AND (rate_per_run_s IS NULL OR {schema}.key_rate_tokens(
+               env_name, queue_name, ring.key, rate_per_run_s, rate_burst) > 0)
     LIMIT n;
 END;
 $$;
@@ -155,7 +161,8 @@ $$;
 -- to the cursor; the cursor moves to the last key that gave a run ('' : the keyless runs).
 CREATE OR REPLACE FUNCTION {schema}.pick_from_keys(
     env_name text, queue_name text, key_limit integer, room integer, held_keys text[],
-    held_counts integer[], keyless_held integer, only_tasks text[])
+    held_counts integer[], keyless_held integer, only_tasks text[],
+    rate_per_run_s double precision, rate_burst integer, keyless_tokens integer)
 RETURNS TABLE (id bigint, queue_order timestamptz)
 LANGUAGE plpgsql
 AS $$
@@ -173,8 +180,9 @@ BEGIN
            coalesce(array_agg(h.concurrency_key), '{{}}')
     INTO ids, orders, keys
     FROM {schema}.ring_heads(env_name, queue_name, start, NULL, room, key_limit, held_keys,
-                             held_counts, only_tasks) AS h;
-    IF cardinality(ids) < room AND coalesce(key_limit, 2147483647) > keyless_held THEN
+                             held_counts, only_tasks, rate_per_run_s, rate_burst) AS h;
+    IF cardinality(ids) < room AND coalesce(key_limit, 2147483647) > keyless_held
+       AND keyless_tokens > 0 THEN
         SELECT ids || coalesce(array_agg(p.id), '{{}}'),
                orders || coalesce(array_agg(p.queue_order), '{{}}'),
                keys || array_fill(''::text, ARRAY[count(*)::integer])
@@ -188,7 +196,8 @@ BEGIN
                keys || coalesce(array_agg(h.concurrency_key), '{{}}')
         INTO ids, orders, keys
         FROM {schema}.ring_heads(env_name, queue_name, '', start, room - cardinality(ids),
-                                 key_limit, held_keys, held_counts, only_tasks) AS h;
+                                 key_limit, held_keys, held_counts, only_tasks, rate_per_run_s,
+                                 rate_burst) AS h;
     END IF;
     IF cardinality(ids) > 0 THEN
         UPDATE {schema}.queues q SET key_cursor = nullif(keys[cardinality(keys)], '')
@@ -199,7 +208,7 @@ BEGIN
        AND coalesce(key_limit, 2147483647) > 1 THEN
         RETURN QUERY SELECT m.id, m.queue_order FROM {schema}.fill_keys(
             env_name, queue_name, key_limit, room - cardinality(ids), keys, held_keys,
-            held_counts, keyless_held, ids, only_tasks) AS m;
+            held_counts, keyless_held, ids, only_tasks, rate_per_run_s, rate_burst) AS m;
     END IF;
 END;
 $$;
@@ -211,7 +220,7 @@ $$;
 CREATE OR REPLACE FUNCTION {schema}.fill_keys(
     env_name text, queue_name text, key_limit integer, room integer, keys text[],
     held_keys text[], held_counts integer[], keyless_held integer, taken bigint[],
-    only_tasks text[])
+    only_tasks text[], rate_per_run_s double precision, rate_burst integer)
 RETURNS TABLE (id bigint, queue_order timestamptz)
 LANGUAGE plpgsql
 AS $$
@@ -225,10 +234,13 @@ DECLARE
     share integer;
     i integer;
 BEGIN
-    -- Each key's room after the run it gave.
-    SELECT coalesce(array_agg(coalesce(key_limit, 2147483647) - 1 - CASE WHEN k.key = ''
-               THEN keyless_held
-               ELSE coalesce(held_counts[array_position(held_keys, k.key)], 0) END
+    -- Each key's room after the run it gave: its limit less its slot holders, and with a
+    -- rate no more than its bucket's tokens (the run it gave is charged with the others).
+    SELECT coalesce(array_agg(least(
+               coalesce(key_limit, 2147483647) - CASE WHEN k.key = '' THEN keyless_held
+                   ELSE coalesce(held_counts[array_position(held_keys, k.key)], 0) END,
+               {schema}.key_rate_tokens(env_name, queue_name, k.key, rate_per_run_s,
+                                        rate_burst)) - 1
                ORDER BY k.nth), '{{}}')
     INTO more_room
     FROM unnest(keys) WITH ORDINALITY AS k(key, nth);

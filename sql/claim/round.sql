@@ -76,7 +76,8 @@ $$;
 -- function: start_picked_runs
 -- Start the runs a claim picked, in the order it picked them; the attempt is counted here, but
 -- not for a run that waited without a worker and is resumed (resume_ready: mark_runs_ready).
--- replay says whether the run has recorded calls (sql/waitpoints/steps.sql) to replay. The runs
+-- replay says whether the run has recorded calls (sql/waitpoints/steps.sql) to replay. A run of
+-- a queue with a rate takes a token of its key's bucket (sql/claim/key_rates.sql). The runs
 -- are found through an index condition on the primary key: joined on id alone, the plan a
 -- session keeps from claims made while the table held a few runs hashed the picked ids and
 -- scanned the whole table on every later claim (tests/sql/test_plans_after_growth.py). It runs
@@ -108,7 +109,24 @@ BEGIN
         WHERE r.id = p.id AND r.id = ANY(picked)
         RETURNING r.id, r.lease_token, r.task, r.payload, r.attempts, r.max_attempts,
                   r.environment, r.queue, r.metadata, r.machine, r.max_duration_s,
-                  r.queue_order, r.wait_attempt, p.nth
+                  r.queue_order, r.wait_attempt, r.concurrency_key, p.nth
+    ), rated AS (
+        -- The queues started in that have a rate: each started run takes a token of its key's
+        -- bucket (sql/claim/key_rates.sql). Few rows: one per queue started in.
+        SELECT q.environment, q.name, coalesce(q.rate_period_s, 1) / q.rate_limit AS per_run_s
+        FROM {schema}.queues q
+        WHERE (q.environment, q.name) IN (SELECT s.environment, s.queue FROM started s)
+          AND q.rate_limit IS NOT NULL
+    ), charged AS (
+        INSERT INTO {schema}.rate_buckets AS b (environment, queue, concurrency_key, full_at)
+        SELECT s.environment, s.queue, coalesce(s.concurrency_key, ''),
+               statement_timestamp() + make_interval(secs => count(*) * rated.per_run_s)
+        FROM started s
+        JOIN rated ON rated.environment = s.environment AND rated.name = s.queue
+        GROUP BY s.environment, s.queue, coalesce(s.concurrency_key, ''), rated.per_run_s
+        ON CONFLICT (environment, queue, concurrency_key) DO UPDATE
+        SET full_at = greatest(b.full_at, statement_timestamp())
+                      + (excluded.full_at - statement_timestamp())
     )
     SELECT s.id, s.lease_token, s.task, s.payload, s.attempts, s.max_attempts,
            s.environment, s.queue, s.metadata, s.machine, s.max_duration_s, s.queue_order,

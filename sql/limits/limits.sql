@@ -22,21 +22,28 @@ RETURNING name, concurrency_limit, burst_factor, paused, size_limit;
 
 -- name: upsert_queue_settings
 -- params: environment text, name text, concurrency_limit integer, paused boolean,
--- params: size_limit integer, total_limit integer, set_limit boolean, set_size_limit boolean,
--- params: set_total_limit boolean
--- total_limit caps the queue across its concurrency keys (sql/claim/keys.sql).
+-- params: size_limit integer, total_limit integer, rate_limit integer,
+-- params: rate_period_s double precision, rate_burst integer, set_limit boolean,
+-- params: set_size_limit boolean, set_total_limit boolean, set_rate boolean
+-- total_limit caps the queue across its concurrency keys (sql/claim/keys.sql); the rate applies
+-- per key (sql/claim/key_rates.sql), and is set as a whole: limit, period and burst.
 INSERT INTO {schema}.queues AS q
-    (environment, name, concurrency_limit, paused, size_limit, total_limit)
+    (environment, name, concurrency_limit, paused, size_limit, total_limit, rate_limit,
+     rate_period_s, rate_burst)
 VALUES (%(environment)s, %(name)s, %(concurrency_limit)s, coalesce(%(paused)s, false),
-        %(size_limit)s, %(total_limit)s)
+        %(size_limit)s, %(total_limit)s, %(rate_limit)s, %(rate_period_s)s, %(rate_burst)s)
 ON CONFLICT (environment, name) DO UPDATE
 SET concurrency_limit = CASE WHEN %(set_limit)s THEN excluded.concurrency_limit
                              ELSE q.concurrency_limit END,
     paused = coalesce(%(paused)s, q.paused),
     size_limit = CASE WHEN %(set_size_limit)s THEN excluded.size_limit ELSE q.size_limit END,
     total_limit = CASE WHEN %(set_total_limit)s THEN excluded.total_limit
-                       ELSE q.total_limit END
-RETURNING environment, name, concurrency_limit, paused, size_limit, total_limit;
+                       ELSE q.total_limit END,
+    rate_limit = CASE WHEN %(set_rate)s THEN excluded.rate_limit ELSE q.rate_limit END,
+    rate_period_s = CASE WHEN %(set_rate)s THEN excluded.rate_period_s ELSE q.rate_period_s END,
+    rate_burst = CASE WHEN %(set_rate)s THEN excluded.rate_burst ELSE q.rate_burst END
+RETURNING environment, name, concurrency_limit, paused, size_limit, total_limit, rate_limit,
+          rate_period_s, rate_burst;
 
 -- name: ensure_environment
 -- params: name text
@@ -80,7 +87,8 @@ SELECT q.environment, q.name AS queue, e.concurrency_limit AS env_limit, e.burst
         WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'DELAYED')
            AS delayed,
        e.size_limit AS env_size_limit, q.size_limit AS queue_size_limit,
-       q.total_limit AS queue_total_limit
+       q.total_limit AS queue_total_limit, q.rate_limit AS queue_rate_limit,
+       q.rate_period_s AS queue_rate_period_s, q.rate_burst AS queue_rate_burst
 FROM {schema}.queues q
 JOIN {schema}.environments e ON e.name = q.environment
 WHERE %(include_carriers)s OR q.name <> '__batches__'

@@ -9,7 +9,8 @@ WHERE name = %(name)s;
 
 -- name: get_queue_settings
 -- params: environment text, name text
-SELECT environment, name, concurrency_limit, paused, size_limit, total_limit
+SELECT environment, name, concurrency_limit, paused, size_limit, total_limit, rate_limit,
+       rate_period_s, rate_burst
 FROM {schema}.queues
 WHERE environment = %(environment)s AND name = %(name)s;
 

@@ -20,6 +20,21 @@ def _limit(value: str | None) -> Any:
     return None if value in ("none", "unlimited") else int(value)
 
 
+def _queue_rate(args: argparse.Namespace) -> dict[str, Any]:
+    """The queue's rate options as set_queue takes them: none given, none passed."""
+    if args.rate is None:
+        extra = args.rate_period is not None or args.rate_burst is not None
+        return {"rate_period_s": args.rate_period} if extra else {}
+    if args.rate in ("none", "off"):
+        return {"rate_limit": None}
+    rate: dict[str, Any] = {"rate_limit": int(args.rate)}
+    if args.rate_period is not None:
+        rate["rate_period_s"] = args.rate_period
+    if args.rate_burst is not None:
+        rate["rate_burst"] = args.rate_burst
+    return rate
+
+
 def _paused(args: argparse.Namespace) -> bool | None:
     paused: bool | None = args.paused
     return paused
@@ -40,10 +55,19 @@ def _show(conn: psycopg.Connection[Any], schema: str | None, include_carriers: b
         )
         queue_cap = "-" if row["queue_limit"] is None else str(row["queue_limit"])
         state = "paused" if row["env_paused"] or row["queue_paused"] else ""
+        if row["queue_rate_limit"] is not None:
+            state = f"{state} rate {_rate_text(row)}".strip()
         print(
             f"{row['environment']:<20}{row['queue']:<20}{env_cap:>9}{queue_cap:>10}"
             f"{row['running']:>9}{row['queued']:>9}{row['delayed']:>9}{_sizes(row):>18}  {state}"
         )
+
+
+def _rate_text(row: dict[str, Any]) -> str:
+    """A queue's rate per key as "10/1s burst 10"."""
+    period = row["queue_rate_period_s"] or 1.0
+    burst = row["queue_rate_burst"] or row["queue_rate_limit"]
+    return f"{row['queue_rate_limit']}/{period:g}s burst {burst} per key"
 
 
 def _sizes(row: dict[str, Any]) -> str:
@@ -88,6 +112,7 @@ def cmd_limits(args: argparse.Namespace) -> int:
                 size_limit=_limit(args.size_limit),
                 total_limit=_limit(args.total_limit),
                 schema=args.schema,
+                **_queue_rate(args),
             )
         elif args.action == "scheduler":
             rate: Any = limits.UNCHANGED
@@ -141,6 +166,11 @@ def add_parser(commands: Any) -> None:
         "--limit", help="concurrency limit (per concurrency key when runs have keys), or 'none'"
     )
     queue.add_argument("--total-limit", help="cap across the queue's concurrency keys, or 'none'")
+    queue.add_argument(
+        "--rate", help="runs started per period, per concurrency key (keyless: one), or 'off'"
+    )
+    queue.add_argument("--rate-period", type=float, help="the rate's period in seconds (default 1)")
+    queue.add_argument("--rate-burst", type=int, help="most started at once (default: the rate)")
     keys = actions.add_parser("keys", help="a queue's busiest concurrency keys")
     keys.add_argument("environment")
     keys.add_argument("name", help="the queue")

@@ -54,6 +54,8 @@ class Limits(Section):
         set_size_limit: bool,
         total_limit: int | None = None,
         set_total_limit: bool = False,
+        rate: tuple[int, float, int | None] | None = None,
+        set_rate: bool = False,
     ) -> Statement[QueueSettings]:
         """``paused``: None leaves it as it is."""
         params = {
@@ -66,6 +68,10 @@ class Limits(Section):
             "set_size_limit": set_size_limit,
             "total_limit": total_limit,
             "set_total_limit": set_total_limit,
+            "rate_limit": rate[0] if rate else None,
+            "rate_period_s": rate[1] if rate else None,
+            "rate_burst": rate[2] if rate else None,
+            "set_rate": set_rate,
         }
         return self._statement("upsert_queue_settings", params, lambda row: QueueSettings(**row))
 

@@ -70,6 +70,14 @@ JOBS: tuple[JobSpec, ...] = (
         (count("debounce_prune_batch_size"),),
     ),
     JobSpec(
+        "prune_rate_buckets",
+        "prune_rate_buckets",
+        "rate_buckets.sql",
+        "Deletes the rate buckets of concurrency keys that are full again (not served for a"
+        " burst's worth of their rate).",
+        (count("prune_batch_size"),),
+    ),
+    JobSpec(
         "abort_unsealed_batches",
         "abort_unsealed_batches",
         "batches.sql",

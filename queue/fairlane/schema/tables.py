@@ -278,11 +278,35 @@ def _queues(metadata: MetaData) -> Table:
         Column("total_limit", Integer),
         # The last concurrency key a claim served here: the next claim's walk starts after it.
         Column("key_cursor", Text),
+        # A rate per concurrency key (keyless runs share one): rate_limit runs per
+        # rate_period_s seconds, at most rate_burst at once (NULL: rate_limit). NULL: no rate.
+        Column("rate_limit", Integer),
+        Column("rate_period_s", Double),
+        Column("rate_burst", Integer),
         CheckConstraint(
             "concurrency_limit IS NULL OR concurrency_limit >= 0", name="queues_limit_check"
         ),
         CheckConstraint("total_limit IS NULL OR total_limit >= 0", name="queues_total_limit_check"),
         CheckConstraint("size_limit IS NULL OR size_limit >= 0", name="queues_size_check"),
+        CheckConstraint(
+            "(rate_limit IS NULL OR rate_limit > 0)"
+            " AND (rate_period_s IS NULL OR rate_period_s > 0)"
+            " AND (rate_burst IS NULL OR rate_burst > 0)",
+            name="queues_rate_check",
+        ),
+    )
+
+
+def _rate_buckets(metadata: MetaData) -> Table:
+    """When each recently served key's rate bucket is full again (sql/claim/key_rates.sql)."""
+    return Table(
+        "rate_buckets",
+        metadata,
+        Column("environment", Text, primary_key=True),
+        Column("queue", Text, primary_key=True),
+        # '' is the bucket of the queue's keyless runs.
+        Column("concurrency_key", Text, primary_key=True),
+        Column("full_at", DateTime(timezone=True), nullable=False),
     )
 
 
@@ -684,6 +708,7 @@ def build_metadata(schema: str) -> MetaData:
     _periodic_jobs(metadata)
     _environments(metadata)
     _queues(metadata)
+    _rate_buckets(metadata)
     _scheduler(metadata)
     _settings(metadata)
     _debounce_keys(metadata)

@@ -147,6 +147,9 @@ def queue_json(settings: QueueSettings) -> dict[str, Any]:
         "concurrency_limit": settings.concurrency_limit,
         "size_limit": settings.size_limit,
         "total_limit": settings.total_limit,
+        "rate_limit": settings.rate_limit,
+        "rate_period_s": settings.rate_period_s,
+        "rate_burst": settings.rate_burst,
         "paused": settings.paused,
     }
 

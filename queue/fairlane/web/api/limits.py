@@ -29,7 +29,15 @@ from fairlane.web.serialize import (
 from fairlane.web.state import AsyncConn, WebState
 
 ENVIRONMENT_FIELDS = {"concurrency_limit", "burst_factor", "size_limit", "paused"}
-QUEUE_FIELDS = {"concurrency_limit", "size_limit", "total_limit", "paused"}
+QUEUE_FIELDS = {
+    "concurrency_limit",
+    "size_limit",
+    "total_limit",
+    "rate_limit",
+    "rate_period_s",
+    "rate_burst",
+    "paused",
+}
 SCHEDULER_FIELDS = {
     "quantum",
     "max_deficit",

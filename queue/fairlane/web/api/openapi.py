@@ -15,7 +15,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from fairlane.durations import MAX_SECONDS
-from fairlane.limits import MAX_BURST_FACTOR, MAX_RATE
+from fairlane.limits import (
+    MAX_BURST_FACTOR,
+    MAX_RATE,
+    MAX_RATE_PERIOD_S,
+    MIN_RATE_PERIOD_S,
+)
 from fairlane.models import RunStatus
 from fairlane.schema.tables import BATCH_ITEM_STATES, BATCH_STATUSES
 from fairlane.web.urls import app_url
@@ -104,6 +109,16 @@ NULLABLE_INT = {**COUNT, "type": ["integer", "null"]}
 BURST_FACTOR = {"type": "number", "minimum": 1, "maximum": MAX_BURST_FACTOR}
 RATE = {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": MAX_RATE}
 RATE_BURST = {"type": ["number", "null"], "minimum": 0, "maximum": MAX_RATE}
+# A queue's rate per concurrency key (fairlane.limits.set_queue): set whole.
+QUEUE_RATE: dict[str, Any] = {
+    "rate_limit": {**NULLABLE_INT, "minimum": 1},
+    "rate_period_s": {
+        "type": ["number", "null"],
+        "minimum": MIN_RATE_PERIOD_S,
+        "maximum": MAX_RATE_PERIOD_S,
+    },
+    "rate_burst": {**NULLABLE_INT, "minimum": 1},
+}
 
 SCHEMAS: dict[str, Any] = {
     "Error": {
@@ -352,6 +367,7 @@ SCHEMAS: dict[str, Any] = {
             "concurrency_limit": NULLABLE_INT,
             "size_limit": NULLABLE_INT,
             "total_limit": NULLABLE_INT,
+            **QUEUE_RATE,
             "paused": {"type": "boolean"},
         },
     },
@@ -446,6 +462,7 @@ QUEUE_LIMITS_BODY = body(
             "concurrency_limit": NULLABLE_INT,
             "size_limit": NULLABLE_INT,
             "total_limit": NULLABLE_INT,
+            **QUEUE_RATE,
             "paused": {"type": "boolean"},
         },
     }
