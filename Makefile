@@ -85,9 +85,11 @@ demo: runtime ## a multi-tenant workload with live progress (embedded PostgreSQL
 SUITE_ARGS = --out '$(BENCH_OUT)' --reps '$(REPS)' $(if $(QUICK),--quick) \
 	$(if $(BENCH_SIZES),--sizes '$(BENCH_SIZES)') $(BENCH_ARGS)
 
-bench: install ## fairlane beside the peer harness (PEERS_DIR): one JSON line per step, a table; then waits and periodic
+bench: install ## fairlane beside the peer harness (PEERS_DIR): one JSON line per step, a table; then waits, keys, key-rate and periodic
 	$(BIN)/fairlane bench suite $(strip $(SUITE_ARGS))
 	$(BIN)/fairlane bench waits
+	$(BIN)/fairlane bench keys
+	$(BIN)/fairlane bench key-rate
 	for tenants in 1 1000 10000; do $(BIN)/fairlane bench periodic --tenants $$tenants; done
 
 clean: ## stop the embedded server if it runs; remove .venv, .pgdata and caches

@@ -69,6 +69,8 @@ SITTING = [
     drain("drain/tenants10000/cap1", 20000, 10400, max_running_per_environment=1),
     drain("drain/tenants1/c10", 20000, 5000),
     drain("drain/tenants10000/c10", 20000, 4500),
+    drain("drain/keys10000", 20000, 19200),
+    drain("drain/keys10000/c10", 20000, 6000),
     fairlane("enqueue", 20000, runs_per_s=60000),
     latency("fairlane", 3.0, 5.0),
     latency("graphile", 4.4, 10.8),
@@ -178,6 +180,17 @@ def test_ratio_rows_are_those_the_targets_are_stated_in() -> None:
     ]
     assert table["--tenants 10,000 ÷ --tenants 1, drain 20k concurrency 10"] == [
         "4,500 ÷ 5,000 = 0.90x",
+        "",
+        "",
+    ]
+    # The keyed drains against the same drain without keys.
+    assert table["--keys 10,000 ÷ keyless, drain 20k best setting"] == [
+        "19,200 ÷ 24,000 = 0.80x",
+        "",
+        "",
+    ]
+    assert table["--keys 10,000 ÷ keyless, drain 20k concurrency 10"] == [
+        "6,000 ÷ 8,000 = 0.75x",
         "",
         "",
     ]

@@ -249,3 +249,31 @@ def test_periodic(
     assert outcomes["promote_delayed_runs"]["promoted"] == 0
     assert result["ok"] is True
     assert bench_databases(db) == before
+
+
+def test_keys(dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]) -> None:
+    before = bench_databases(db)
+    argv = ["keys", "--dsn", dsn, "--hot", "200", "--light-keys", "5", "--light", "3"]
+    result = bench(capsys, *argv)
+    assert result["scenario"] == "keys"
+    assert len(result["light_done_s"]) == 5
+    assert result["light_done_s"] == sorted(result["light_done_s"])
+    assert result["ok"] is True
+    assert bench_databases(db) == before
+
+
+@pytest.mark.parametrize("keys", [0, 3])
+def test_key_rate(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str], keys: int
+) -> None:
+    """The figure itself is not checked, but the limit is: no key ever started more in one
+    period than its burst and one period's rate."""
+    before = bench_databases(db)
+    argv = ["key-rate", "--dsn", dsn, "--keys", str(keys), "--rate", "20", "--period", "0.5"]
+    result = bench(capsys, *argv, "--seconds", "1", "--poll-interval", "0.05")
+    assert result["scenario"] == "key-rate"
+    assert result["setting_per_s"] == 40
+    assert result["burst"] == 20
+    assert 0 < result["rate_per_s_min"] <= result["rate_per_s_max"]
+    assert result["max_in_period"] <= 40
+    assert bench_databases(db) == before

@@ -1,6 +1,7 @@
-"""``fairlane bench enqueue|drain|latency|fairness|keys|rate|batch|promote|retry|transitions|
-waits|periodic|http-trigger|ndjson-ingest``: one JSON line on stdout per run; ``fairlane bench
-soak``: one per minute and a verdict; ``fairlane bench suite``: the side-by-side table."""
+"""``fairlane bench enqueue|drain|latency|fairness|keys|key-rate|rate|batch|promote|retry|
+transitions|waits|periodic|http-trigger|ndjson-ingest``: one JSON line on stdout per run;
+``fairlane bench soak``: one per minute and a verdict; ``fairlane bench suite``: the
+side-by-side table."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from fairlane.tools.bench import (
     enqueue,
     fairness,
     http_trigger,
+    key_rate,
     keys,
     latency,
     ndjson_ingest,
@@ -33,7 +35,8 @@ def add_parser(commands: Any) -> None:
     """Add ``bench`` and its scenarios to the ``fairlane`` command's subparsers."""
     bench = commands.add_parser(
         "bench",
-        help="benchmarks on a fresh database: enqueue, drain, latency, fairness, keys, rate, "
+        help="benchmarks on a fresh database: enqueue, drain, latency, fairness, keys, key-rate, "
+        "rate, "
         "batch, promote, retry, transitions, waits, periodic, http-trigger, ndjson-ingest, soak; "
         "suite: all of them beside the peer harness, as one table",
     )
@@ -64,6 +67,7 @@ def add_parser(commands: Any) -> None:
         latency,
         fairness,
         keys,
+        key_rate,
         rate,
         batch,
         promote,

@@ -15,9 +15,11 @@ from fairlane.tools.bench.suite.sides import (
     CAPS,
     ENQUEUE,
     FAIRLANE,
+    KEYS,
     LATENCY,
     TENANTS,
     Side,
+    keys_case,
     label,
     tenants_case,
 )
@@ -85,10 +87,19 @@ def tenants_drain(
 
 
 def tenants_drains(size: int, settings: Settings, rep: int, c10: bool) -> list[Step]:
-    """Over one, 1,000 and 10,000 environments; then 10,000 capped at 1 and at 5."""
+    """Over one, 1,000 and 10,000 environments; then 10,000 capped at 1 and at 5; then one
+    environment's runs over 10,000 concurrency keys."""
     spread = [tenants_drain(tenants, size, settings, rep, c10) for tenants in TENANTS]
     capped = [tenants_drain(CAPPED_TENANTS, size, settings, rep, c10, cap) for cap in CAPS]
-    return spread + capped
+    flags = ("--concurrency", "10") if c10 else _best_flags(settings)
+    keyed = Step(
+        FAIRLANE,
+        keys_case(KEYS, c10),
+        size,
+        ("drain", "--runs", str(size), *flags, "--keys", str(KEYS)),
+        rep,
+    )
+    return [*spread, *capped, keyed]
 
 
 def latency(side: Side, settings: Settings, rep: int) -> Step:

@@ -84,6 +84,15 @@ def tenants_case(tenants: int, c10: bool = False, cap: int | None = None) -> str
     return f"drain/tenants{tenants}" + (f"/cap{cap}" if cap else "") + ("/c10" if c10 else "")
 
 
+# The drain spread over concurrency keys, one or two runs each: the keyed claim's cost against
+# the same drain without keys (the best and concurrency-10 drains).
+KEYS = 10_000
+
+
+def keys_case(keys: int, c10: bool = False) -> str:
+    return f"drain/keys{keys}" + ("/c10" if c10 else "")
+
+
 def size_text(size: int) -> str:
     """20000 -> 20k, 1000000 -> 1M, 2500 -> 2500."""
     if size >= 1_000_000 and size % 1_000_000 == 0:

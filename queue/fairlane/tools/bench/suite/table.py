@@ -29,11 +29,13 @@ from fairlane.tools.bench.suite.sides import (
     ENQUEUE,
     ENQUEUE_RATE,
     FAIRLANE,
+    KEYS,
     LATENCY,
     PEERS,
     SIDES,
     TENANTS,
     Side,
+    keys_case,
     size_text,
     tenants_case,
 )
@@ -236,6 +238,15 @@ def _tenants_rows(results: Results) -> list[Row]:
                 cell += _most_running(results, case, size)
                 title = f"--tenants {title_tenants} ÷ --tenants {one}, drain {size_text(size)}"
                 rows.append((f"{title} {setting}", [cell] + [""] * len(PEERS)))
+        for size in results.sizes(FAIRLANE, keys_case(KEYS, c10)):
+            # The same drain without keys: the table's fairlane drain at that setting.
+            keyless = FAIRLANE.c10 if c10 else FAIRLANE.best
+            base = results.median(FAIRLANE, keyless, size, rate)
+            keyed = results.median(FAIRLANE, keys_case(KEYS, c10), size, rate)
+            ratio = _ratio(keyed, base)
+            cell = f"{_rate(keyed)} ÷ {_rate(base)} = {ratio}" if ratio else ""
+            title = f"--keys {KEYS:,} ÷ keyless, drain {size_text(size)} {setting}"
+            rows.append((title, [cell] + [""] * len(PEERS)))
     return rows
 
 
