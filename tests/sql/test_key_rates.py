@@ -6,6 +6,7 @@ sleeping."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
@@ -13,6 +14,7 @@ import psycopg
 import pytest
 
 from fairlane import TriggerRequest, limits, trigger_many
+from fairlane.cli import main
 from fairlane.engine.sqlfiles import query
 from fairlane.errors import SettingError
 from tests.helpers import claim_params
@@ -233,3 +235,20 @@ def test_pruning_is_a_periodic_job(db: psycopg.Connection[Any]) -> None:
         "SELECT function, interval_s FROM fairlane.periodic_jobs WHERE name = 'prune_rate_buckets'"
     ).fetchall()
     assert jobs == [("prune_rate_buckets", 60.0)]
+
+
+def test_the_cli_sets_and_shows_a_queues_rate(
+    dsn: str, db: psycopg.Connection[Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    keyed(db, "a", 1)
+    argv = ["limits", "queue", "acme", "default", "--rate", "10", "--rate-period", "60"]
+    assert main([*argv, "--rate-burst", "3", "--dsn", dsn]) == 0
+    assert "10/60s burst 3 per key" in capsys.readouterr().out
+    assert main(["--json", "limits", "--dsn", dsn]) == 0
+    (queue,) = json.loads(capsys.readouterr().out)["queues"]
+    assert (queue["queue_rate_limit"], queue["queue_rate_period_s"]) == (10, 60.0)
+    assert main(["limits", "queue", "acme", "default", "--rate-burst", "3", "--dsn", dsn]) == 2
+    assert "rate_limit" in capsys.readouterr().err
+    assert main(["limits", "queue", "acme", "default", "--rate", "off", "--dsn", dsn]) == 0
+    settings = limits.set_queue(db, "acme", "default")
+    assert settings.rate_limit is None

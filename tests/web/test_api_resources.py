@@ -185,6 +185,22 @@ async def test_a_queues_total_limit_and_busiest_keys(
     assert (await as_a.get(queue + "/keys", params={"top": "0"})).status_code == 422
 
 
+async def test_a_queues_rate_per_key(as_a: httpx.AsyncClient) -> None:
+    queue = "/api/v1/environments/env-a/queues/mail"
+    body = {"rate_limit": 10, "rate_period_s": 60, "rate_burst": 2}
+    changed = await as_a.put(queue + "/limits", json=body)
+    assert changed.status_code == 200, changed.text
+    assert {k: changed.json()[k] for k in body} == body
+    shown = await as_a.get(queue + "/limits")
+    assert {k: shown.json()[k] for k in body} == body
+    for bad in ({"rate_limit": 0}, {"rate_limit": 5, "rate_period_s": -1}, {"rate_burst": 3}):
+        refused = await as_a.put(queue + "/limits", json=bad)
+        assert refused.status_code == 422, bad
+    assert (await as_a.get(queue + "/limits")).json()["rate_limit"] == 10
+    off = await as_a.put(queue + "/limits", json={"rate_limit": None})
+    assert off.json()["rate_limit"] is None
+
+
 async def test_scheduler_settings_need_an_admin_key(as_admin: httpx.AsyncClient) -> None:
     changed = await as_admin.put("/api/v1/scheduler", json={"quantum": 5, "rate_limit_per_s": 100})
     assert changed.status_code == 200, changed.text

@@ -159,12 +159,14 @@ async def test_limits_of_another_environment_are_forbidden(
         ("PUT", "/api/v1/environments/env-b/limits"),
         ("POST", "/api/v1/environments/env-b/pause"),
         ("GET", "/api/v1/environments/env-b/queues/q/limits"),
+        ("PUT", "/api/v1/environments/env-b/queues/q/limits"),
+        ("GET", "/api/v1/environments/env-b/queues/q/keys"),
         ("POST", "/api/v1/environments/env-b/queues/q/pause"),
         ("GET", "/api/v1/scheduler"),
         ("PUT", "/api/v1/scheduler"),
         ("GET", "/api/v1/workers"),
     ):
-        answer = await as_a.request(method, path, json={})
+        answer = await as_a.request(method, path, json={"rate_limit": 1})
         assert answer.status_code == 403, path
     await as_admin.post("/api/v1/environments/env-b/queues/q/pause")
     await as_admin.post("/api/v1/environments/env-a/queues/q/pause")
