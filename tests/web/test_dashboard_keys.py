@@ -81,7 +81,9 @@ async def test_the_queue_page_lists_its_busiest_keys(
     assert '<dd>6 <span class="muted">across its keys</span></dd>' in answer.text
     top = await http.get(page_of("acme", "mail") + "&top=2")
     assert shown_keys(top.text) == expected[:2]
-    assert "at most 2" in top.text
+    more = '<a href="/queue?environment=acme&amp;queue=mail&amp;top=100">the 100 busiest keys'
+    assert more in top.text
+    assert more not in answer.text
 
     # The queues page links every queue it lists to its page.
     queues = (await http.get("/queues?environment=acme")).text

@@ -35,7 +35,9 @@ async def _queue(request: Request, session: Session) -> Response:
         keys = await limits.busiest_keys_async(
             conn, environment, name, most=top, schema=state.schema
         )
-    return render(request, "queue.html", session, queue=queue, keys=keys, top=top)
+    return render(
+        request, "queue.html", session, queue=queue, keys=keys, top=top, max_keys=MAX_KEYS
+    )
 
 
 queue = page(_queue)
