@@ -29,3 +29,34 @@ SELECT name, coalesce(extract(epoch FROM last_finished_at - last_started_at), 0)
        run_count, last_error IS NOT NULL AS failing
 FROM {schema}.periodic_jobs
 ORDER BY name;
+
+-- name: key_series
+-- params: per_queue bigint, most bigint
+-- The busiest concurrency keys (running plus queued runs, then by name), at most `per_queue`
+-- of any one queue and `most` in all: the scrape's key series stay bounded whatever the number
+-- of keys. Each side is one pass over a partial index, grouped in the index's order
+-- (runs_queued_key_idx for the queued runs, runs_held_idx for the executing ones), so the cost
+-- follows the runs not ended, as queue_series' does, and a key is a group, not a query.
+WITH queued AS (
+    SELECT r.environment, r.queue, r.concurrency_key AS key, count(*) AS n
+    FROM {schema}.runs r
+    WHERE r.status = 'QUEUED' AND r.concurrency_key IS NOT NULL
+    GROUP BY 1, 2, 3
+), running AS (
+    SELECT r.environment, r.queue, r.concurrency_key AS key, count(*) AS n
+    FROM {schema}.runs r
+    WHERE r.status = 'EXECUTING' AND r.concurrency_key IS NOT NULL
+    GROUP BY 1, 2, 3
+), ranked AS (
+    SELECT environment, queue, key, coalesce(running.n, 0) AS running,
+           coalesce(queued.n, 0) AS queued,
+           row_number() OVER (
+               PARTITION BY environment, queue
+               ORDER BY coalesce(running.n, 0) + coalesce(queued.n, 0) DESC, key) AS nth
+    FROM running FULL JOIN queued USING (environment, queue, key)
+)
+SELECT environment, queue, key AS concurrency_key, running, queued
+FROM ranked
+WHERE nth <= %(per_queue)s
+ORDER BY running + queued DESC, environment, queue, key
+LIMIT %(most)s;

@@ -103,8 +103,14 @@ def _history() -> list[TriggerRequest]:
     return requests
 
 
+def _user(n: int) -> str:
+    """A concurrency key per user, a few users far busier than the rest."""
+    return "user-1" if n < 12 else "user-2" if n < 18 else f"user-{n}"
+
+
 def _waiting_work() -> list[TriggerRequest]:
-    """Runs left queued or delayed, for the overview's counts."""
+    """Runs left queued or delayed, for the overview's counts (acme/mail's with keys, for its
+    queue page)."""
     requests = [
         TriggerRequest(
             "emails.send_welcome",
@@ -112,6 +118,7 @@ def _waiting_work() -> list[TriggerRequest]:
             environment="acme",
             queue="mail",
             tags=["signup"],
+            concurrency_key=_user(n),
         )
         for n in range(23)
     ]

@@ -20,6 +20,7 @@ import pytest
 
 from fairlane.engine import engine
 from fairlane.metrics import DatabaseCollector
+from fairlane.metrics.keys import KEY_SERIES, KEY_SERIES_PER_QUEUE
 from tests.helpers.metrics import labelled, scrape
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,12 +81,15 @@ def readme_autoscaling_query() -> str:
     return found.group(1)
 
 
-def statements() -> dict[str, str]:
+def statements() -> dict[str, tuple[str, Any]]:
+    """Each statement and its parameters."""
     metrics = engine("fairlane").metrics
+    keys = metrics.keys(KEY_SERIES_PER_QUEUE, KEY_SERIES)
     return {
-        "queue_series": metrics.queues().sql,
-        "periodic_job_series": metrics.periodic_jobs().sql,
-        "README autoscaling query": readme_autoscaling_query(),
+        "queue_series": (metrics.queues().sql, None),
+        "periodic_job_series": (metrics.periodic_jobs().sql, None),
+        "key_series": (keys.sql, keys.params),
+        "README autoscaling query": (readme_autoscaling_query(), None),
     }
 
 
@@ -95,8 +99,8 @@ def check_plans(db: psycopg.Connection[Any], runs: int) -> None:
     db.execute(RUNS, {"runs": runs})
     db.execute(ANALYZE)
     filled_s = time.perf_counter() - started
-    for name, sql in statements().items():
-        plan = "\n".join(row[0] for row in db.execute(f"EXPLAIN {sql}").fetchall())
+    for name, (sql, params) in statements().items():
+        plan = "\n".join(row[0] for row in db.execute(f"EXPLAIN {sql}", params).fetchall())
         scanned = set(re.findall(r"Seq Scan on (\w+)", plan))
         assert scanned <= SCANNED_WHOLE, f"{name} scans {scanned - SCANNED_WHOLE}:\n{plan}"
         if "runs" in sql:

@@ -109,6 +109,7 @@ def test_every_page_opens_styled(driver: Chrome, base_url: str, seeded: Seeded) 
         (f"/batches/{seeded.batch_done}", f"Batch {seeded.batch_done}", "batch-done"),
         (f"/batches/{seeded.batch_open}", f"Batch {seeded.batch_open}", "batch-open"),
         ("/queues", "Queues & limits", "queues"),
+        ("/queue?environment=acme&queue=mail", "Queue mail", "queue"),
         ("/maintenance", "Maintenance", "maintenance"),
         ("/workers", "Workers", "workers"),
         ("/runs/999999999", "Nothing here", "not-found"),
@@ -155,6 +156,20 @@ def test_pause_a_queue_by_clicking(
     _open(driver, base_url + "/", "Overview")
     row = driver.find_element("xpath", "//section[.//h2[contains(., 'acme')]]//tr[.//a[.='mail']]")
     assert "paused" in row.text
+
+
+def test_open_a_queue_and_see_its_busiest_keys(driver: Chrome, base_url: str) -> None:
+    _open(driver, base_url + "/queues?environment=acme", "Queues & limits")
+    driver.find_element("css selector", 'a[href="/queue?environment=acme&queue=mail"]').click()
+    wait_for(lambda: "Queue mail" in _text(driver, "main h1"), what="the queue's page")
+    rows = driver.find_elements("css selector", '[data-testid^="key-"]')
+    # 23 queued runs: user-1 has 12, user-2 six, five more users one each.
+    assert [row.text.split() for row in rows[:2]] == [
+        ["user-1", "0/∞", "12"],
+        ["user-2", "0/∞", "6"],
+    ]
+    assert len(rows) == 7
+    screenshot(driver, "queue-keys")
 
 
 def _mark_page(browser: Chrome) -> None:

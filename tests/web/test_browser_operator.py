@@ -201,6 +201,7 @@ def test_every_page_fits_a_phone(driver: Chrome, base_url: str, seeded: Seeded) 
         ("/runs/bulk/retry?status=FAILED", "Retry", "bulk-confirm"),
         ("/batches", "Batches", "batches"),
         ("/queues", "Queues & limits", "queues"),
+        ("/queue?environment=acme&queue=mail", "Queue mail", "queue"),
         ("/schedules", "Schedules", "schedules"),
         ("/workers", "Workers", "workers"),
         ("/maintenance", "Maintenance", "maintenance"),

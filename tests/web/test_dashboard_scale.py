@@ -2,7 +2,8 @@
 queued run in every environment and 200,000 ended runs of history. Every page stays under
 200 KB, lists the busiest environment first, finds one by name, and reads through statements
 whose plans touch runs only through indexes (never a scan of the runs table, never a query per
-environment). Render times are printed, not asserted (docs/testing.md: no timed assertions)."""
+environment). Render times are printed, not asserted (docs/testing.md: no timed assertions). A
+queue of 10,000 concurrency keys is tests/web/test_dashboard_keys.py's."""
 
 from __future__ import annotations
 
@@ -99,6 +100,10 @@ def _environments_shown(html: str) -> list[str]:
     return re.findall(r'data-testid="env-([^"]+)"', html)
 
 
+def _queues_shown(html: str) -> list[str]:
+    return re.findall(r'<td class="indent"><a href="[^"]+">([^<]+)</a></td>', html)
+
+
 PAGES = [
     "/",
     "/partials/overview",
@@ -108,6 +113,7 @@ PAGES = [
     "/queues?page=1000",
     f"/queues?environment={BUSY}",
     f"/queues?environment={BUSY}&q=queue-1",
+    f"/queue?environment={BUSY}&queue=queue-3",
     "/runs",
     "/workers",
     "/batches",
@@ -149,11 +155,12 @@ async def test_every_page_stays_small_at_ten_thousand_environments(
     ]
     assert _environments_shown(answers["/queues"])[0] == BUSY
     one = answers[f"/queues?environment={BUSY}"]
-    assert one.count('<td class="indent">queue-') == QUEUES_EACH
+    assert len(_queues_shown(one)) == QUEUES_EACH
     # Its busiest queue first: queue-3 holds 43 runs, queue-1 one.
     assert one.index(">queue-3<") < one.index(">queue-1<") < one.index(">queue-10<")
     searched = answers[f"/queues?environment={BUSY}&q=queue-1"]
-    assert re.findall(r'<td class="indent">([^<]+)<', searched) == ["queue-1", "queue-10"]
+    assert _queues_shown(searched) == ["queue-1", "queue-10"]
+    assert "No concurrency keys" in answers[f"/queue?environment={BUSY}&queue=queue-3"]
 
 
 def _plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -386,3 +386,29 @@ async def test_bulk_actions_never_reach_another_environments_runs(
     assert everything.json() == {"matched": 1, "changed": 1, "unchanged": {}}
     assert run_row(db, mine)["status"] == "QUEUED"
     assert runs_of(db, B) == before
+
+
+async def test_a_tenant_never_sees_another_environments_concurrency_keys(
+    tenants: tuple[httpx.AsyncClient, httpx.AsyncClient],
+) -> None:
+    """Both tenants key runs in a queue of the same name. A lists its own keys only; asking for
+    B's answers as for a queue B does not have, naming no key; and A's key opens no dashboard
+    session, so no queue page of B's either."""
+    a, b = tenants
+    for _ in range(2):
+        await trigger(b, "noop", options={"queue": "mail", "concurrencyKey": "b-secret"})
+    await trigger(a, "noop", options={"queue": "mail", "concurrencyKey": "a-own"})
+    mine = await a.get(f"/api/v1/environments/{A}/queues/mail/keys")
+    assert mine.json() == {"keys": [{"concurrency_key": "a-own", "running": 0, "queued": 1}]}
+    theirs = await b.get(f"/api/v1/environments/{B}/queues/mail/keys")
+    assert theirs.json() == {"keys": [{"concurrency_key": "b-secret", "running": 0, "queued": 2}]}
+
+    refused = await a.get(f"/api/v1/environments/{B}/queues/mail/keys", params={"top": "100"})
+    nothing = await a.get(f"/api/v1/environments/{B}/queues/none/keys", params={"top": "100"})
+    assert refused.status_code == 403
+    assert (refused.status_code, refused.json()) == (nothing.status_code, nothing.json())
+    assert "b-secret" not in refused.text
+    page = await a.get("/queue", params={"environment": B, "queue": "mail"})
+    assert page.status_code == 303
+    assert page.headers["location"].startswith("/login?next=")
+    assert "b-secret" not in page.text

@@ -18,6 +18,7 @@ from fairlane.connection import ConnectionOptions, Outage
 from fairlane.engine import engine
 from fairlane.engine.metrics import JobSeries, QueueSeries
 from fairlane.engine.statement import rows
+from fairlane.metrics.keys import key_families, read_keys
 from fairlane.metrics.registry import read_registry, registry_families
 
 log = logging.getLogger("fairlane.metrics")
@@ -91,6 +92,7 @@ class DatabaseCollector(Collector):
         try:
             with psycopg.connect(self.dsn, **SCRAPE_CONNECTION.kwargs(self.dsn)) as conn:
                 queues, jobs = read_series(conn, self.schema)
+                keys = read_keys(conn, self.schema)
                 registry = read_registry(conn, self.schema)
         except psycopg.Error as error:
             self.outage.failed(error)
@@ -101,4 +103,5 @@ class DatabaseCollector(Collector):
         up.add_metric([], 1)
         yield up
         yield from families(queues, jobs)
+        yield from key_families(keys)
         yield from registry_families(registry)

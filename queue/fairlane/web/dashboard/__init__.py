@@ -9,7 +9,7 @@ from pathlib import Path
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from fairlane.web.dashboard import environments, runs, schedules, views, workers
+from fairlane.web.dashboard import environments, queue, runs, schedules, views, workers
 
 
 def routes() -> list[BaseRoute]:
@@ -30,6 +30,7 @@ def routes() -> list[BaseRoute]:
         Route("/batches", views.batches, name="batches"),
         Route("/batches/{id:bigint}", views.batch, name="batch"),
         Route("/queues", environments.queues, name="queues"),
+        Route("/queue", queue.queue, name="queue"),
         Route("/queues/{action}", views.queue_action, methods=["POST"], name="queue_action"),
         Route("/schedules", schedules.schedules_page, name="schedules"),
         Route(
