@@ -79,6 +79,10 @@ async def test_the_queue_page_lists_its_busiest_keys(
     ]
     assert '<dd>2 <span class="muted">per concurrency key</span></dd>' in answer.text
     assert '<dd>6 <span class="muted">across its keys</span></dd>' in answer.text
+    assert "<dt>rate</dt><dd>none</dd>" in answer.text
+    limits.set_queue(db, "acme", "mail", rate_limit=30, rate_period_s=60, rate_burst=5)
+    rated = (await http.get(page_of("acme", "mail"))).text
+    assert "<dd>30 per 60 s, bursts of 5 <span" in rated
     top = await http.get(page_of("acme", "mail") + "&top=2")
     assert shown_keys(top.text) == expected[:2]
     more = '<a href="/queue?environment=acme&amp;queue=mail&amp;top=100">the 100 busiest keys'
