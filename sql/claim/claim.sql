@@ -111,9 +111,11 @@ BEGIN
                -- bucket (sql/claim/key_rates.sql); without a rate, no bound and no read.
                coalesce(q.rate_period_s, 1) / q.rate_limit AS rate_per_run_s,
                coalesce(q.rate_burst, q.rate_limit) AS rate_burst,
-               {schema}.key_rate_tokens(e.name, q.name, '', coalesce(q.rate_period_s, 1)
-                                        / q.rate_limit, coalesce(q.rate_burst, q.rate_limit))
-                   AS keyless_tokens,
+               CASE WHEN q.rate_limit IS NULL THEN 2147483647
+                    ELSE {schema}.key_rate_tokens(e.name, q.name, '',
+                                                  coalesce(q.rate_period_s, 1) / q.rate_limit,
+                                                  coalesce(q.rate_burst, q.rate_limit))
+               END AS keyless_tokens,
                -- No floor: from the head (every queue_order is later than -infinity).
                coalesce(floor.queue_order, '-infinity') AS floor_order,
                coalesce(floor.id, 0) AS floor_id

@@ -21,7 +21,7 @@
 
 -- function: rate_tokens
 -- The whole tokens of a bucket that is full again at `full_at` (NULL: full), at `at`; with no
--- rate (`per_run_s` NULL), no bound. Inlined where it is called.
+-- rate (`per_run_s` NULL), no bound. Inlined where it is called (it reads no table).
 CREATE OR REPLACE FUNCTION {schema}.rate_tokens(
     full_at timestamptz, at timestamptz, per_run_s double precision, burst integer)
 RETURNS integer
@@ -39,7 +39,9 @@ $$;
 
 -- function: key_rate_tokens
 -- The tokens of one key's bucket ('' : the keyless runs') of a queue, now (the statement's
--- time, the one start_picked_runs charges at); no bound without a rate.
+-- time, the one start_picked_runs charges at); no bound without a rate. A function with a
+-- subquery is never inlined: a statement that asks it of many keys (ring_heads) reads the
+-- buckets itself, and one that asks it of every queue calls it only for a queue with a rate.
 CREATE OR REPLACE FUNCTION {schema}.key_rate_tokens(
     env_name text, queue_name text, the_key text, per_run_s double precision, burst integer)
 RETURNS integer

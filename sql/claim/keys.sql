@@ -99,23 +99,33 @@ BEGIN
                       AND r.status = 'QUEUED' AND r.concurrency_key > ring.key
                     ORDER BY r.concurrency_key LIMIT 1)
             FROM ring WHERE ring.key IS NOT NULL
+        ), open_keys AS MATERIALIZED (
+            -- The keys with room and a token, read as the outer query asks for more (a CTE
+            -- is read on demand), so that no head of a key without either is locked.
+            SELECT ring.key
+            FROM ring
+            LEFT JOIN LATERAL (
+                SELECT b.full_at FROM {schema}.rate_buckets b
+                WHERE rate_per_run_s IS NOT NULL AND b.environment = env_name
+                  AND b.queue = queue_name AND b.concurrency_key = ring.key
+                LIMIT 1) AS bucket ON true
+            WHERE ring.key IS NOT NULL
+              AND coalesce(key_limit, 2147483647)
+                  > coalesce(held_counts[array_position(held_keys, ring.key)], 0)
+              AND {schema}.rate_tokens(bucket.full_at, statement_timestamp(), rate_per_run_s,
+                                       rate_burst) > 0
         )
-        SELECT head.id, head.queue_order, ring.key
-        FROM ring
+        SELECT head.id, head.queue_order, k.key
+        FROM open_keys k
         CROSS JOIN LATERAL (
             SELECT r.id, r.queue_order FROM {schema}.runs r
             WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
-              AND r.concurrency_key = ring.key
+              AND r.concurrency_key = k.key
               AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
               AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
             ORDER BY r.queue_order, r.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED) AS head
-        WHERE ring.key IS NOT NULL
-          AND coalesce(key_limit, 2147483647)
-              > coalesce(held_counts[array_position(held_keys, ring.key)], 0)
-          AND (rate_per_run_s IS NULL OR {schema}.key_rate_tokens(
-                   env_name, queue_name, ring.key, rate_per_run_s, rate_burst) > 0)
         LIMIT n;
         RETURN;
     END IF;
@@ -132,23 +142,31 @@ BEGIN
                   AND r.concurrency_key <= upto
                 ORDER BY r.concurrency_key LIMIT 1)
         FROM ring WHERE ring.key IS NOT NULL
+    ), open_keys AS MATERIALIZED (
+        SELECT ring.key
+        FROM ring
+        LEFT JOIN LATERAL (
+            SELECT b.full_at FROM {schema}.rate_buckets b
+            WHERE rate_per_run_s IS NOT NULL AND b.environment = env_name
+              AND b.queue = queue_name AND b.concurrency_key = ring.key
+            LIMIT 1) AS bucket ON true
+        WHERE ring.key IS NOT NULL
+          AND coalesce(key_limit, 2147483647)
+              > coalesce(held_counts[array_position(held_keys, ring.key)], 0)
+          AND {schema}.rate_tokens(bucket.full_at, statement_timestamp(), rate_per_run_s,
+                                   rate_burst) > 0
     )
-    SELECT head.id, head.queue_order, ring.key
-    FROM ring
+    SELECT head.id, head.queue_order, k.key
+    FROM open_keys k
     CROSS JOIN LATERAL (
         SELECT r.id, r.queue_order FROM {schema}.runs r
         WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
-          AND r.concurrency_key = ring.key
+          AND r.concurrency_key = k.key
           AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
           AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
         ORDER BY r.queue_order, r.id
         LIMIT 1
         FOR UPDATE SKIP LOCKED) AS head
-    WHERE ring.key IS NOT NULL
-      AND coalesce(key_limit, 2147483647)
-          > coalesce(held_counts[array_position(held_keys, ring.key)], 0)
-      AND (rate_per_run_s IS NULL OR {schema}.key_rate_tokens(
-               env_name, queue_name, ring.key, rate_per_run_s, rate_burst) > 0)
     LIMIT n;
 END;
 $$;
