@@ -70,37 +70,76 @@ $$;
 -- function: ring_heads
 -- The first claimable run (in queue order, locked FOR UPDATE SKIP LOCKED) of each key of a
 -- queue after `after` (and not past `upto`, when given), in key order, skipping the keys at
--- `key_limit` (`held_keys`, `held_counts`: slot holders per key); at most `n`. One statement:
--- a loose index scan of runs_queued_key_idx (one descent per key) that stops once `n` keys
--- gave a run, each key's run found by one more descent. The filters are pick_key_runs's.
--- Written twice, with and without the upper bound: as `upto IS NULL OR key <= upto` the bound
--- would be a filter on a generic plan, not a bound of the index scan, and the last descent of
--- the ring's second part would read every key past `upto`.
+-- `key_limit` (`held`: slot holders per key, an object); at most `n`. One statement. The keys
+-- and their first runs come from runs_queued_key_idx in key order, then queue order: first a
+-- window, the next `4n` entries in one range scan, where the first entry of each key is its
+-- head; past a full window, a loose index scan, one descent per key to its first entry. A key
+-- with many runs costs the window a share of its entries and the loose scan one descent; many
+-- keys with a run or two cost an entry each, no descent. A key at its limit is stepped over,
+-- its runs never locked. Each head is locked by its tuple id, the version the index led to in
+-- this statement's snapshot (the lock re-checks the status and the filters, pick_key_runs's,
+-- on the latest version); one that another transaction holds or the filters leave out sends
+-- the lock on through its key's runs in queue order.
+-- The ring's end is a bound of both scans (`upto`, or the queue's last key): as
+-- `upto IS NULL OR key <= upto` it would be a filter on a generic plan, and the last step of
+-- the ring's second part would read every entry past `upto`.
 CREATE OR REPLACE FUNCTION {schema}.ring_heads(
     env_name text, queue_name text, after text, upto text, n integer, key_limit integer,
-    held_keys text[], held_counts integer[], only_tasks text[])
+    held jsonb, only_tasks text[])
 RETURNS TABLE (id bigint, queue_order timestamptz, concurrency_key text)
 LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
+DECLARE
+    last_key text := coalesce(upto, (
+        SELECT r.concurrency_key FROM {schema}.runs r
+        WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
+          AND r.concurrency_key IS NOT NULL
+        ORDER BY r.concurrency_key DESC LIMIT 1));
 BEGIN
-    IF upto IS NULL THEN
-        RETURN QUERY
-        WITH RECURSIVE ring(key) AS (
-            (SELECT r.concurrency_key FROM {schema}.runs r
-             WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
-               AND r.concurrency_key > after
-             ORDER BY r.concurrency_key LIMIT 1)
-            UNION ALL
-            SELECT (SELECT r.concurrency_key FROM {schema}.runs r
-                    WHERE r.environment = env_name AND r.queue = queue_name
-                      AND r.status = 'QUEUED' AND r.concurrency_key > ring.key
-                    ORDER BY r.concurrency_key LIMIT 1)
-            FROM ring WHERE ring.key IS NOT NULL
-        )
-        SELECT head.id, head.queue_order, ring.key
-        FROM ring
+    RETURN QUERY
+    WITH RECURSIVE win AS (
+        SELECT w.key, w.tid, w.key IS DISTINCT FROM lag(w.key) OVER entries AS first,
+               row_number() OVER entries AS nth
+        FROM (SELECT r.concurrency_key AS key, r.ctid AS tid, r.queue_order, r.id
+              FROM {schema}.runs r
+              WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
+                AND r.concurrency_key > after AND r.concurrency_key <= last_key
+              ORDER BY r.concurrency_key, r.queue_order, r.id
+              LIMIT 4 * n) AS w
+        WINDOW entries AS (ORDER BY w.key, w.queue_order, w.id)
+    ), rest(key, tid) AS (
+        (SELECT r.concurrency_key, r.ctid FROM {schema}.runs r
+         WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
+           AND r.concurrency_key > (SELECT w.key FROM win w WHERE w.nth = 4 * n)
+           AND r.concurrency_key <= last_key
+         ORDER BY r.concurrency_key, r.queue_order, r.id
+         LIMIT 1)
+        UNION ALL
+        SELECT next.key, next.tid
+        FROM rest
         CROSS JOIN LATERAL (
+            SELECT r.concurrency_key AS key, r.ctid AS tid FROM {schema}.runs r
+            WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
+              AND r.concurrency_key > rest.key AND r.concurrency_key <= last_key
+            ORDER BY r.concurrency_key, r.queue_order, r.id
+            LIMIT 1) AS next
+    ), ring AS (
+        SELECT w.key, w.tid FROM win w WHERE w.first
+        UNION ALL
+        SELECT rest.key, rest.tid FROM rest
+    )
+    SELECT head.id, head.queue_order, ring.key
+    FROM ring
+    CROSS JOIN LATERAL (
+        SELECT known.id, known.queue_order FROM (
+            SELECT r.id, r.queue_order FROM {schema}.runs r
+            WHERE r.ctid = ring.tid AND r.status = 'QUEUED'
+              AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
+              AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
+            FOR UPDATE SKIP LOCKED) AS known
+        UNION ALL
+        SELECT walk.id, walk.queue_order FROM (
             SELECT r.id, r.queue_order FROM {schema}.runs r
             WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
               AND r.concurrency_key = ring.key
@@ -108,41 +147,9 @@ BEGIN
               AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
             ORDER BY r.queue_order, r.id
             LIMIT 1
-            FOR UPDATE SKIP LOCKED) AS head
-        WHERE ring.key IS NOT NULL
-          AND coalesce(key_limit, 2147483647)
-              > coalesce(held_counts[array_position(held_keys, ring.key)], 0)
-        LIMIT n;
-        RETURN;
-    END IF;
-    RETURN QUERY
-    WITH RECURSIVE ring(key) AS (
-        (SELECT r.concurrency_key FROM {schema}.runs r
-         WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
-           AND r.concurrency_key > after AND r.concurrency_key <= upto
-         ORDER BY r.concurrency_key LIMIT 1)
-        UNION ALL
-        SELECT (SELECT r.concurrency_key FROM {schema}.runs r
-                WHERE r.environment = env_name AND r.queue = queue_name
-                  AND r.status = 'QUEUED' AND r.concurrency_key > ring.key
-                  AND r.concurrency_key <= upto
-                ORDER BY r.concurrency_key LIMIT 1)
-        FROM ring WHERE ring.key IS NOT NULL
-    )
-    SELECT head.id, head.queue_order, ring.key
-    FROM ring
-    CROSS JOIN LATERAL (
-        SELECT r.id, r.queue_order FROM {schema}.runs r
-        WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
-          AND r.concurrency_key = ring.key
-          AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
-          AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
-        ORDER BY r.queue_order, r.id
-        LIMIT 1
-        FOR UPDATE SKIP LOCKED) AS head
-    WHERE ring.key IS NOT NULL
-      AND coalesce(key_limit, 2147483647)
-          > coalesce(held_counts[array_position(held_keys, ring.key)], 0)
+            FOR UPDATE SKIP LOCKED) AS walk
+        LIMIT 1) AS head
+    WHERE key_limit IS NULL OR coalesce((held ->> ring.key)::integer, 0) < key_limit
     LIMIT n;
 END;
 $$;
@@ -165,15 +172,23 @@ DECLARE
     ids bigint[];
     orders timestamptz[];
     keys text[];
+    held jsonb;
 BEGIN
-    SELECT coalesce(q.key_cursor, '') INTO start FROM {schema}.queues q
+    -- The slot holders by key as an object, which the ring looks each key up in (a search, not
+    -- a walk of the array: a claim of thousands of keys meets thousands of holders).
+    SELECT coalesce(q.key_cursor, ''),
+           CASE WHEN key_limit IS NOT NULL THEN (
+               SELECT jsonb_object_agg(h.key, h.n)
+               FROM unnest(held_keys, held_counts) AS h(key, n)) END
+    INTO start, held
+    FROM {schema}.queues q
     WHERE q.environment = env_name AND q.name = queue_name;
     -- The first ring: one run of each key with room.
     SELECT coalesce(array_agg(h.id), '{{}}'), coalesce(array_agg(h.queue_order), '{{}}'),
            coalesce(array_agg(h.concurrency_key), '{{}}')
     INTO ids, orders, keys
-    FROM {schema}.ring_heads(env_name, queue_name, start, NULL, room, key_limit, held_keys,
-                             held_counts, only_tasks) AS h;
+    FROM {schema}.ring_heads(env_name, queue_name, start, NULL, room, key_limit, held,
+                             only_tasks) AS h;
     IF cardinality(ids) < room AND coalesce(key_limit, 2147483647) > keyless_held THEN
         SELECT ids || coalesce(array_agg(p.id), '{{}}'),
                orders || coalesce(array_agg(p.queue_order), '{{}}'),
@@ -188,7 +203,7 @@ BEGIN
                keys || coalesce(array_agg(h.concurrency_key), '{{}}')
         INTO ids, orders, keys
         FROM {schema}.ring_heads(env_name, queue_name, '', start, room - cardinality(ids),
-                                 key_limit, held_keys, held_counts, only_tasks) AS h;
+                                 key_limit, held, only_tasks) AS h;
     END IF;
     IF cardinality(ids) > 0 THEN
         UPDATE {schema}.queues q SET key_cursor = nullif(keys[cardinality(keys)], '')
@@ -198,8 +213,8 @@ BEGIN
     IF cardinality(ids) < room AND cardinality(ids) > 0
        AND coalesce(key_limit, 2147483647) > 1 THEN
         RETURN QUERY SELECT m.id, m.queue_order FROM {schema}.fill_keys(
-            env_name, queue_name, key_limit, room - cardinality(ids), keys, held_keys,
-            held_counts, keyless_held, ids, only_tasks) AS m;
+            env_name, queue_name, key_limit, room - cardinality(ids), keys, held, keyless_held,
+            ids, only_tasks) AS m;
     END IF;
 END;
 $$;
@@ -207,11 +222,11 @@ $$;
 -- function: fill_keys
 -- After a ring that left room: the keys that gave a run (`keys`, '' for the keyless runs) take
 -- turns again, each an even share of the room left per turn, within its limit, until the room
--- or their runs run out. Rare: only a queue with fewer keys than a claim takes runs.
+-- or their runs run out (`held`: slot holders by key). Rare: only a queue with fewer keys than
+-- a claim takes runs.
 CREATE OR REPLACE FUNCTION {schema}.fill_keys(
-    env_name text, queue_name text, key_limit integer, room integer, keys text[],
-    held_keys text[], held_counts integer[], keyless_held integer, taken bigint[],
-    only_tasks text[])
+    env_name text, queue_name text, key_limit integer, room integer, keys text[], held jsonb,
+    keyless_held integer, taken bigint[], only_tasks text[])
 RETURNS TABLE (id bigint, queue_order timestamptz)
 LANGUAGE plpgsql
 AS $$
@@ -228,7 +243,7 @@ BEGIN
     -- Each key's room after the run it gave.
     SELECT coalesce(array_agg(coalesce(key_limit, 2147483647) - 1 - CASE WHEN k.key = ''
                THEN keyless_held
-               ELSE coalesce(held_counts[array_position(held_keys, k.key)], 0) END
+               ELSE coalesce((held ->> k.key)::integer, 0) END
                ORDER BY k.nth), '{{}}')
     INTO more_room
     FROM unnest(keys) WITH ORDINALITY AS k(key, nth);

@@ -103,6 +103,37 @@ def test_without_a_limit_keys_still_take_turns(db: psycopg.Connection[Any]) -> N
     assert Counter(claim(db, 4)) == Counter({"hot": 2, "light": 2})
 
 
+def test_a_key_whose_first_run_is_of_another_task_gives_the_claimers(
+    db: psycopg.Connection[Any],
+) -> None:
+    """The ring locks each key's first run as the index found it, re-checking the filters: one
+    the claimer has no handler for sends it on to the key's next run."""
+    _, mine = trigger_many(
+        db,
+        [
+            TriggerRequest("other", environment="acme", concurrency_key="a"),
+            TriggerRequest("t", environment="acme", concurrency_key="a"),
+        ],
+    )
+    got = db.execute(CLAIM, claim_params(limit=10, tasks=["t"])).fetchall()
+    assert [row[0] for row in got] == [mine]
+
+
+def test_a_key_whose_first_run_another_transaction_holds_gives_its_next(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """A key's first run that another transaction holds (a cancel in flight) is skipped, and the
+    key gives its next run in the same ring."""
+    first, second = keyed(db, "a", 2)
+    other = keyed(db, "b", 1)
+    with sessions(dsn, 1) as (holder,):
+        holder.begin()
+        holder.run("SELECT 1 FROM fairlane.runs WHERE id = %s FOR UPDATE", (first,))
+        got = db.execute(CLAIM, claim_params(limit=10)).fetchall()
+        holder.rollback()
+    assert sorted(row[0] for row in got) == sorted([second, *other])
+
+
 def test_a_waiting_run_holds_no_key_slot_until_it_is_ready(db: psycopg.Connection[Any]) -> None:
     keyed(db, "a", 3)
     limits.set_queue(db, "acme", "default", concurrency_limit=1)
