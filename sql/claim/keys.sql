@@ -80,9 +80,9 @@ $$;
 -- this statement's snapshot (the lock re-checks the status and the filters, pick_key_runs's,
 -- on the latest version); one that another transaction holds or the filters leave out sends
 -- the lock on through its key's runs in queue order.
--- The ring's end is a bound of both scans (`upto`, or the queue's last key): as
--- `upto IS NULL OR key <= upto` it would be a filter on a generic plan, and the last step of
--- the ring's second part would read every entry past `upto`.
+-- The ring's end (`bound`: `upto`, or the queue's last key, one descent from the end) bounds
+-- both scans: as `upto IS NULL OR key <= upto` it would be a filter on a generic plan, and the
+-- last step of the ring's second part would read every entry past `upto`.
 CREATE OR REPLACE FUNCTION {schema}.ring_heads(
     env_name text, queue_name text, after text, upto text, n integer, key_limit integer,
     held jsonb, only_tasks text[])
@@ -90,21 +90,21 @@ RETURNS TABLE (id bigint, queue_order timestamptz, concurrency_key text)
 LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
-DECLARE
-    last_key text := coalesce(upto, (
-        SELECT r.concurrency_key FROM {schema}.runs r
-        WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
-          AND r.concurrency_key IS NOT NULL
-        ORDER BY r.concurrency_key DESC LIMIT 1));
 BEGIN
     RETURN QUERY
-    WITH RECURSIVE win AS (
+    WITH RECURSIVE bound(key) AS (
+        SELECT coalesce(upto, (
+            SELECT r.concurrency_key FROM {schema}.runs r
+            WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
+              AND r.concurrency_key IS NOT NULL
+            ORDER BY r.concurrency_key DESC LIMIT 1))
+    ), win AS (
         SELECT w.key, w.tid, w.key IS DISTINCT FROM lag(w.key) OVER entries AS first,
                row_number() OVER entries AS nth
         FROM (SELECT r.concurrency_key AS key, r.ctid AS tid, r.queue_order, r.id
               FROM {schema}.runs r
               WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
-                AND r.concurrency_key > after AND r.concurrency_key <= last_key
+                AND r.concurrency_key > after AND r.concurrency_key <= (SELECT b.key FROM bound b)
               ORDER BY r.concurrency_key, r.queue_order, r.id
               LIMIT 4 * n) AS w
         WINDOW entries AS (ORDER BY w.key, w.queue_order, w.id)
@@ -112,7 +112,7 @@ BEGIN
         (SELECT r.concurrency_key, r.ctid FROM {schema}.runs r
          WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
            AND r.concurrency_key > (SELECT w.key FROM win w WHERE w.nth = 4 * n)
-           AND r.concurrency_key <= last_key
+           AND r.concurrency_key <= (SELECT b.key FROM bound b)
          ORDER BY r.concurrency_key, r.queue_order, r.id
          LIMIT 1)
         UNION ALL
@@ -121,7 +121,7 @@ BEGIN
         CROSS JOIN LATERAL (
             SELECT r.concurrency_key AS key, r.ctid AS tid FROM {schema}.runs r
             WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
-              AND r.concurrency_key > rest.key AND r.concurrency_key <= last_key
+              AND r.concurrency_key > rest.key AND r.concurrency_key <= (SELECT b.key FROM bound b)
             ORDER BY r.concurrency_key, r.queue_order, r.id
             LIMIT 1) AS next
     ), ring AS (
