@@ -82,12 +82,16 @@ $$;
 -- the lock on through its key's runs in queue order.
 -- The ring's end (`bound`: `upto`, or the queue's last key, one descent from the end) bounds
 -- both scans: as `upto IS NULL OR key <= upto` it would be a filter on a generic plan, and the
--- last step of the ring's second part would read every entry past `upto`.
+-- last step of the ring's second part would read every entry past `upto`. Sorts are off: only
+-- runs_queued_key_idx gives the ring's order unsorted, and a runs table without statistics
+-- (a fresh one, before its first analyze) otherwise led the planner to read the queue's whole
+-- runs_queued_idx and sort it, for every scan of the ring.
 CREATE OR REPLACE FUNCTION {schema}.ring_heads(
     env_name text, queue_name text, after text, upto text, n integer, key_limit integer,
     held jsonb, only_tasks text[])
 RETURNS TABLE (id bigint, queue_order timestamptz, concurrency_key text)
 LANGUAGE plpgsql
+SET enable_sort = off
 AS $$
 #variable_conflict use_column
 BEGIN
