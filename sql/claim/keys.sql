@@ -72,11 +72,11 @@ $$;
 -- queue after `after` (and not past `upto`, when given), in key order, skipping the keys at
 -- `key_limit` (`held`: slot holders per key, an object); at most `n`. One statement. The keys
 -- and their first runs come from runs_queued_key_idx in key order, then queue order: first a
--- window, the next `4n` entries in one range scan, where the first entry of each key is its
--- head; past a full window, a loose index scan, one descent per key to its first entry. A key
--- with many runs costs the window a share of its entries and the loose scan one descent; many
--- keys with a run or two cost an entry each, no descent. A key at its limit is stepped over,
--- its runs never locked. Each head is locked by its tuple id, the version the index led to in
+-- window, the next `2n` entries in one range scan, where the first entry of each key is its
+-- head; past a full window, a loose index scan, one descent per key to its first entry. Many
+-- keys with a run or two cost an entry each, no descent; keys with many runs cost their
+-- descents, and the window's `2n` entries on top (a descent costs as much as a dozen entries).
+-- A key at its limit is stepped over, its runs never locked. Each head is locked by its tuple id, the version the index led to in
 -- this statement's snapshot (the lock re-checks the status and the filters, pick_key_runs's,
 -- on the latest version); one that another transaction holds or the filters leave out sends
 -- the lock on through its key's runs in queue order.
@@ -85,13 +85,15 @@ $$;
 -- last step of the ring's second part would read every entry past `upto`. Sorts are off: only
 -- runs_queued_key_idx gives the ring's order unsorted, and a runs table without statistics
 -- (a fresh one, before its first analyze) otherwise led the planner to read the queue's whole
--- runs_queued_idx and sort it, for every scan of the ring.
+-- runs_queued_idx and sort it, for every scan of the ring; JIT is off, as a sort that cannot be
+-- avoided is costed past jit_above_cost.
 CREATE OR REPLACE FUNCTION {schema}.ring_heads(
     env_name text, queue_name text, after text, upto text, n integer, key_limit integer,
     held jsonb, only_tasks text[])
 RETURNS TABLE (id bigint, queue_order timestamptz, concurrency_key text)
 LANGUAGE plpgsql
 SET enable_sort = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 BEGIN
@@ -110,12 +112,12 @@ BEGIN
               WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
                 AND r.concurrency_key > after AND r.concurrency_key <= (SELECT b.key FROM bound b)
               ORDER BY r.concurrency_key, r.queue_order, r.id
-              LIMIT 4 * n) AS w
+              LIMIT 2 * n) AS w
         WINDOW entries AS (ORDER BY w.key, w.queue_order, w.id)
     ), rest(key, tid) AS (
         (SELECT r.concurrency_key, r.ctid FROM {schema}.runs r
          WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
-           AND r.concurrency_key > (SELECT w.key FROM win w WHERE w.nth = 4 * n)
+           AND r.concurrency_key > (SELECT w.key FROM win w WHERE w.nth = 2 * n)
            AND r.concurrency_key <= (SELECT b.key FROM bound b)
          ORDER BY r.concurrency_key, r.queue_order, r.id
          LIMIT 1)
@@ -217,62 +219,107 @@ BEGIN
     IF cardinality(ids) < room AND cardinality(ids) > 0
        AND coalesce(key_limit, 2147483647) > 1 THEN
         RETURN QUERY SELECT m.id, m.queue_order FROM {schema}.fill_keys(
-            env_name, queue_name, key_limit, room - cardinality(ids), keys, held, keyless_held,
-            ids, only_tasks) AS m;
+            env_name, queue_name, key_limit, room - cardinality(ids), keys, ids, orders, held,
+            keyless_held, only_tasks) AS m;
     END IF;
 END;
 $$;
 
 -- function: fill_keys
--- After a ring that left room: the keys that gave a run (`keys`, '' for the keyless runs) take
--- turns again, each an even share of the room left per turn, within its limit, until the room
--- or their runs run out (`held`: slot holders by key). Rare: only a queue with fewer keys than
--- a claim takes runs.
+-- After a ring that left room: the keys that gave a run (`keys`, '' for the keyless runs; the
+-- runs they gave: `heads`, `head_orders`) take turns again, each an even share of the room left
+-- per turn, within its limit, until the room or their runs run out (`held`: slot holders by
+-- key). A turn is one statement for every key: each key's runs after the last it gave, a range
+-- of runs_queued_key_idx that starts there (a key's runs before it were taken by this claim, or
+-- skipped as locked or filtered out). Sorts are off, as in ring_heads: the range's order, key
+-- then queue order, is the key index's alone. A key that gave less than its share has no more
+-- to give. Only a queue with fewer keys with room than a claim takes runs comes here.
 CREATE OR REPLACE FUNCTION {schema}.fill_keys(
-    env_name text, queue_name text, key_limit integer, room integer, keys text[], held jsonb,
-    keyless_held integer, taken bigint[], only_tasks text[])
+    env_name text, queue_name text, key_limit integer, room integer, keys text[],
+    heads bigint[], head_orders timestamptz[], held jsonb, keyless_held integer,
+    only_tasks text[])
 RETURNS TABLE (id bigint, queue_order timestamptz)
 LANGUAGE plpgsql
+SET enable_sort = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
     more_room integer[];
-    next_keys text[];
-    next_room integer[];
-    got bigint[];
-    orders timestamptz[];
     share integer;
-    i integer;
+    ids bigint[];
+    orders timestamptz[];
+    keyless integer := array_position(keys, '');
+    keyless_taken bigint[] := '{{}}';
+    keyless_more integer;
+    asked integer;
+    got bigint[];
 BEGIN
     -- Each key's room after the run it gave.
     SELECT coalesce(array_agg(coalesce(key_limit, 2147483647) - 1 - CASE WHEN k.key = ''
-               THEN keyless_held
-               ELSE coalesce((held ->> k.key)::integer, 0) END
+               THEN keyless_held ELSE coalesce((held ->> k.key)::integer, 0) END
                ORDER BY k.nth), '{{}}')
     INTO more_room
     FROM unnest(keys) WITH ORDINALITY AS k(key, nth);
+    IF keyless IS NOT NULL THEN
+        keyless_more := more_room[keyless];
+        keyless_taken := ARRAY[heads[keyless]];
+    END IF;
     WHILE room > 0 AND cardinality(keys) > 0 LOOP
         share := greatest(1, room / cardinality(keys));
-        next_keys := '{{}}';
-        next_room := '{{}}';
-        FOR i IN 1 .. cardinality(keys) LOOP
-            EXIT WHEN room <= 0;
-            CONTINUE WHEN more_room[i] <= 0;
+        SELECT coalesce(array_agg(g.nth ORDER BY g.nth, g.queue_order, g.id), '{{}}'),
+               coalesce(array_agg(g.id ORDER BY g.nth, g.queue_order, g.id), '{{}}'),
+               coalesce(array_agg(g.queue_order ORDER BY g.nth, g.queue_order, g.id), '{{}}')
+        INTO got, ids, orders
+        FROM (SELECT k.nth, p.id, p.queue_order
+              FROM unnest(keys, more_room, heads, head_orders) WITH ORDINALITY
+                  AS k(key, more, after_id, after_order, nth)
+              CROSS JOIN LATERAL (
+                  SELECT r.id, r.queue_order FROM {schema}.runs r
+                  WHERE r.environment = env_name AND r.queue = queue_name
+                    AND r.status = 'QUEUED'
+                    AND (r.concurrency_key, r.queue_order, r.id)
+                        > (k.key, k.after_order, k.after_id)
+                    AND r.concurrency_key <= k.key
+                    AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
+                    AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
+                  ORDER BY r.concurrency_key, r.queue_order, r.id
+                  LIMIT least(share, k.more)
+                  FOR UPDATE SKIP LOCKED) AS p
+              WHERE k.key <> '' AND k.more > 0
+              LIMIT room) AS g;
+        -- The keys that gave their whole share and have room left go on to the next turn, from
+        -- the last run each gave (in `ids`, its runs are together, in their order).
+        SELECT coalesce(array_agg(keys[p.nth] ORDER BY p.nth), '{{}}'),
+               coalesce(array_agg(more_room[p.nth] - p.n ORDER BY p.nth), '{{}}'),
+               coalesce(array_agg(ids[p.last] ORDER BY p.nth), '{{}}'),
+               coalesce(array_agg(orders[p.last] ORDER BY p.nth), '{{}}')
+        INTO keys, more_room, heads, head_orders
+        FROM (SELECT g.nth, count(*)::integer AS n, max(g.at)::integer AS last
+              FROM unnest(got) WITH ORDINALITY AS g(nth, at)
+              GROUP BY g.nth) AS p
+        WHERE p.n = least(share, more_room[p.nth]) AND more_room[p.nth] > p.n;
+        RETURN QUERY SELECT p.id, p.queue_order FROM unnest(ids, orders) AS p(id, queue_order);
+        room := room - cardinality(ids);
+        -- The keyless runs' turn comes after the keys', as in the ring.
+        IF keyless_more > 0 AND room > 0 THEN
+            asked := least(share, keyless_more, room);
             SELECT coalesce(array_agg(p.id), '{{}}'), coalesce(array_agg(p.queue_order), '{{}}')
-            INTO got, orders
-            FROM {schema}.pick_key_runs(env_name, queue_name, nullif(keys[i], ''),
-                                        least(share, more_room[i], room), taken, only_tasks,
-                                        1000) AS p;
-            RETURN QUERY SELECT p.id, p.queue_order FROM unnest(got, orders) AS p(id, queue_order);
-            taken := taken || got;
-            room := room - cardinality(got);
-            IF cardinality(got) > 0 AND more_room[i] > cardinality(got) THEN
-                next_keys := next_keys || keys[i];
-                next_room := next_room || (more_room[i] - cardinality(got));
+            INTO ids, orders
+            FROM {schema}.pick_key_runs(env_name, queue_name, NULL, asked, keyless_taken,
+                                        only_tasks, 1000) AS p;
+            RETURN QUERY SELECT p.id, p.queue_order FROM unnest(ids, orders) AS p(id, queue_order);
+            room := room - cardinality(ids);
+            keyless_taken := keyless_taken || ids;
+            keyless_more := CASE WHEN cardinality(ids) = asked
+                                 THEN keyless_more - cardinality(ids) ELSE 0 END;
+            IF keyless_more > 0 THEN
+                keys := keys || ''::text;
+                more_room := more_room || keyless_more;
+                heads := heads || NULL::bigint;
+                head_orders := head_orders || NULL::timestamptz;
             END IF;
-        END LOOP;
-        keys := next_keys;
-        more_room := next_room;
+        END IF;
     END LOOP;
 END;
 $$;

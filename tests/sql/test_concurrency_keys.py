@@ -103,6 +103,19 @@ def test_without_a_limit_keys_still_take_turns(db: psycopg.Connection[Any]) -> N
     assert Counter(claim(db, 4)) == Counter({"hot": 2, "light": 2})
 
 
+def test_keys_with_more_runs_share_the_room_the_ring_left(db: psycopg.Connection[Any]) -> None:
+    """A claim larger than the keys: after the ring, turns of an even share each until the room
+    is gone, a key that runs out leaving its share to the others; keyless runs come after the
+    keys in each turn."""
+    keyed(db, "a", 5)
+    keyed(db, "b", 1)
+    keyed(db, "c", 10)
+    keyed(db, None, 4)
+    # Ring: a, b, c, keyless. Turn of 2 each: b has none left. Turn of 1: a and c.
+    assert Counter(claim(db, 12)) == Counter({"a": 4, "b": 1, "c": 4, None: 3})
+    assert Counter(claim(db, 100)) == Counter({"a": 1, "c": 6, None: 1})
+
+
 def test_a_key_whose_first_run_is_of_another_task_gives_the_claimers(
     db: psycopg.Connection[Any],
 ) -> None:
