@@ -13,41 +13,31 @@
 -- claim there stopped (queues.key_cursor, written under the same row lock): the first ring
 -- takes one run of each key with room, in its queue order; the keyless runs come after the
 -- last key. A ring that leaves room comes back to the keys that gave a run, which take turns
--- again, each an even share of what is left per turn. A key with 10,000 queued runs takes one turn in the ring as a key with 10 does.
--- Each step of the ring is one descent of runs_queued_key_idx (the next key after the last
--- one), and a key at its limit is stepped over by the next descent, never walked.
+-- again, each an even share of what is left per turn. A key with 10,000 queued runs takes one
+-- turn in the ring as a key with 10 does.
+-- The ring reads runs_queued_key_idx in key order (ring_heads): a window of its entries, where
+-- each key's first entry is its head, then one descent per key; a key at its limit is stepped
+-- over, its runs never locked. The turns after it take every key's share in one statement
+-- (fill_keys). The cursor is written when it moves.
 --
 -- Keyless runs of a keyed queue are in runs_queued_idx only (keyless runs stay out of the key
 -- index, so that the common case pays nothing for keys): their turn reads the queue's first
 -- `keyless_window` queued runs in queue order and takes the keyless ones among them. Keyless
 -- runs behind more keyed runs than that wait for the keyed runs ahead of them to start.
 
--- function: pick_key_runs
--- Up to `n` claimable runs of one key of a queue (`the_key` NULL: its keyless runs, among its
--- first `keyless_window` queued runs), in queue order, locked (FOR UPDATE SKIP LOCKED), none of
--- `taken`. The filters are pick_runs' (TTL, the claimer's tasks).
-CREATE OR REPLACE FUNCTION {schema}.pick_key_runs(
-    env_name text, queue_name text, the_key text, n integer, taken bigint[],
-    only_tasks text[], keyless_window integer)
+-- function: pick_keyless_runs
+-- Up to `n` claimable keyless runs of a keyed queue, among its first `keyless_window` queued
+-- runs, in queue order, locked (FOR UPDATE SKIP LOCKED), none of `taken`. The filters are
+-- pick_runs' (TTL, the claimer's tasks).
+CREATE OR REPLACE FUNCTION {schema}.pick_keyless_runs(
+    env_name text, queue_name text, n integer, taken bigint[], only_tasks text[],
+    keyless_window integer)
 RETURNS TABLE (id bigint, queue_order timestamptz)
 LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
 BEGIN
     IF n <= 0 THEN
-        RETURN;
-    END IF;
-    IF the_key IS NOT NULL THEN
-        RETURN QUERY
-        SELECT r.id, r.queue_order FROM {schema}.runs r
-        WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
-          AND r.concurrency_key = the_key
-          AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
-          AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
-          AND r.id <> ALL (taken)
-        ORDER BY r.queue_order, r.id
-        LIMIT n
-        FOR UPDATE SKIP LOCKED;
         RETURN;
     END IF;
     RETURN QUERY
@@ -76,10 +66,11 @@ $$;
 -- head; past a full window, a loose index scan, one descent per key to its first entry. Many
 -- keys with a run or two cost an entry each, no descent; keys with many runs cost their
 -- descents, and the window's `2n` entries on top (a descent costs as much as a dozen entries).
--- A key at its limit is stepped over, its runs never locked. Each head is locked by its tuple id, the version the index led to in
--- this statement's snapshot (the lock re-checks the status and the filters, pick_key_runs's,
--- on the latest version); one that another transaction holds or the filters leave out sends
--- the lock on through its key's runs in queue order.
+-- A key at its limit is stepped over, its runs never locked. Each head is locked by its tuple
+-- id, the version the index led to in this statement's snapshot (the lock re-checks the status
+-- and the filters, pick_runs', on the latest version); one that another transaction holds or
+-- the filters leave out sends the lock on through the key's runs after it (the range of the
+-- key index from the head to the key's end, as fill_keys walks it).
 -- The ring's end (`bound`: `upto`, or the queue's last key, one descent from the end) bounds
 -- both scans: as `upto IS NULL OR key <= upto` it would be a filter on a generic plan, and the
 -- last step of the ring's second part would read every entry past `upto`. Sorts are off: only
@@ -105,7 +96,8 @@ BEGIN
               AND r.concurrency_key IS NOT NULL
             ORDER BY r.concurrency_key DESC LIMIT 1))
     ), win AS (
-        SELECT w.key, w.tid, w.key IS DISTINCT FROM lag(w.key) OVER entries AS first,
+        SELECT w.key, w.tid, w.queue_order, w.id,
+               w.key IS DISTINCT FROM lag(w.key) OVER entries AS first,
                row_number() OVER entries AS nth
         FROM (SELECT r.concurrency_key AS key, r.ctid AS tid, r.queue_order, r.id
               FROM {schema}.runs r
@@ -114,26 +106,27 @@ BEGIN
               ORDER BY r.concurrency_key, r.queue_order, r.id
               LIMIT 2 * n) AS w
         WINDOW entries AS (ORDER BY w.key, w.queue_order, w.id)
-    ), rest(key, tid) AS (
-        (SELECT r.concurrency_key, r.ctid FROM {schema}.runs r
+    ), rest(key, tid, queue_order, id) AS (
+        (SELECT r.concurrency_key, r.ctid, r.queue_order, r.id FROM {schema}.runs r
          WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
            AND r.concurrency_key > (SELECT w.key FROM win w WHERE w.nth = 2 * n)
            AND r.concurrency_key <= (SELECT b.key FROM bound b)
          ORDER BY r.concurrency_key, r.queue_order, r.id
          LIMIT 1)
         UNION ALL
-        SELECT next.key, next.tid
+        SELECT next.key, next.tid, next.queue_order, next.id
         FROM rest
         CROSS JOIN LATERAL (
-            SELECT r.concurrency_key AS key, r.ctid AS tid FROM {schema}.runs r
+            SELECT r.concurrency_key AS key, r.ctid AS tid, r.queue_order, r.id
+            FROM {schema}.runs r
             WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
               AND r.concurrency_key > rest.key AND r.concurrency_key <= (SELECT b.key FROM bound b)
             ORDER BY r.concurrency_key, r.queue_order, r.id
             LIMIT 1) AS next
     ), ring AS (
-        SELECT w.key, w.tid FROM win w WHERE w.first
+        SELECT w.key, w.tid, w.queue_order, w.id FROM win w WHERE w.first
         UNION ALL
-        SELECT rest.key, rest.tid FROM rest
+        SELECT rest.key, rest.tid, rest.queue_order, rest.id FROM rest
     )
     SELECT head.id, head.queue_order, ring.key
     FROM ring
@@ -148,10 +141,11 @@ BEGIN
         SELECT walk.id, walk.queue_order FROM (
             SELECT r.id, r.queue_order FROM {schema}.runs r
             WHERE r.environment = env_name AND r.queue = queue_name AND r.status = 'QUEUED'
-              AND r.concurrency_key = ring.key
+              AND (r.concurrency_key, r.queue_order, r.id) > (ring.key, ring.queue_order, ring.id)
+              AND r.concurrency_key <= ring.key
               AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
               AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
-            ORDER BY r.queue_order, r.id
+            ORDER BY r.concurrency_key, r.queue_order, r.id
             LIMIT 1
             FOR UPDATE SKIP LOCKED) AS walk
         LIMIT 1) AS head
@@ -200,8 +194,8 @@ BEGIN
                orders || coalesce(array_agg(p.queue_order), '{{}}'),
                keys || array_fill(''::text, ARRAY[count(*)::integer])
         INTO ids, orders, keys
-        FROM {schema}.pick_key_runs(env_name, queue_name, NULL, 1, '{{}}', only_tasks,
-                                    1000) AS p;
+        FROM {schema}.pick_keyless_runs(env_name, queue_name, 1, '{{}}', only_tasks, 1000)
+            AS p;
     END IF;
     IF cardinality(ids) < room AND start <> '' THEN
         SELECT ids || coalesce(array_agg(h.id), '{{}}'),
@@ -213,7 +207,8 @@ BEGIN
     END IF;
     IF cardinality(ids) > 0 THEN
         UPDATE {schema}.queues q SET key_cursor = nullif(keys[cardinality(keys)], '')
-        WHERE q.environment = env_name AND q.name = queue_name;
+        WHERE q.environment = env_name AND q.name = queue_name
+          AND q.key_cursor IS DISTINCT FROM nullif(keys[cardinality(keys)], '');
     END IF;
     RETURN QUERY SELECT p.id, p.queue_order FROM unnest(ids, orders) AS p(id, queue_order);
     IF cardinality(ids) < room AND cardinality(ids) > 0
@@ -306,8 +301,8 @@ BEGIN
             asked := least(share, keyless_more, room);
             SELECT coalesce(array_agg(p.id), '{{}}'), coalesce(array_agg(p.queue_order), '{{}}')
             INTO ids, orders
-            FROM {schema}.pick_key_runs(env_name, queue_name, NULL, asked, keyless_taken,
-                                        only_tasks, 1000) AS p;
+            FROM {schema}.pick_keyless_runs(env_name, queue_name, asked, keyless_taken,
+                                            only_tasks, 1000) AS p;
             RETURN QUERY SELECT p.id, p.queue_order FROM unnest(ids, orders) AS p(id, queue_order);
             room := room - cardinality(ids);
             keyless_taken := keyless_taken || ids;
