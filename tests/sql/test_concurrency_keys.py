@@ -61,6 +61,15 @@ def test_the_queue_limit_holds_per_key(db: psycopg.Connection[Any]) -> None:
     assert claim(db) == ["b"]
 
 
+def test_a_key_holding_slots_fills_up_to_its_limit(db: psycopg.Connection[Any]) -> None:
+    keyed(db, "a", 5)
+    keyed(db, "b", 5)
+    limits.set_queue(db, "acme", "default", concurrency_limit=3)
+    assert claim(db, 1) == ["a"]
+    assert Counter(claim(db)) == Counter({"a": 2, "b": 3})
+    assert claim(db) == []
+
+
 def test_keyless_runs_of_a_keyed_queue_share_one_key(db: psycopg.Connection[Any]) -> None:
     keyed(db, None, 3)
     keyed(db, "a", 3)
