@@ -132,8 +132,9 @@ BEGIN
                          AND k.status = 'QUEUED' AND k.concurrency_key IS NOT NULL
                        ORDER BY k.concurrency_key LIMIT 1) IS NOT NULL AS keyed
         ) AS keyed
-        -- The queue's slot holders, by key (NULL: keyless), counted only where a cap or a
-        -- key needs them: without either nothing is counted (the common, fast case).
+        -- The queue's slot holders, by key (NULL: keyless), counted only where a cap needs
+        -- them: without one nothing is counted (the common, fast case). A key's cap is the
+        -- queue's concurrency_limit: keys without one take turns, uncounted.
         LEFT JOIN LATERAL (
             SELECT sum(g.n)::integer AS n,
                    sum(g.n) FILTER (WHERE g.concurrency_key IS NULL)::integer AS keyless,
@@ -150,7 +151,7 @@ BEGIN
                           AND r.resume_ready AND r.queue = q.name) AS h
                   GROUP BY h.concurrency_key) AS g
             WHERE q.concurrency_limit IS NOT NULL OR q.total_limit IS NOT NULL
-               OR e.env_limit IS NOT NULL OR keyed.keyed
+               OR e.env_limit IS NOT NULL
         ) AS held ON true
         LEFT JOIN unnest(floor_environments, floor_queues, floor_orders, floor_ids)
             AS floor(environment, queue, queue_order, id)

@@ -61,6 +61,15 @@ def test_the_queue_limit_holds_per_key(db: psycopg.Connection[Any]) -> None:
     assert claim(db) == ["b"]
 
 
+def test_a_key_holding_slots_fills_up_to_its_limit(db: psycopg.Connection[Any]) -> None:
+    keyed(db, "a", 5)
+    keyed(db, "b", 5)
+    limits.set_queue(db, "acme", "default", concurrency_limit=3)
+    assert claim(db, 1) == ["a"]
+    assert Counter(claim(db)) == Counter({"a": 2, "b": 3})
+    assert claim(db) == []
+
+
 def test_keyless_runs_of_a_keyed_queue_share_one_key(db: psycopg.Connection[Any]) -> None:
     keyed(db, None, 3)
     keyed(db, "a", 3)
@@ -101,6 +110,50 @@ def test_without_a_limit_keys_still_take_turns(db: psycopg.Connection[Any]) -> N
     keyed(db, "hot", 100)
     keyed(db, "light", 3)
     assert Counter(claim(db, 4)) == Counter({"hot": 2, "light": 2})
+
+
+def test_keys_with_more_runs_share_the_room_the_ring_left(db: psycopg.Connection[Any]) -> None:
+    """A claim larger than the keys: after the ring, turns of an even share each until the room
+    is gone, a key that runs out leaving its share to the others; keyless runs come after the
+    keys in each turn."""
+    keyed(db, "a", 5)
+    keyed(db, "b", 1)
+    keyed(db, "c", 10)
+    keyed(db, None, 4)
+    # Ring: a, b, c, keyless. Turn of 2 each: b has none left. Turn of 1: a and c.
+    assert Counter(claim(db, 12)) == Counter({"a": 4, "b": 1, "c": 4, None: 3})
+    assert Counter(claim(db, 100)) == Counter({"a": 1, "c": 6, None: 1})
+
+
+def test_a_key_whose_first_run_is_of_another_task_gives_the_claimers(
+    db: psycopg.Connection[Any],
+) -> None:
+    """The ring locks each key's first run as the index found it, re-checking the filters: one
+    the claimer has no handler for sends it on to the key's next run."""
+    _, mine = trigger_many(
+        db,
+        [
+            TriggerRequest("other", environment="acme", concurrency_key="a"),
+            TriggerRequest("t", environment="acme", concurrency_key="a"),
+        ],
+    )
+    got = db.execute(CLAIM, claim_params(limit=10, tasks=["t"])).fetchall()
+    assert [row[0] for row in got] == [mine]
+
+
+def test_a_key_whose_first_run_another_transaction_holds_gives_its_next(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """A key's first run that another transaction holds (a cancel in flight) is skipped, and the
+    key gives its next run in the same ring."""
+    first, second = keyed(db, "a", 2)
+    other = keyed(db, "b", 1)
+    with sessions(dsn, 1) as (holder,):
+        holder.begin()
+        holder.run("SELECT 1 FROM fairlane.runs WHERE id = %s FOR UPDATE", (first,))
+        got = db.execute(CLAIM, claim_params(limit=10)).fetchall()
+        holder.rollback()
+    assert sorted(row[0] for row in got) == sorted([second, *other])
 
 
 def test_a_waiting_run_holds_no_key_slot_until_it_is_ready(db: psycopg.Connection[Any]) -> None:
