@@ -472,11 +472,13 @@ $$;
 -- %(tasks)s: the tasks the claimer has handlers for (NULL: any); runs of other tasks wait.
 -- No payload (JSON null) and no metadata ({}) come back as SQL NULL, which the client reads
 -- without calling its JSON decoder (two calls per claimed run, most of them for these).
+-- The arrays go in binary: the text form quotes each element by regular expression, and the
+-- floors of a worker serving many tenants are 64 queues' worth, four arrays, every claim.
 SELECT id, lease_token, task, nullif(payload, 'null') AS payload, attempts, max_attempts,
        environment, queue, nullif(metadata, '{{}}') AS metadata, machine, max_duration_s,
        queue_order, wait_attempt, replay
 FROM {schema}.claim_runs(%(limit)s, %(lease_s)s, %(worker_id)s,
-                         %(environments)s::text[], %(queues)s::text[], %(full_scan)s,
-                         %(floor_environments)s::text[], %(floor_queues)s::text[],
-                         %(floor_orders)s::timestamptz[], %(floor_ids)s::bigint[],
-                         %(tasks)s::text[], %(announced)s::text[]);
+                         %(environments)b::text[], %(queues)b::text[], %(full_scan)s,
+                         %(floor_environments)b::text[], %(floor_queues)b::text[],
+                         %(floor_orders)b::timestamptz[], %(floor_ids)b::bigint[],
+                         %(tasks)b::text[], %(announced)b::text[]);
