@@ -435,16 +435,21 @@ BEGIN
                           ELSE e.served END,
             last_served_at = CASE WHEN v.taken > 0 THEN clock_timestamp()
                                   ELSE e.last_served_at END,
-            drained = CASE WHEN v.full THEN false ELSE (
-                SELECT r.id FROM {schema}.runs r
-                WHERE r.environment = v.name AND r.status = 'QUEUED'
-                ORDER BY r.environment, r.queue, r.queue_order, r.id
-                LIMIT 1) IS NULL END
-        FROM (SELECT x.name, sum(x.taken)::integer AS taken, bool_and(x.taken >= x.share) AS full,
-                     x.name = ANY(joined) AS joined
-              FROM unnest(visited_names, visited_shares, visited_taken) AS x(name, share, taken)
-              GROUP BY x.name) AS v
-        WHERE e.name = v.name;
+            drained = NOT v.queued
+        FROM (SELECT g.name, g.taken, g.joined,
+                     g.full OR (SELECT r.id FROM {schema}.runs r
+                                WHERE r.environment = g.name AND r.status = 'QUEUED'
+                                ORDER BY r.environment, r.queue, r.queue_order, r.id
+                                LIMIT 1) IS NOT NULL AS queued
+              FROM (SELECT x.name, sum(x.taken)::integer AS taken,
+                           bool_and(x.taken >= x.share) AS full, x.name = ANY(joined) AS joined
+                    FROM unnest(visited_names, visited_shares, visited_taken)
+                         AS x(name, share, taken)
+                    GROUP BY x.name) AS g) AS v
+        WHERE e.name = v.name
+          -- One a notification named that has no queued run left (another claim took it) is
+          -- left as it was: drained, and not levelled.
+          AND (v.taken > 0 OR v.queued OR NOT v.joined);
     END IF;
     IF yield_picked > 0 THEN
         noted := set_config('fairlane.claim_yield',

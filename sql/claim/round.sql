@@ -12,11 +12,11 @@
 -- them for more), and how many of the environments the picks kept reached (`reached`: all of
 -- them, unless `remaining` cut the picks short), which sizes the claim's next page.
 -- With `joining`, the names are environments a notification announced, and the round takes
--- only the drained ones with a QUEUED run (the condition of mark_environments_active, checked
--- on the row's latest version): they join by being served, without a write of their own
--- before it (claim_runs levels them when it charges them). The others are not its to visit:
--- an active one is in the turn order, and one without work or held by another claim is left
--- alone, so none of them is counted as skipped.
+-- only the drained ones (checked on the row's latest version): they join by being served,
+-- without a write of their own before it (claim_runs levels them when it charges them, and
+-- leaves one it found without a queued run as it was). The others are not its to visit: an
+-- active one is in the turn order, and one held by another claim is that claim's, so none of
+-- them is counted as skipped.
 CREATE OR REPLACE FUNCTION {schema}.claim_round(
     page_names text[], remaining integer,
     quantum integer, only_queues text[], only_tasks text[], floor_environments text[],
@@ -50,11 +50,7 @@ BEGIN
         FROM unnest(page_names) WITH ORDINALITY AS page(name, turn)
         LEFT JOIN LATERAL (SELECT e.name, e.concurrency_limit, e.burst_factor, e.paused
                            FROM {schema}.environments e WHERE e.name = page.name
-                             AND (NOT joining OR e.drained AND (
-                                 SELECT r.id FROM {schema}.runs r
-                                 WHERE r.environment = e.name AND r.status = 'QUEUED'
-                                 ORDER BY r.environment, r.queue, r.queue_order, r.id
-                                 LIMIT 1) IS NOT NULL)
+                             AND (NOT joining OR e.drained)
                            FOR UPDATE SKIP LOCKED) AS e ON true;
         IF joining THEN
             skipped := '{{}}';
