@@ -259,7 +259,20 @@ DECLARE
     -- A claim that scanned, or looked where notifications said work arrived, looks no more.
     looked boolean := full_scan OR announced_environments IS NOT NULL;
     lapping boolean := false;
+    -- A page that came back short: the turn order has nothing after it.
+    exhausted boolean := false;
+    how_many integer;
     yield numeric;
+    -- Runs picked in the rounds before any lap, and how many environments their picks
+    -- reached: the yield this session's next claim sizes its first page by.
+    yield_picked integer := 0;
+    yield_reached integer := 0;
+    noted text;
+    -- The announced environments the first round takes (claim_round's `joining`), and those
+    -- it locked: they join as they are charged.
+    joining text[];
+    joining_round boolean;
+    joined text[] := '{{}}';
     round record;
     -- The environments that gave their whole share, asked again in the next lap.
     again_names text[] := '{{}}';
@@ -289,22 +302,48 @@ BEGIN
         found := ARRAY(SELECT w.environment FROM {schema}.environments_with_work() AS w
                        WHERE only_environments IS NULL OR w.environment = ANY(only_environments));
         PERFORM {schema}.mark_environments_active(found);
-    ELSIF remaining > 0 AND announced_environments IS NOT NULL THEN
-        PERFORM {schema}.mark_environments_active(ARRAY(
-            SELECT a.name FROM unnest(announced_environments) AS a(name)
-            WHERE only_environments IS NULL OR a.name = ANY(only_environments)));
     END IF;
-    yield := settings.quantum;
+    -- The first page is sized by the yield of this session's last claim (a worker claims on
+    -- one connection), never above the quantum, so the first round's share stays a turn's: a
+    -- claim of a few runs over environments with a run or two each reads enough of them in one
+    -- round instead of one environment, then the rest.
+    yield := least(settings.quantum, greatest(1, coalesce(
+        nullif(current_setting('fairlane.claim_yield', true), '')::numeric, settings.quantum)));
+    -- Announced environments that were drained join by being served first: one round takes
+    -- them, and the charge at the end levels them with the least-served active environment,
+    -- the one write mark_environments_active would have made before the claim. Past what a
+    -- page would hold, they are marked active and wait their turn.
+    IF remaining > 0 AND NOT full_scan AND announced_environments IS NOT NULL THEN
+        IF only_environments IS NULL THEN
+            joining := announced_environments;
+        ELSE
+            joining := ARRAY(SELECT a.name FROM unnest(announced_environments) AS a(name)
+                             WHERE a.name = ANY(only_environments));
+        END IF;
+        how_many := least(1000, ceil(remaining / yield))::integer;
+        IF cardinality(joining) > how_many THEN
+            PERFORM {schema}.mark_environments_active(joining[how_many + 1:]);
+            joining := joining[1:how_many];
+        END IF;
+    END IF;
 
     LOOP
         EXIT WHEN remaining <= 0;
         page_names := NULL;
-        IF NOT lapping THEN
-            SELECT array_agg(t.name ORDER BY t.nth), array_agg(t.served ORDER BY t.nth),
-                   array_agg(t.turn_at ORDER BY t.nth)
-            INTO page_names, page_served, page_turns
-            FROM {schema}.claim_turns(only_environments, after_served, after_turn, after_name,
-                                      least(1000, ceil(remaining / yield))::integer) AS t;
+        joining_round := coalesce(cardinality(joining), 0) > 0;
+        IF joining_round THEN
+            page_names := joining;
+            joining := NULL;
+        ELSIF NOT lapping THEN
+            IF NOT exhausted THEN
+                how_many := least(1000, ceil(remaining / yield))::integer;
+                SELECT array_agg(t.name ORDER BY t.nth), array_agg(t.served ORDER BY t.nth),
+                       array_agg(t.turn_at ORDER BY t.nth)
+                INTO page_names, page_served, page_turns
+                FROM {schema}.claim_turns(only_environments, after_served, after_turn,
+                                          after_name, how_many) AS t;
+                exhausted := coalesce(cardinality(page_names), 0) < how_many;
+            END IF;
             IF page_names IS NOT NULL THEN
                 after_served := page_served[cardinality(page_names)];
                 after_turn := page_turns[cardinality(page_names)];
@@ -331,9 +370,17 @@ BEGIN
         END IF;
         SELECT * INTO round
         FROM {schema}.claim_round(page_names, remaining, settings.quantum, only_queues, only_tasks,
-                                  floor_environments, floor_queues, floor_orders, floor_ids);
+                                  floor_environments, floor_queues, floor_orders, floor_ids,
+                                  joining => joining_round);
         skipped := skipped || round.skipped;
         CONTINUE WHEN round.names IS NULL;
+        IF joining_round THEN
+            joined := round.names;
+        END IF;
+        IF NOT lapping THEN
+            yield_picked := yield_picked + cardinality(round.picked);
+            yield_reached := yield_reached + round.reached;
+        END IF;
         picked := picked || round.picked;
         visited_names := visited_names || round.names;
         visited_shares := visited_shares || array_fill(round.share, ARRAY[cardinality(round.names)]);
@@ -377,26 +424,48 @@ BEGIN
     -- that order matches the queued index, so even a generic plan walks the index.
     IF cardinality(visited_names) > 0 THEN
         -- An environment's credit is capped: it counts as served at least max_deficit less
-        -- than the most-served active one (one descent of the turn index, from its end).
+        -- than the most-served active one (one descent of the turn index, from its end). One
+        -- that joined in this claim counts as served at least as much as the least-served
+        -- active one, as mark_environments_active levels it: a descent from the index's start,
+        -- made only when one joined (the start is where the entries of the environments
+        -- charged since the last vacuum lie dead).
         WITH cap AS (
             SELECT max(a.served) - settings.max_deficit AS least_served
+            FROM {schema}.environments a WHERE NOT a.drained AND NOT a.paused
+        ), level AS (
+            SELECT min(a.served) AS least_active
             FROM {schema}.environments a WHERE NOT a.drained AND NOT a.paused
         )
         UPDATE {schema}.environments AS e
         SET served = CASE WHEN v.taken > 0
-                          THEN greatest(e.served, (SELECT cap.least_served FROM cap)) + v.taken
+                          THEN greatest(e.served, (SELECT cap.least_served FROM cap),
+                                        CASE WHEN v.joined
+                                             THEN (SELECT level.least_active FROM level) END)
+                               + v.taken
+                          WHEN v.joined
+                          THEN greatest(e.served, (SELECT level.least_active FROM level))
                           ELSE e.served END,
             last_served_at = CASE WHEN v.taken > 0 THEN clock_timestamp()
                                   ELSE e.last_served_at END,
-            drained = CASE WHEN v.full THEN false ELSE (
-                SELECT r.id FROM {schema}.runs r
-                WHERE r.environment = v.name AND r.status = 'QUEUED'
-                ORDER BY r.environment, r.queue, r.queue_order, r.id
-                LIMIT 1) IS NULL END
-        FROM (SELECT x.name, sum(x.taken)::integer AS taken, bool_and(x.taken >= x.share) AS full
-              FROM unnest(visited_names, visited_shares, visited_taken) AS x(name, share, taken)
-              GROUP BY x.name) AS v
-        WHERE e.name = v.name;
+            drained = NOT v.queued
+        FROM (SELECT g.name, g.taken, g.joined,
+                     g.full OR (SELECT r.id FROM {schema}.runs r
+                                WHERE r.environment = g.name AND r.status = 'QUEUED'
+                                ORDER BY r.environment, r.queue, r.queue_order, r.id
+                                LIMIT 1) IS NOT NULL AS queued
+              FROM (SELECT x.name, sum(x.taken)::integer AS taken,
+                           bool_and(x.taken >= x.share) AS full, x.name = ANY(joined) AS joined
+                    FROM unnest(visited_names, visited_shares, visited_taken)
+                         AS x(name, share, taken)
+                    GROUP BY x.name) AS g) AS v
+        WHERE e.name = v.name
+          -- One a notification named that has no queued run left (another claim took it) is
+          -- left as it was: drained, and not levelled.
+          AND (v.taken > 0 OR v.queued OR NOT v.joined);
+    END IF;
+    IF yield_picked > 0 THEN
+        noted := set_config('fairlane.claim_yield',
+                            round(yield_picked::numeric / yield_reached, 2)::text, false);
     END IF;
 
     IF settings.rate_limit_per_s IS NOT NULL THEN
@@ -420,11 +489,13 @@ $$;
 -- %(tasks)s: the tasks the claimer has handlers for (NULL: any); runs of other tasks wait.
 -- No payload (JSON null) and no metadata ({}) come back as SQL NULL, which the client reads
 -- without calling its JSON decoder (two calls per claimed run, most of them for these).
+-- The arrays go in binary: the text form quotes each element by regular expression, and the
+-- floors of a worker serving many tenants are 64 queues' worth, four arrays, every claim.
 SELECT id, lease_token, task, nullif(payload, 'null') AS payload, attempts, max_attempts,
        environment, queue, nullif(metadata, '{{}}') AS metadata, machine, max_duration_s,
        queue_order, wait_attempt, replay
 FROM {schema}.claim_runs(%(limit)s, %(lease_s)s, %(worker_id)s,
-                         %(environments)s::text[], %(queues)s::text[], %(full_scan)s,
-                         %(floor_environments)s::text[], %(floor_queues)s::text[],
-                         %(floor_orders)s::timestamptz[], %(floor_ids)s::bigint[],
-                         %(tasks)s::text[], %(announced)s::text[]);
+                         %(environments)b::text[], %(queues)b::text[], %(full_scan)s,
+                         %(floor_environments)b::text[], %(floor_queues)b::text[],
+                         %(floor_orders)b::timestamptz[], %(floor_ids)b::bigint[],
+                         %(tasks)b::text[], %(announced)b::text[]);
