@@ -132,11 +132,15 @@ BEGIN
         WHERE (q.environment, q.name) IN (SELECT s.environment, s.queue FROM started s)
           AND q.rate_limit IS NOT NULL
     ), charged AS (
+        -- Skipped whole, in one probe of queues_rate_idx, while no queue has a rate: the join
+        -- would look up every started run's queue.
         INSERT INTO {schema}.rate_buckets AS b (environment, queue, concurrency_key, full_at)
         SELECT s.environment, s.queue, coalesce(s.concurrency_key, ''),
                statement_timestamp() + make_interval(secs => count(*) * rated.per_run_s)
         FROM started s
         JOIN rated ON rated.environment = s.environment AND rated.name = s.queue
+        WHERE EXISTS (SELECT 1 FROM {schema}.queues any_rated
+                      WHERE any_rated.rate_limit IS NOT NULL)
         GROUP BY s.environment, s.queue, coalesce(s.concurrency_key, ''), rated.per_run_s
         ON CONFLICT (environment, queue, concurrency_key) DO UPDATE
         SET full_at = greatest(b.full_at, statement_timestamp())

@@ -294,6 +294,13 @@ def _queues(metadata: MetaData) -> Table:
             " AND (rate_burst IS NULL OR rate_burst > 0)",
             name="queues_rate_check",
         ),
+        # The queues with a rate: the claim's charge looks here first (sql/claim/round.sql).
+        Index(
+            "queues_rate_idx",
+            "environment",
+            "name",
+            postgresql_where=text("rate_limit IS NOT NULL"),
+        ),
     )
 
 
