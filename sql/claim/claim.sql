@@ -233,7 +233,7 @@ CREATE OR REPLACE FUNCTION {schema}.claim_runs(
     full_scan boolean DEFAULT true, floor_environments text[] DEFAULT NULL,
     floor_queues text[] DEFAULT NULL, floor_orders timestamptz[] DEFAULT NULL,
     floor_ids bigint[] DEFAULT NULL, only_tasks text[] DEFAULT NULL,
-    announced_environments text[] DEFAULT NULL)
+    announced_environments text[] DEFAULT NULL, last_yield double precision DEFAULT NULL)
 RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
                max_attempts integer, environment text, queue text, metadata jsonb,
                machine text, max_duration_s double precision, queue_order timestamptz,
@@ -263,11 +263,6 @@ DECLARE
     exhausted boolean := false;
     how_many integer;
     yield numeric;
-    -- Runs picked in the rounds before any lap, and how many environments their picks
-    -- reached: the yield this session's next claim sizes its first page by.
-    yield_picked integer := 0;
-    yield_reached integer := 0;
-    noted text;
     -- The announced environments the first round takes (claim_round's `joining`), and those
     -- it locked: they join as they are charged.
     joining text[];
@@ -303,12 +298,12 @@ BEGIN
                        WHERE only_environments IS NULL OR w.environment = ANY(only_environments));
         PERFORM {schema}.mark_environments_active(found);
     END IF;
-    -- The first page is sized by the yield of this session's last claim (a worker claims on
-    -- one connection), never above the quantum, so the first round's share stays a turn's: a
-    -- claim of a few runs over environments with a run or two each reads enough of them in one
-    -- round instead of one environment, then the rest.
-    yield := least(settings.quantum, greatest(1, coalesce(
-        nullif(current_setting('fairlane.claim_yield', true), '')::numeric, settings.quantum)));
+    -- The first page is sized by `last_yield`, the runs per environment the caller's last
+    -- claim got (the caller keeps it: a session setting would outlive the transaction behind a
+    -- pooler), never above the quantum, so the first round's share stays a turn's: a claim of a
+    -- few runs over environments with a run or two each reads enough of them in one round
+    -- instead of one environment, then the rest.
+    yield := least(settings.quantum, greatest(1, coalesce(last_yield::numeric, settings.quantum)));
     -- Announced environments that were drained join by being served first: one round takes
     -- them, and the charge at the end levels them with the least-served active environment,
     -- the one write mark_environments_active would have made before the claim. Past what a
@@ -376,10 +371,6 @@ BEGIN
         CONTINUE WHEN round.names IS NULL;
         IF joining_round THEN
             joined := round.names;
-        END IF;
-        IF NOT lapping THEN
-            yield_picked := yield_picked + cardinality(round.picked);
-            yield_reached := yield_reached + round.reached;
         END IF;
         picked := picked || round.picked;
         visited_names := visited_names || round.names;
@@ -463,10 +454,6 @@ BEGIN
           -- left as it was: drained, and not levelled.
           AND (v.taken > 0 OR v.queued OR NOT v.joined);
     END IF;
-    IF yield_picked > 0 THEN
-        noted := set_config('fairlane.claim_yield',
-                            round(yield_picked::numeric / yield_reached, 2)::text, false);
-    END IF;
 
     IF settings.rate_limit_per_s IS NOT NULL THEN
         PERFORM {schema}.return_rate_tokens(granted - total);
@@ -478,13 +465,15 @@ $$;
 -- params: limit integer, lease_s double precision, worker_id text, environments text[],
 -- params: queues text[], full_scan boolean, floor_environments text[], floor_queues text[],
 -- params: floor_orders timestamp with time zone[], floor_ids bigint[], tasks text[],
--- params: announced text[]
+-- params: announced text[], last_yield double precision
 -- Claim up to %(limit)s runs in one statement: fairly across environments, within every cap,
 -- each with a fresh lease token that all later writes must present (sql/leases/outcomes.sql). The
 -- attempt is counted here, so a redelivery after a lapsed lease counts as one too; its
 -- wait_attempt (the attempt whose waits it keeps) moves only when a failure is retried.
 -- %(full_scan)s: look for environments that gained work before serving the known ones;
 -- %(announced)s: look only at these (the environments notifications named since the last claim).
+-- %(last_yield)s: runs per environment the caller's last claim got (NULL: none yet), which
+-- sizes the first page of the turn order this claim reads.
 -- The floors (four arrays, one element per queue, or NULL): where each queue's walk starts.
 -- %(tasks)s: the tasks the claimer has handlers for (NULL: any); runs of other tasks wait.
 -- No payload (JSON null) and no metadata ({}) come back as SQL NULL, which the client reads
@@ -498,4 +487,4 @@ FROM {schema}.claim_runs(%(limit)s, %(lease_s)s, %(worker_id)s,
                          %(environments)b::text[], %(queues)b::text[], %(full_scan)s,
                          %(floor_environments)b::text[], %(floor_queues)b::text[],
                          %(floor_orders)b::timestamptz[], %(floor_ids)b::bigint[],
-                         %(tasks)b::text[], %(announced)b::text[]);
+                         %(tasks)b::text[], %(announced)b::text[], %(last_yield)s);

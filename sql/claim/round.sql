@@ -8,9 +8,8 @@
 -- is more), keeping the first `remaining` picks in turn order. A locking read returns each
 -- row's latest version, so a pause or a limit that committed after the page was read is seen.
 -- Returns the environments locked, the share, what each gave, the picked runs in turn order,
--- the names it could not lock, those that gave their whole share (`again`: a lap may ask
--- them for more), and how many of the environments the picks kept reached (`reached`: all of
--- them, unless `remaining` cut the picks short), which sizes the claim's next page.
+-- the names it could not lock, and those that gave their whole share (`again`: a lap may ask
+-- them for more).
 -- With `joining`, the names are environments a notification announced, and the round takes
 -- only the drained ones (checked on the row's latest version): they join by being served,
 -- without a write of their own before it (claim_runs levels them when it charges them, and
@@ -23,7 +22,7 @@ CREATE OR REPLACE FUNCTION {schema}.claim_round(
     floor_queues text[], floor_orders timestamptz[], floor_ids bigint[],
     wait boolean DEFAULT false, joining boolean DEFAULT false,
     OUT names text[], OUT share integer, OUT taken integer[], OUT picked bigint[],
-    OUT skipped text[], OUT again text[], OUT reached integer)
+    OUT skipped text[], OUT again text[])
 LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
@@ -61,7 +60,7 @@ BEGIN
     END IF;
     share := least(remaining, greatest(quantum, ceil(remaining::numeric / cardinality(names))))::integer;
     -- One statement: the picks kept (the first `remaining` in turn order), what each
-    -- environment gave, which gave their whole share, and how far the kept picks reached.
+    -- environment gave, and which gave their whole share.
     WITH kept AS MATERIALIZED (
         SELECT p.id, p.turn, p.nth
         FROM (SELECT picks.id, picks.turn,
@@ -73,11 +72,8 @@ BEGIN
         WHERE p.nth <= remaining
     )
     SELECT (SELECT coalesce(array_agg(k.id ORDER BY k.nth), '{{}}') FROM kept k),
-           given.taken, given.again,
-           (SELECT CASE WHEN count(*) >= remaining THEN max(k.turn)::integer
-                        ELSE cardinality(names) END
-            FROM kept k)
-    INTO picked, taken, again, reached
+           given.taken, given.again
+    INTO picked, taken, again
     FROM (SELECT array_agg(coalesce(c.n, 0) ORDER BY x.turn) AS taken,
                  coalesce(array_agg(x.name ORDER BY x.turn) FILTER (WHERE c.n >= share),
                           '{{}}') AS again

@@ -206,6 +206,7 @@ def claim_params(**given: Any) -> dict[str, Any]:
         "floor_ids": None,
         "tasks": None,
         "announced": None,
+        "last_yield": None,
     }
     params.update(given)
     return params

@@ -28,11 +28,13 @@ class Claim(Section):
         floors: ClaimFloorArrays | None = None,
         tasks: Sequence[str] | None = None,
         announced: Sequence[str] | None = None,
+        last_yield: float | None = None,
     ) -> Statement[ClaimedRun]:
         """``floors``: where each queue's walk starts, as four parallel arrays (environments,
         queues, queue orders, run ids); see sql/claim/claim.sql. ``tasks``: only runs of these
         tasks (None: of any task). ``announced``: environments said to have gained work, looked
-        at before serving (without a full scan)."""
+        at before serving (without a full scan). ``last_yield``: runs per environment the
+        caller's last claim got, which sizes the first page of the turn order read."""
         floor_environments, floor_queues, floor_orders, floor_ids = floors or (None,) * 4
         params = {
             "limit": limit,
@@ -47,6 +49,7 @@ class Claim(Section):
             "floor_ids": floor_ids,
             "tasks": list(tasks) if tasks is not None else None,
             "announced": list(announced) if announced else None,
+            "last_yield": last_yield,
         }
         return self._statement("claim_runs", params, claimed_from_row)
 
