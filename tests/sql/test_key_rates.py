@@ -19,6 +19,7 @@ from fairlane.engine.sqlfiles import query
 from fairlane.errors import SettingError
 from tests.helpers import claim_params
 from tests.helpers.interleave import sessions
+from tests.sql.test_concurrency_keys import key_of
 
 CLAIM = query("claim_runs", "fairlane")
 HOUR = 3600.0
@@ -35,14 +36,6 @@ def claim(db: psycopg.Connection[Any], limit: int = 100) -> list[str | None]:
     """Claim as a worker does; the keys of the runs it started."""
     rows = db.execute(CLAIM, claim_params(limit=limit)).fetchall()
     return [key_of(db, row[0]) for row in rows]
-
-
-def key_of(db: psycopg.Connection[Any], run_id: int) -> str | None:
-    row = db.execute(
-        "SELECT concurrency_key FROM fairlane.runs WHERE id = %s", (run_id,)
-    ).fetchone()
-    assert row is not None
-    return None if row[0] is None else str(row[0])
 
 
 def later(db: psycopg.Connection[Any], seconds: float) -> None:

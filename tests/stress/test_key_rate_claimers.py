@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from fairlane import TriggerRequest, limits, trigger_many
+from fairlane.tools.bench.rate import max_in_window
 from tests.helpers import claim_params
 from tests.stress.test_key_claimers import CLAIM, END, start
 
@@ -44,17 +45,6 @@ def claimer(dsn: str, name: str, until: float, errors: list[BaseException]) -> N
         errors.append(error)
 
 
-def most_in_a_period(starts: list[datetime]) -> int:
-    """The most starts in any half-open window of one period."""
-    times = sorted(t.timestamp() for t in starts)
-    best = lo = 0
-    for hi, at in enumerate(times):
-        while times[lo] <= at - PERIOD_S:
-            lo += 1
-        best = max(best, hi - lo + 1)
-    return best
-
-
 def test_no_key_ever_starts_past_its_rate(dsn: str, db: psycopg.Connection[Any]) -> None:
     requests = [
         TriggerRequest("t", i, environment="acme", concurrency_key=f"key-{i % KEYS:02}")
@@ -78,7 +68,7 @@ def test_no_key_ever_starts_past_its_rate(dsn: str, db: psycopg.Connection[Any])
         starts[key].append(started_at)
     assert len(starts) == KEYS, "every key started runs"
     for key, times in starts.items():
-        assert most_in_a_period(times) <= BURST + RATE, key
+        assert max_in_window([t.timestamp() for t in times], PERIOD_S) <= BURST + RATE, key
         span = (max(times) - min(times)).total_seconds()
         assert len(times) <= BURST + math.ceil(RATE * span / PERIOD_S) + 1, key
     print(f"\n{len(rows)} starts over {KEYS} keys; none past its rate")
