@@ -94,7 +94,7 @@ BEGIN
         -- Computed once: the walks' limits read it.
         SELECT e.turn, e.name AS environment, greatest(e.room, 0) AS env_room,
                q.name AS queue, q.name = '__batches__' AS carriers, q.concurrency_limit,
-               keyed.keyed, held.keys, held.key_counts, coalesce(held.keyless, 0) AS keyless,
+               keyed.keyed, q.key_cursor, held.key_counts, coalesce(held.keyless, 0) AS keyless,
                CASE WHEN q.name = '__batches__'
                     THEN coalesce(q.concurrency_limit, 2147483647) - coalesce(held.n, 0)
                     -- The queue's cap across keys, and its keyless runs' share of its limit
@@ -138,9 +138,11 @@ BEGIN
         LEFT JOIN LATERAL (
             SELECT sum(g.n)::integer AS n,
                    sum(g.n) FILTER (WHERE g.concurrency_key IS NULL)::integer AS keyless,
-                   array_agg(g.concurrency_key) FILTER (WHERE g.concurrency_key IS NOT NULL)
-                       AS keys,
-                   array_agg(g.n) FILTER (WHERE g.concurrency_key IS NOT NULL) AS key_counts
+                   -- By key, an object: the ring looks each key it visits up in it (a
+                   -- search, where an array would be walked: a claim of thousands of keys
+                   -- meets thousands of holders).
+                   jsonb_object_agg(g.concurrency_key, g.n)
+                       FILTER (WHERE g.concurrency_key IS NOT NULL) AS key_counts
             FROM (SELECT h.concurrency_key, count(*)::integer AS n
                   FROM (SELECT r.concurrency_key FROM {schema}.runs r
                         WHERE r.environment = e.name AND r.status = 'EXECUTING'
@@ -189,7 +191,7 @@ BEGIN
             SELECT keyed.id, keyed.queue_order
             FROM {schema}.pick_from_keys(
                 qr.environment, qr.queue, qr.concurrency_limit,
-                least(qr.keyed_room, qr.env_room), qr.keys, qr.key_counts, qr.keyless,
+                least(qr.keyed_room, qr.env_room), qr.key_cursor, qr.key_counts, qr.keyless,
                 only_tasks, qr.rate_per_run_s, qr.rate_burst, qr.keyless_tokens) AS keyed
             WHERE qr.keyed
         ) AS c

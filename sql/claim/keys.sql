@@ -170,36 +170,27 @@ END;
 $$;
 
 -- function: pick_from_keys
--- Up to `room` runs of a keyed queue, round robin over its keys from queues.key_cursor, each key
--- within `key_limit` (NULL: none) less its slot holders (`held_keys`, `held_counts`: this
--- queue's keys that hold slots; `keyless_held` for its keyless runs), and with a rate within
+-- Up to `room` runs of a keyed queue, round robin over its keys from `cursor_key`
+-- (queues.key_cursor, as the caller read it), each key within `key_limit` (NULL: none) less its
+-- slot holders (`held`: by key, an object, NULL when no cap needed them counted;
+-- `keyless_held` for its keyless runs), and with a rate within
 -- its bucket's tokens (`keyless_tokens`: the keyless runs'). The caller holds the
 -- environment's row lock. The ring: the keys after the cursor, the keyless runs, the keys up
 -- to the cursor; the cursor moves to the last key that gave a run ('' : the keyless runs).
 CREATE OR REPLACE FUNCTION {schema}.pick_from_keys(
-    env_name text, queue_name text, key_limit integer, room integer, held_keys text[],
-    held_counts integer[], keyless_held integer, only_tasks text[],
+    env_name text, queue_name text, key_limit integer, room integer, cursor_key text,
+    held jsonb, keyless_held integer, only_tasks text[],
     rate_per_run_s double precision, rate_burst integer, keyless_tokens integer)
 RETURNS TABLE (id bigint, queue_order timestamptz)
 LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
 DECLARE
-    start text;
+    start text := coalesce(cursor_key, '');
     ids bigint[];
     orders timestamptz[];
     keys text[];
-    held jsonb;
 BEGIN
-    -- The slot holders by key as an object, which the ring looks each key up in (a search, not
-    -- a walk of the array: a claim of thousands of keys meets thousands of holders).
-    SELECT coalesce(q.key_cursor, ''),
-           CASE WHEN key_limit IS NOT NULL THEN (
-               SELECT jsonb_object_agg(h.key, h.n)
-               FROM unnest(held_keys, held_counts) AS h(key, n)) END
-    INTO start, held
-    FROM {schema}.queues q
-    WHERE q.environment = env_name AND q.name = queue_name;
     -- The first ring: one run of each key with room.
     SELECT coalesce(array_agg(h.id), '{{}}'), coalesce(array_agg(h.queue_order), '{{}}'),
            coalesce(array_agg(h.concurrency_key), '{{}}')
