@@ -4,8 +4,10 @@ The queue ``default`` gets ``--rate`` runs per ``--period`` seconds per key (bur
 ``--burst``, default the rate; sql/claim/key_rates.sql), and ``--keys`` keys (``--keys 0``: keyless
 runs, the queue's one bucket) each get more runs than the rate lets start in the window. One
 worker (``--concurrency``, polling every ``--poll-interval`` s when a claim comes back short)
-runs a handler that records when each run started, until ``--seconds`` have passed after the
-burst of every key.
+runs them until ``--seconds`` have passed after the burst of every key. A run's start is its
+``started_at``, the time of the claim that started it and charged its key's bucket: the time a
+handler began adds the worker's dispatch, which differs from run to run and would move a start
+across a period's edge.
 
 Per key, the burst is the runs started in its first period; the rate is the runs started in the
 ``--seconds`` after that, divided by them. ``rate_error_max`` is the worst relative gap between a
@@ -33,6 +35,10 @@ from fairlane.worker.process import loop_name
 
 TASK = "rated"
 KEYLESS = ""
+STARTS_SQL = (
+    f"SELECT coalesce(concurrency_key, ''), extract(epoch FROM started_at)::float8"
+    f" FROM {SCHEMA}.runs WHERE started_at IS NOT NULL"
+)
 
 
 def key_names(keys: int) -> list[str]:
@@ -70,7 +76,7 @@ def key_figures(starts: list[float], args: argparse.Namespace) -> dict[str, Any]
     }
 
 
-async def _key_rate(dsn: str, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+async def _key_rate(dsn: str, args: argparse.Namespace) -> None:
     await trigger_rated(dsn, args)
     starts: defaultdict[str, list[float]] = defaultdict(list)
     every_key_started = anyio.Event()
@@ -100,7 +106,14 @@ async def _key_rate(dsn: str, args: argparse.Namespace) -> dict[str, dict[str, A
                 max(0.0, last_first + args.period + args.seconds - time.perf_counter())
             )
         worker.stop()
-    return {key: key_figures(times, args) for key, times in starts.items()}
+
+
+def claimed_starts(conn: psycopg.Connection[Any]) -> dict[str, list[float]]:
+    """Each key's starts, in seconds, as the claims that started them saw the clock."""
+    starts: defaultdict[str, list[float]] = defaultdict(list)
+    for key, started in conn.execute(STARTS_SQL):
+        starts[key].append(started)
+    return starts
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -115,7 +128,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 rate_burst=args.burst,
                 schema=SCHEMA,
             )
-        per_key = run_async(_key_rate, dsn, args, loop=args.loop)
+        run_async(_key_rate, dsn, args, loop=args.loop)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            per_key = {key: key_figures(times, args) for key, times in claimed_starts(conn).items()}
     setting = args.rate / args.period
     rates = sorted(figures["rate_per_s"] for figures in per_key.values())
     errors = [abs(rate - setting) / setting for rate in rates]
