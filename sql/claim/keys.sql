@@ -20,18 +20,16 @@
 -- over, its runs never locked. The turns after it take every key's share in one statement
 -- (fill_keys). The cursor is written when it moves.
 --
--- Keyless runs of a keyed queue are in runs_queued_idx only (keyless runs stay out of the key
--- index, so that the common case pays nothing for keys): their turn reads the queue's first
--- `keyless_window` queued runs in queue order and takes the keyless ones among them. Keyless
--- runs behind more keyed runs than that wait for the keyed runs ahead of them to start.
+-- Keyless runs stay out of the key index; their turn in a keyed queue reads
+-- runs_queued_keyless_idx, the queued runs without a key in queue order, so it finds its first
+-- one however many runs of keys waiting for a slot or a token are queued ahead of it.
 
 -- function: pick_keyless_runs
--- Up to `n` claimable keyless runs of a keyed queue, among its first `keyless_window` queued
--- runs, in queue order, locked (FOR UPDATE SKIP LOCKED), none of `taken`. The filters are
--- pick_runs' (TTL, the claimer's tasks).
+-- Up to `n` claimable keyless runs of a keyed queue, in queue order, locked (FOR UPDATE SKIP
+-- LOCKED), none of `taken`: a walk of runs_queued_keyless_idx from the queue's first entry. The
+-- filters are pick_runs' (TTL, the claimer's tasks).
 CREATE OR REPLACE FUNCTION {schema}.pick_keyless_runs(
-    env_name text, queue_name text, n integer, taken bigint[], only_tasks text[],
-    keyless_window integer)
+    env_name text, queue_name text, n integer, taken bigint[], only_tasks text[])
 RETURNS TABLE (id bigint, queue_order timestamptz)
 LANGUAGE plpgsql
 AS $$
@@ -42,11 +40,7 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT r.id, r.queue_order FROM {schema}.runs r
-    WHERE r.id IN (SELECT head.id FROM {schema}.runs head
-                   WHERE head.environment = env_name AND head.queue = queue_name
-                     AND head.status = 'QUEUED'
-                   ORDER BY head.queue_order, head.id
-                   LIMIT keyless_window)
+    WHERE r.environment = env_name AND r.queue = queue_name
       AND r.status = 'QUEUED' AND r.concurrency_key IS NULL
       AND (r.expires_at IS NULL OR r.expires_at > now() OR r.attempts > 0)
       AND (only_tasks IS NULL OR r.task = ANY(only_tasks))
@@ -203,8 +197,7 @@ BEGIN
                orders || coalesce(array_agg(p.queue_order), '{{}}'),
                keys || array_fill(''::text, ARRAY[count(*)::integer])
         INTO ids, orders, keys
-        FROM {schema}.pick_keyless_runs(env_name, queue_name, 1, '{{}}', only_tasks, 1000)
-            AS p;
+        FROM {schema}.pick_keyless_runs(env_name, queue_name, 1, '{{}}', only_tasks) AS p;
     END IF;
     IF cardinality(ids) < room AND start <> '' THEN
         SELECT ids || coalesce(array_agg(h.id), '{{}}'),
@@ -316,7 +309,7 @@ BEGIN
             SELECT coalesce(array_agg(p.id), '{{}}'), coalesce(array_agg(p.queue_order), '{{}}')
             INTO ids, orders
             FROM {schema}.pick_keyless_runs(env_name, queue_name, asked, keyless_taken,
-                                            only_tasks, 1000) AS p;
+                                            only_tasks) AS p;
             RETURN QUERY SELECT p.id, p.queue_order FROM unnest(ids, orders) AS p(id, queue_order);
             room := room - cardinality(ids);
             keyless_taken := keyless_taken || ids;

@@ -123,3 +123,45 @@ async def test_a_claim_starts_its_runs_on_a_generic_plan_from_the_first(
     assert len(started) == 8, plans
     for plan in started:
         assert re.search(r"Index Cond: \(id = ANY \(\$\d+\)\)", plan), plan
+
+
+# A keyed queue whose key at its limit has 50,000 queued runs ahead of 5 keyless ones.
+HOT_KEY_AHEAD_OF_KEYLESS = """
+INSERT INTO fairlane.environments (name, drained) VALUES ('acme', false);
+INSERT INTO fairlane.queues (environment, name, concurrency_limit) VALUES ('acme', 'default', 1);
+INSERT INTO fairlane.runs (environment, queue, task, payload, status, concurrency_key)
+SELECT 'acme', 'default', 'noop', 'null', 'QUEUED', 'hot' FROM generate_series(1, 50000);
+INSERT INTO fairlane.runs (environment, queue, task, payload, status)
+SELECT 'acme', 'default', 'noop', 'null', 'QUEUED' FROM generate_series(1, 5);
+ANALYZE fairlane.runs;
+"""
+
+
+ENDED_KEYLESS = """
+UPDATE fairlane.runs SET status = 'COMPLETED', finished_at = now()
+WHERE status = 'EXECUTING' AND concurrency_key IS NULL
+"""
+
+
+async def test_the_keyless_turn_walks_the_keyless_index(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """Keyless runs queued behind a key's deep backlog are found by the first entry of
+    runs_queued_keyless_idx, never by reading the key's runs ahead of them, on the custom plans
+    of a session's first calls and on the generic ones after."""
+    db.execute(HOT_KEY_AHEAD_OF_KEYLESS)
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        plans = await log_nested_plans(conn)
+        store = LeaseStore("fairlane", lease_seconds=30, worker_id="plan")
+        started = []
+        for _ in range(4):
+            started.append(await store.claim(conn, 10))
+            # The keyless runs' one slot comes free; the hot key's stays taken.
+            db.execute(ENDED_KEYLESS)
+    # The first claim takes the hot key's run and a keyless one, each after one keyless run.
+    assert [len(runs) for runs in started] == [2, 1, 1, 1]
+    keyless = [plan for plan in plans if "concurrency_key IS NULL" in plan and "taken" in plan]
+    assert len(keyless) >= 4, plans
+    for plan in keyless:
+        assert "runs_queued_keyless_idx" in plan, plan
+        assert "Seq Scan" not in plan, plan

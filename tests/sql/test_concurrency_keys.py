@@ -106,6 +106,19 @@ def test_light_keys_are_served_past_a_hot_backlog(db: psycopg.Connection[Any]) -
     assert all(started[f"light{light:02}"] == 2 for light in range(20)), started
 
 
+def test_keyless_runs_are_served_past_a_hot_keys_backlog(db: psycopg.Connection[Any]) -> None:
+    """Keyless runs are one more key: queued behind any number of a key's runs that wait for
+    its slot, they still take their turn in every claim, and so do a light key's."""
+    keyed(db, "hot", 3_000)
+    keyed(db, None, 3)
+    keyed(db, "light", 3)
+    limits.set_queue(db, "acme", "default", concurrency_limit=1)
+    for _ in range(3):
+        assert Counter(claim(db, 10)) == Counter({"hot": 1, None: 1, "light": 1})
+        finish(db)
+    assert Counter(claim(db, 10)) == Counter({"hot": 1})
+
+
 def test_without_a_limit_keys_still_take_turns(db: psycopg.Connection[Any]) -> None:
     keyed(db, "hot", 100)
     keyed(db, "light", 3)

@@ -145,6 +145,16 @@ def _runs(metadata: MetaData) -> Table:
             "id",
             postgresql_where=text("status = 'QUEUED' AND concurrency_key IS NOT NULL"),
         ),
+        # The queued runs without a key, in queue order: a keyed queue's keyless turn, which
+        # finds its first one whatever the keys have queued ahead of it.
+        Index(
+            "runs_queued_keyless_idx",
+            "environment",
+            "queue",
+            "queue_order",
+            "id",
+            postgresql_where=text("status = 'QUEUED' AND concurrency_key IS NULL"),
+        ),
         Index("runs_delayed_idx", "available_at", postgresql_where=text("status = 'DELAYED'")),
         Index(
             "runs_expiring_idx",
