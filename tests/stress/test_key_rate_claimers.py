@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections import defaultdict
-from datetime import datetime
 from typing import Any
 
 import psycopg
 import pytest
 
 from fairlane import TriggerRequest, limits, trigger_many
+from fairlane.tools.bench.key_rate import claimed_starts
 from fairlane.tools.bench.rate import max_in_window
 from tests.helpers import claim_params
 from tests.stress.test_key_claimers import CLAIM, END, start
@@ -60,15 +59,10 @@ def test_no_key_ever_starts_past_its_rate(dsn: str, db: psycopg.Connection[Any])
     for thread in claimers:
         thread.join(timeout=500)
     assert errors == []
-    starts: defaultdict[str, list[datetime]] = defaultdict(list)
-    rows = db.execute(
-        "SELECT concurrency_key, started_at FROM fairlane.runs WHERE started_at IS NOT NULL"
-    ).fetchall()
-    for key, started_at in rows:
-        starts[key].append(started_at)
+    starts = claimed_starts(db)
     assert len(starts) == KEYS, "every key started runs"
     for key, times in starts.items():
-        assert max_in_window([t.timestamp() for t in times], PERIOD_S) <= BURST + RATE, key
-        span = (max(times) - min(times)).total_seconds()
+        assert max_in_window(times, PERIOD_S) <= BURST + RATE, key
+        span = max(times) - min(times)
         assert len(times) <= BURST + math.ceil(RATE * span / PERIOD_S) + 1, key
-    print(f"\n{len(rows)} starts over {KEYS} keys; none past its rate")
+    print(f"\n{sum(map(len, starts.values()))} starts over {KEYS} keys; none past its rate")
