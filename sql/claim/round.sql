@@ -87,7 +87,8 @@ $$;
 -- Start the runs a claim picked, in the order it picked them; the attempt is counted here, but
 -- not for a run that waited without a worker and is resumed (resume_ready: mark_runs_ready).
 -- replay says whether the run has recorded calls (sql/waitpoints/steps.sql) to replay. A run of
--- a queue with a rate takes a token of its key's bucket (sql/claim/key_rates.sql). The runs
+-- a queue with a rate takes a token of its key's bucket (sql/claim/key_rates.sql). The started
+-- runs are announced to the event streams here, a notice per 300 (sql/realtime/changes.sql). The runs
 -- are found through an index condition on the primary key: joined on id alone, the plan a
 -- session keeps from claims made while the table held a few runs hashed the picked ids and
 -- scanned the whole table on every later claim (tests/sql/test_plans_after_growth.py). It runs
@@ -141,12 +142,17 @@ BEGIN
         ON CONFLICT (environment, queue, concurrency_key) DO UPDATE
         SET full_at = greatest(b.full_at, statement_timestamp())
                       + (excluded.full_at - statement_timestamp())
+    ), announced AS (
+        -- For the event streams: the row trigger passes over this transition
+        -- (sql/realtime/changes.sql).
+        SELECT {schema}.announce_runs(array_agg(s.id)) FROM started s
     )
     SELECT s.id, s.lease_token, s.task, s.payload, s.attempts, s.max_attempts,
            s.environment, s.queue, s.metadata, s.machine, s.max_duration_s, s.queue_order,
            s.wait_attempt,
            EXISTS (SELECT 1 FROM {schema}.run_steps AS step WHERE step.run_id = s.id)
     FROM started s
+    WHERE (SELECT count(*) FROM announced) >= 0
     ORDER BY s.nth;
 END;
 $$;

@@ -50,17 +50,23 @@ WITH done AS MATERIALIZED (
         WHERE r.id = lease.id AND r.lease_token = lease.token
         OFFSET 0 FOR UPDATE) AS run
     WHERE run.status = 'EXECUTING'
+), completed AS (
+    UPDATE {schema}.runs AS r
+    SET status = 'COMPLETED',
+        result = done.result::jsonb,
+        error = NULL,
+        finished_at = now(),
+        lease_token = NULL,
+        lease_until = NULL
+    FROM done
+    WHERE r.id = done.id AND r.id = ANY(%(ids)b::bigint[])
+    RETURNING r.id
+), announced AS (
+    -- For the event streams: the row trigger passes over this transition
+    -- (sql/realtime/changes.sql).
+    SELECT {schema}.announce_runs(array_agg(completed.id)) FROM completed
 )
-UPDATE {schema}.runs AS r
-SET status = 'COMPLETED',
-    result = done.result::jsonb,
-    error = NULL,
-    finished_at = now(),
-    lease_token = NULL,
-    lease_until = NULL
-FROM done
-WHERE r.id = done.id AND r.id = ANY(%(ids)b::bigint[])
-RETURNING r.id;
+SELECT id FROM completed WHERE (SELECT count(*) FROM announced) >= 0;
 
 -- name: fail_runs
 -- params: ids bigint[], tokens uuid[], errors text[], next_statuses text[],
