@@ -104,6 +104,9 @@ LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
 BEGIN
+    -- This statement announces the runs it starts: the row trigger passes over them
+    -- (sql/realtime/changes.sql).
+    PERFORM set_config('fairlane.runs_announced', 'on', true);
     RETURN QUERY
     WITH started AS (
         UPDATE {schema}.runs AS r
@@ -143,8 +146,7 @@ BEGIN
         SET full_at = greatest(b.full_at, statement_timestamp())
                       + (excluded.full_at - statement_timestamp())
     ), announced AS (
-        -- For the event streams: the row trigger passes over this transition
-        -- (sql/realtime/changes.sql).
+        -- For the event streams, a notice per 300 runs.
         SELECT {schema}.announce_runs(array_agg(s.id)) FROM started s
     )
     SELECT s.id, s.lease_token, s.task, s.payload, s.attempts, s.max_attempts,

@@ -50,6 +50,9 @@ WITH done AS MATERIALIZED (
         WHERE r.id = lease.id AND r.lease_token = lease.token
         OFFSET 0 FOR UPDATE) AS run
     WHERE run.status = 'EXECUTING'
+      -- Before any run changes (evaluated once, first): this statement announces its runs,
+      -- so the row trigger passes over them (sql/realtime/changes.sql).
+      AND (SELECT set_config('fairlane.runs_announced', 'on', true)) = 'on'
 ), completed AS (
     UPDATE {schema}.runs AS r
     SET status = 'COMPLETED',
@@ -62,8 +65,7 @@ WITH done AS MATERIALIZED (
     WHERE r.id = done.id AND r.id = ANY(%(ids)b::bigint[])
     RETURNING r.id
 ), announced AS (
-    -- For the event streams: the row trigger passes over this transition
-    -- (sql/realtime/changes.sql).
+    -- For the event streams, a notice per 300 runs.
     SELECT {schema}.announce_runs(array_agg(completed.id)) FROM completed
 )
 SELECT id FROM completed WHERE (SELECT count(*) FROM announced) >= 0;

@@ -8,8 +8,13 @@
 -- claim starting runs (start_picked_runs, QUEUED to EXECUTING) and the worker's completions
 -- (complete_runs, EXECUTING to COMPLETED). A notice per run there cost the server about a
 -- fifth of a drain: the row trigger's queued event and function call, and at commit thousands
--- of notices to write and for every listening session to read. The row trigger passes over
--- exactly those two transitions, and announces every other change.
+-- of notices to write and for every listening session to read. Each of them sets
+-- fairlane.runs_announced for its transaction before it changes a run, and the row trigger
+-- passes over exactly those two transitions while it is set: a completion written by a worker
+-- of an earlier release during a rolling deploy (its complete_runs announces nothing) is
+-- still announced, by the trigger. Only those two statements make those two transitions, and
+-- each announces every run it changes, so the setting outliving the statement in its
+-- transaction hides nothing.
 
 -- function: announce_runs
 -- A notice per 300 ids (a bigint is at most 20 bytes with its comma): under the 8,000 bytes a
@@ -42,14 +47,15 @@ $$;
 
 -- trigger: runs_notify_changed
 -- Only the columns a stream shows: a heartbeat (lease_until) or a claim's bookkeeping columns
--- alone fire nothing; nor do the two transitions whose statements announce their runs
+-- alone fire nothing; nor do the two transitions whose statements announced their runs
 -- themselves (above).
 CREATE TRIGGER runs_notify_changed
 AFTER UPDATE OF status, metadata, batch_id ON {schema}.runs
 FOR EACH ROW
 WHEN ((OLD.status IS DISTINCT FROM NEW.status
-       AND NOT (OLD.status = 'QUEUED' AND NEW.status = 'EXECUTING')
-       AND NOT (OLD.status = 'EXECUTING' AND NEW.status = 'COMPLETED'))
+       AND NOT ((OLD.status = 'QUEUED' AND NEW.status = 'EXECUTING'
+                 OR OLD.status = 'EXECUTING' AND NEW.status = 'COMPLETED')
+                AND current_setting('fairlane.runs_announced', true) = 'on'))
       OR OLD.metadata IS DISTINCT FROM NEW.metadata
       OR OLD.batch_id IS DISTINCT FROM NEW.batch_id)
 EXECUTE FUNCTION {schema}.notify_run_changed();

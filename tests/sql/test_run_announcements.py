@@ -1,8 +1,9 @@
 """The changes channel the event streams follow (sql/realtime/changes.sql): every run that is
 created or changes status is announced once per change, whichever statement changed it. The
 claim and the worker's completions announce their runs themselves, a notice per 300; the row
-trigger announces every other change and passes over those two transitions, so no run is
-announced twice for one change, and none is left out."""
+trigger announces every other change and passes over those two transitions when the statement
+said it announced them, so no run is announced twice for one change, and none is left out: not
+even one a worker of an earlier release completes during a rolling deploy."""
 
 from __future__ import annotations
 
@@ -119,3 +120,24 @@ def test_other_changes_of_status_and_metadata_are_announced_by_the_row_trigger(
     # Nothing a stream shows: no notice.
     db.execute("UPDATE fairlane.runs SET priority = 5 WHERE id = %s", (run_id,))
     assert announced(listener, db) == [[run_id], [run_id]]
+
+
+def test_a_completion_that_announces_nothing_is_announced_by_the_row_trigger(
+    db: psycopg.Connection[Any], listener: psycopg.Connection[Any]
+) -> None:
+    """A worker of the release before set-based announcements completes with a statement that
+    announces nothing; a claim made just before, in a transaction of its own, does not make
+    the trigger pass over it."""
+    (run_id,) = trigger_many(db, [TriggerRequest("t", None)])
+    ((claimed_id, token, *_),) = db.execute(
+        query("claim_runs", "fairlane"), claim_params(limit=1)
+    ).fetchall()
+    assert claimed_id == run_id
+    assert announced(listener, db) == [[run_id], [run_id]]
+
+    db.execute(
+        "UPDATE fairlane.runs SET status = 'COMPLETED', finished_at = now(), lease_token = NULL,"
+        " lease_until = NULL WHERE id = %s AND lease_token = %s AND status = 'EXECUTING'",
+        (run_id, token),
+    )
+    assert announced(listener, db) == [[run_id]]
