@@ -88,12 +88,12 @@ $$;
 -- not for a run that waited without a worker and is resumed (resume_ready: mark_runs_ready).
 -- replay says whether the run has recorded calls (sql/waitpoints/steps.sql) to replay. A run of
 -- a queue with a rate takes a token of its key's bucket (sql/claim/key_rates.sql). The started
--- runs are announced to the event streams here, a notice per 300 (sql/realtime/changes.sql). The runs
--- are found through an index condition on the primary key: joined on id alone, the plan a
--- session keeps from claims made while the table held a few runs hashed the picked ids and
--- scanned the whole table on every later claim (tests/sql/test_plans_after_growth.py). It runs
--- with the claim's settings (claim_runs: a generic plan from the first claim): a setting of
--- its own would cost every call.
+-- runs are announced to the event streams here, a notice per 300 (sql/realtime/changes.sql).
+-- The runs are found through an index condition on the primary key: joined on id alone, the
+-- plan a session keeps from claims made while the table held a few runs hashed the picked ids
+-- and scanned the whole table on every later claim (tests/sql/test_plans_after_growth.py). It
+-- runs with the claim's settings (claim_runs: a generic plan from the first claim): a setting
+-- of its own would cost every call.
 CREATE OR REPLACE FUNCTION {schema}.start_picked_runs(
     picked bigint[], lease_s double precision, claimer text)
 RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,

@@ -6,9 +6,10 @@
 --
 -- The two statements that change most runs announce their own, a notice per 300 runs: the
 -- claim starting runs (start_picked_runs, QUEUED to EXECUTING) and the worker's completions
--- (complete_runs, EXECUTING to COMPLETED). A notice per run there cost the server about a
--- fifth of a drain: the row trigger's queued event and function call, and at commit thousands
--- of notices to write and for every listening session to read. Each of them sets
+-- (complete_runs, EXECUTING to COMPLETED). A notice per run there was a large part of the
+-- server's work in a drain (bench/sittings/44-run-announcements-set-based.md): the row
+-- trigger's queued event and function call, and at commit thousands of notices to write and
+-- for every listening session to read. Each of them sets
 -- fairlane.runs_announced for its transaction before it changes a run, and the row trigger
 -- passes over exactly those two transitions while it is set: a completion written by a worker
 -- of an earlier release during a rolling deploy (its complete_runs announces nothing) is
