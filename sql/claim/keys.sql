@@ -1,6 +1,6 @@
 -- Concurrency keys: a queue's runs split by runs.concurrency_key, each key with its own copy
 -- of the queue's concurrency_limit (keyless runs are one more key), and queues.total_limit
--- bounding the queue across them. pick_runs (sql/claim/claim.sql) hands a queue
+-- bounding the queue across them. pick_runs (sql/claim/pick.sql) hands a queue
 -- here when it has queued runs with a key (a keyed queue); a queue without any is walked as
 -- before, and keyless runs cost nothing more.
 --
