@@ -8,11 +8,11 @@
 -- what it picked and charge it: six statements, four of them in nested calls, whose fixed
 -- costs are most of a pickup's claim (bench/sittings/46-the-pickup-s-claim-in-one-statement.md).
 -- This does the same in two: the environment's lock, then one statement that counts, picks,
--- starts and charges, where its queues need no more than the environment's cap: none of the
--- queues it walks has a cap, a total limit, a rate or queued runs with a concurrency key, and
--- its batch carriers have none queued. The counts and each queue's walk are pick_runs', the
--- start is start_picked_runs' (tests/sql/test_claim_announced.py checks that both claims
--- leave the same rows).
+-- starts (start_picked_runs) and charges, where its queues need no more than the
+-- environment's cap: none of the queues it walks has a cap, a total limit, a rate or queued
+-- runs with a concurrency key, and its batch carriers have none queued. The counts and each
+-- queue's walk are pick_runs' for that case (tests/sql/test_claim_announced.py checks that
+-- both claims leave the same rows).
 -- It returns no row, and changes nothing but the row locks it took, when the case does not
 -- hold (the environment is active, paused, held by another claim, or other environments are
 -- active; a queue needs counting) or nothing was picked: claim_runs then goes the general way,
@@ -52,8 +52,6 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    -- This statement announces the runs it starts (start_picked_runs says why).
-    PERFORM set_config('fairlane.runs_announced', 'on', true);
     RETURN QUERY
     WITH room AS MATERIALIZED (
         -- pick_runs' room of the environment under its cap (a burst factor included).
@@ -118,24 +116,10 @@ BEGIN
         ORDER BY c.queue_order, c.id
         LIMIT greatest((SELECT room.n FROM room), 0)
     ), started AS MATERIALIZED (
-        UPDATE {schema}.runs AS r
-        SET status = 'EXECUTING',
-            attempts = r.attempts + CASE WHEN r.resume_ready THEN 0 ELSE 1 END,
-            resume_ready = false,
-            lease_token = gen_random_uuid(),
-            lease_until = now() + make_interval(secs => lease_s),
-            worker_id = claimer,
-            started_at = now(),
-            expires_at = NULL
-        FROM picked p
-        WHERE r.id = p.id
-        RETURNING r.id, r.lease_token, r.task, r.payload, r.attempts, r.max_attempts,
-                  r.environment, r.queue, r.metadata, r.machine, r.max_duration_s,
-                  r.queue_order, r.wait_attempt,
-                  EXISTS (SELECT 1 FROM {schema}.run_steps AS step WHERE step.run_id = r.id)
-                      AS replay
-    ), announced AS (
-        SELECT {schema}.announce_runs(array_agg(s.id)) FROM started s
+        SELECT s.*
+        FROM {schema}.start_picked_runs(
+            ARRAY(SELECT p.id FROM picked p ORDER BY p.queue_order, p.id), lease_s, claimer) AS s
+        WHERE EXISTS (SELECT 1 FROM picked)
     ), charged AS (
         UPDATE {schema}.environments AS e
         SET served = e.served + (SELECT count(*) FROM started),
@@ -153,8 +137,8 @@ BEGIN
            s.queue, s.metadata, s.machine, s.max_duration_s, s.queue_order, s.wait_attempt,
            s.replay
     FROM started s
-    -- The announcement and the charge are made though no row of theirs is returned.
-    WHERE (SELECT count(*) FROM announced) >= 0 AND (SELECT count(*) FROM charged) >= 0
+    -- The charge is made though no row of it is returned.
+    WHERE (SELECT count(*) FROM charged) >= 0
     ORDER BY s.queue_order, s.id;
 END;
 $$;
