@@ -194,6 +194,12 @@ async def test_hung_heartbeat_cannot_keep_a_handler_past_its_lease(
         await wait_until(lambda: bool(executions), within=10, what="the first execution")
         beats = hung.stats.heartbeats
         await wait_until(lambda: hung.stats.heartbeats > beats, within=5, what="a heartbeat")
+        # The registry's tick follows each beat on the same connection. The backend is stopped
+        # after it, between statements, so that it holds no lock and the next beat is the
+        # statement that hangs. (Stopped right after the beat, in a CI run, the other worker
+        # took 11 s to start and never saw the run re-queued.)
+        ticks = hung.presence.ticks
+        await wait_until(lambda: hung.presence.ticks > ticks, within=5, what="a registry tick")
         conn = hung.connections["heartbeat"].current
         assert conn is not None
         with stopped(conn.info.backend_pid):
