@@ -45,7 +45,7 @@ BEGIN
     ), env_room AS MATERIALIZED (
         -- In numeric until the least: a cap times its burst factor may pass integer. Without
         -- a cap nothing is counted (the common, fast case).
-        SELECT env.name, env.env_limit, env.turn,
+        SELECT env.name, env.env_limit, env.burst, env.turn,
                CASE WHEN env.env_limit IS NULL THEN share
                     ELSE least(share, floor(env.env_limit * env.burst) - (
                         (SELECT count(*) FROM {schema}.runs r
@@ -100,7 +100,10 @@ BEGIN
         ) AS keyed
         -- The queue's slot holders, by key (NULL: keyless), counted only where a cap needs
         -- them: without one nothing is counted (the common, fast case). A key's cap is the
-        -- queue's concurrency_limit: keys without one take turns, uncounted.
+        -- queue's concurrency_limit: keys without one take turns, uncounted. The environment's
+        -- limit bounds a queue on its own only with a burst factor over 1: otherwise the
+        -- environment's room, counted above, is already the smaller (the default setup, an
+        -- environment limit and queues without their own, counts once per environment).
         LEFT JOIN LATERAL (
             SELECT sum(g.n)::integer AS n,
                    sum(g.n) FILTER (WHERE g.concurrency_key IS NULL)::integer AS keyless,
@@ -119,7 +122,7 @@ BEGIN
                           AND r.resume_ready AND r.queue = q.name) AS h
                   GROUP BY h.concurrency_key) AS g
             WHERE q.concurrency_limit IS NOT NULL OR q.total_limit IS NOT NULL
-               OR e.env_limit IS NOT NULL
+               OR (e.env_limit IS NOT NULL AND e.burst > 1)
         ) AS held ON true
         LEFT JOIN unnest(floor_environments, floor_queues, floor_orders, floor_ids)
             AS floor(environment, queue, queue_order, id)

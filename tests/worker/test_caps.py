@@ -125,3 +125,37 @@ async def test_burst_factor_raises_the_environment_cap_above_its_queues(
     assert len(claimed) == 6
     per_queue = {queue: sum(run.queue == queue for run in claimed) for queue in ("x", "y")}
     assert max(per_queue.values()) <= 4
+
+
+@pytest.mark.parametrize(
+    ("burst", "taken_per_queue"),
+    [
+        # Without a burst the environment's room (3 - 2 running) is all there is.
+        (1.0, {"x": 1, "y": 0}),
+        # With one (cap floor(3 x 2) = 6, room 4), a queue is still capped at the environment
+        # limit, counting its own running runs: x has room for 1, y takes the other 3.
+        (2.0, {"x": 1, "y": 3}),
+    ],
+)
+async def test_an_environment_limit_bounds_each_queue_counting_its_running_runs(
+    dsn: str,
+    db: psycopg.Connection[Any],
+    store: LeaseStore,
+    burst: float,
+    taken_per_queue: dict[str, int],
+) -> None:
+    # Queues without limits of their own, as environments get them by default: the pick
+    # counts the queue's holders only where the burst lets the environment pass its limit.
+    limits.set_environment(db, "capped", concurrency_limit=3, burst_factor=burst)
+    trigger_many(db, [TriggerRequest("t", i, environment="capped", queue="x") for i in range(10)])
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        assert len(await store.claim(conn, 2)) == 2
+        trigger_many(
+            db, [TriggerRequest("t", i, environment="capped", queue="y") for i in range(10)]
+        )
+        # x's runs queued first: the claim walks x before y.
+        claimed = await store.claim(conn, 100)
+    taken = {queue: sum(run.queue == queue for run in claimed) for queue in ("x", "y")}
+    assert taken == taken_per_queue
+    running_now = {"x": 2 + taken_per_queue["x"], "y": taken_per_queue["y"]}
+    assert executing(db) == {queue: n for queue, n in running_now.items() if n}
