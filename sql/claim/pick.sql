@@ -100,10 +100,13 @@ BEGIN
         ) AS keyed
         -- The queue's slot holders, by key (NULL: keyless), counted only where a cap needs
         -- them: without one nothing is counted (the common, fast case). A key's cap is the
-        -- queue's concurrency_limit: keys without one take turns, uncounted. The environment's
-        -- limit bounds a queue on its own only with a burst factor over 1: otherwise the
-        -- environment's room, counted above, is already the smaller (the default setup, an
-        -- environment limit and queues without their own, counts once per environment).
+        -- queue's concurrency_limit: keys without one take turns, uncounted. Nor are they
+        -- counted where the environment's room, counted above, is the smaller whatever they
+        -- are: a limit without a burst factor over 1, and no limit of the queue below it (every
+        -- key's, the keyless runs' and the queue's total room is then at least the
+        -- environment's). So the default setup, an environment limit and queues without their
+        -- own, counts once per environment visited. Not for batch carriers, which the
+        -- environment's room does not bound.
         LEFT JOIN LATERAL (
             SELECT sum(g.n)::integer AS n,
                    sum(g.n) FILTER (WHERE g.concurrency_key IS NULL)::integer AS keyless,
@@ -121,8 +124,11 @@ BEGIN
                         WHERE r.environment = e.name AND r.status = 'WAITING'
                           AND r.resume_ready AND r.queue = q.name) AS h
                   GROUP BY h.concurrency_key) AS g
-            WHERE q.concurrency_limit IS NOT NULL OR q.total_limit IS NOT NULL
-               OR (e.env_limit IS NOT NULL AND e.burst > 1)
+            WHERE (q.concurrency_limit IS NOT NULL OR q.total_limit IS NOT NULL
+                   OR e.env_limit IS NOT NULL)
+              AND NOT (e.env_limit IS NOT NULL AND e.burst <= 1 AND q.name <> '__batches__'
+                       AND coalesce(q.concurrency_limit, 2147483647) >= e.env_limit
+                       AND coalesce(q.total_limit, 2147483647) >= e.env_limit)
         ) AS held ON true
         LEFT JOIN unnest(floor_environments, floor_queues, floor_orders, floor_ids)
             AS floor(environment, queue, queue_order, id)

@@ -128,13 +128,18 @@ async def test_burst_factor_raises_the_environment_cap_above_its_queues(
 
 
 @pytest.mark.parametrize(
-    ("burst", "taken_per_queue"),
+    ("burst", "x_limit", "taken_per_queue"),
     [
-        # Without a burst the environment's room (3 - 2 running) is all there is.
-        (1.0, {"x": 1, "y": 0}),
-        # With one (cap floor(3 x 2) = 6, room 4), a queue is still capped at the environment
-        # limit, counting its own running runs: x has room for 1, y takes the other 3.
-        (2.0, {"x": 1, "y": 3}),
+        # Without a burst the environment's room (3 - 2 running) is all there is, whatever
+        # limit of x's own is no smaller than the environment's.
+        (1.0, None, {"x": 1, "y": 0}),
+        (1.0, 3, {"x": 1, "y": 0}),
+        (1.0, 5, {"x": 1, "y": 0}),
+        # A limit of x below the environment's binds first: x is full, y takes the room.
+        (1.0, 2, {"x": 0, "y": 1}),
+        # With a burst (cap floor(3 x 2) = 6, room 4) a queue is still capped at the
+        # environment limit, counting its own running runs: x has room for 1, y takes 3.
+        (2.0, None, {"x": 1, "y": 3}),
     ],
 )
 async def test_an_environment_limit_bounds_each_queue_counting_its_running_runs(
@@ -142,11 +147,14 @@ async def test_an_environment_limit_bounds_each_queue_counting_its_running_runs(
     db: psycopg.Connection[Any],
     store: LeaseStore,
     burst: float,
+    x_limit: int | None,
     taken_per_queue: dict[str, int],
 ) -> None:
-    # Queues without limits of their own, as environments get them by default: the pick
-    # counts the queue's holders only where the burst lets the environment pass its limit.
+    # The pick counts a queue's own running runs only where the environment's room may not
+    # be the smaller (sql/claim/pick.sql); each case holds either way.
     limits.set_environment(db, "capped", concurrency_limit=3, burst_factor=burst)
+    if x_limit is not None:
+        limits.set_queue(db, "capped", "x", concurrency_limit=x_limit)
     trigger_many(db, [TriggerRequest("t", i, environment="capped", queue="x") for i in range(10)])
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         assert len(await store.claim(conn, 2)) == 2
@@ -159,3 +167,27 @@ async def test_an_environment_limit_bounds_each_queue_counting_its_running_runs(
     assert taken == taken_per_queue
     running_now = {"x": 2 + taken_per_queue["x"], "y": taken_per_queue["y"]}
     assert executing(db) == {queue: n for queue, n in running_now.items() if n}
+
+
+async def test_an_environment_limit_under_its_keys_limit_bounds_a_keyed_queue(
+    dsn: str, db: psycopg.Connection[Any], store: LeaseStore
+) -> None:
+    # Each key may run 4, the environment 3 in all: the keys' holders go uncounted (the
+    # environment's room is the smaller), and the environment's cap holds across the keys.
+    limits.set_environment(db, "keyed", concurrency_limit=3)
+    limits.set_queue(db, "keyed", "x", concurrency_limit=4)
+    trigger_many(
+        db,
+        [
+            TriggerRequest("t", i, environment="keyed", queue="x", concurrency_key=key)
+            for key in ("a", "b")
+            for i in range(6)
+        ],
+    )
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        first = await store.claim(conn, 2)
+        second = await store.claim(conn, 100)
+        assert await store.claim(conn, 100) == []
+    assert len(first) == 2
+    assert len(second) == 1
+    assert executing(db) == {"x": 3}
