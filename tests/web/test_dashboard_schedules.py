@@ -4,6 +4,7 @@ and pause and resume by a form."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -25,7 +26,11 @@ def _row(html: str, environment: str, key: str) -> str:
 async def test_schedules_show_next_and_last_fire_and_pause_and_resume(
     http: httpx.AsyncClient, keys: Keys, as_a: httpx.AsyncClient, db: psycopg.Connection[Any]
 ) -> None:
-    schedules.create(db, "report", "0 3 * * *", external_id="nightly-report", environment="env-a")
+    # Daily at an hour one to two hours away, so that its next fire is always after the
+    # every-minute schedule's (a fixed hour ties with it in the minute before that hour).
+    hour = (datetime.now(UTC) + timedelta(hours=2)).hour
+    nightly_cron = f"0 {hour} * * *"
+    schedules.create(db, "report", nightly_cron, external_id="nightly-report", environment="env-a")
     schedules.create(db, "ping", "* * * * *", external_id="every-minute", environment="env-b")
     fired = await _trigger(as_a, "report")
     db.execute(
@@ -38,7 +43,7 @@ async def test_schedules_show_next_and_last_fire_and_pause_and_resume(
     # The next to fire first.
     assert page.index("every-minute") < page.index("nightly-report")
     nightly = _row(page, "env-a", "nightly-report")
-    assert "<code>0 3 * * *</code>" in nightly
+    assert f"<code>{nightly_cron}</code>" in nightly
     assert re.search(r'data-testid="next-fire">in \d+', nightly), nightly
     assert "2h 0m ago" in nightly
     assert f'href="/runs/{fired}">run {fired}</a>' in nightly
