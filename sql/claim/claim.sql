@@ -55,6 +55,18 @@
 -- is left, after the runs picked so far started: a slot count made in a lap sees them.
 -- Environments are charged once, at the end: their turn order does not move while the claim
 -- reads it, so no page returns an environment the claim has visited.
+-- Every charge moves an environment forward in the turn order and leaves a dead entry in the
+-- index where it was, in front of the live ones, until the table is vacuumed: under a steady
+-- load a read from the index's start walked every charge since the last vacuum. So a claim
+-- returns `first_turn`, where it found the first active environment, and the caller's next
+-- claim starts there (`turn_start`). No active environment sorts before it then: a charge
+-- only moves one forward, and one that joins in this claim without being served (levelled
+-- with the least served, and served longest ago, it may sort first) is counted in
+-- `first_turn`. Two cases are not: an environment that joined in another claim levelled
+-- with a least service a concurrent charge has just raised, and one unpaused. The caller
+-- sends no start in a full scan (which also ignores one) and after a claim that came back
+-- short, so those wait for its next full scan at worst (a worker's poll interval). A claim of
+-- some environments only (`only_environments`) neither uses nor returns a start.
 -- Every statement of the claim walks an index (tests/sql/test_claim_plan.py), on generic plans
 -- from the first claim
 -- (bench/sittings/12-requests-without-their-defaults-statements-planned-once.md).
@@ -64,11 +76,12 @@ CREATE OR REPLACE FUNCTION {schema}.claim_runs(
     full_scan boolean DEFAULT true, floor_environments text[] DEFAULT NULL,
     floor_queues text[] DEFAULT NULL, floor_orders timestamptz[] DEFAULT NULL,
     floor_ids bigint[] DEFAULT NULL, only_tasks text[] DEFAULT NULL,
-    announced_environments text[] DEFAULT NULL, last_yield double precision DEFAULT NULL)
+    announced_environments text[] DEFAULT NULL, last_yield double precision DEFAULT NULL,
+    turn_start text DEFAULT NULL)
 RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
                max_attempts integer, environment text, queue text, metadata jsonb,
                machine text, max_duration_s double precision, queue_order timestamptz,
-               wait_attempt integer, replay boolean)
+               wait_attempt integer, replay boolean, first_turn text)
 LANGUAGE plpgsql
 SET enable_seqscan = off
 SET enable_bitmapscan = off
@@ -84,6 +97,22 @@ DECLARE
     after_served bigint := -9223372036854775808;
     after_turn timestamptz := '-infinity';
     after_name text := '';
+    -- Whether the first page starts at (not after) that position: a caller's turn_start.
+    include_after boolean := false;
+    -- Where this claim started reading the turn order: no active environment sorts before it.
+    start_served bigint := -9223372036854775808;
+    start_turn timestamptz := '-infinity';
+    start_name text := '';
+    -- Where the caller's next claim may start (first_turn): the first environment of the turn
+    -- order this claim read, or its start when it read none.
+    turns_read boolean := false;
+    first_served bigint;
+    first_at timestamptz;
+    first_name text;
+    -- The environments this claim let join: a scan's finds that it served (marked), and the
+    -- announced ones of its first round (joined), levelled to joining_served at the charge.
+    marked text[] := '{{}}';
+    joining_served bigint;
     page_names text[];
     page_served bigint[];
     page_turns timestamptz[];
@@ -118,9 +147,10 @@ BEGIN
     IF NOT full_scan AND cardinality(announced_environments) = 1 AND claim_limit > 0
        AND settings.rate_limit_per_s IS NULL AND settings.global_concurrency_limit IS NULL THEN
         RETURN QUERY
-        SELECT * FROM {schema}.claim_announced(
+        SELECT a.*, NULL::text FROM {schema}.claim_announced(
             announced_environments[1], claim_limit, lease_s, claimer, only_environments,
-            only_queues, only_tasks, floor_environments, floor_queues, floor_orders, floor_ids);
+            only_queues, only_tasks, floor_environments, floor_queues, floor_orders, floor_ids)
+            AS a;
         -- (FOUND is this function's variable `found`; the row count says it.)
         GET DIAGNOSTICS announced_taken = ROW_COUNT;
         IF announced_taken > 0 THEN
@@ -143,6 +173,22 @@ BEGIN
         found := ARRAY(SELECT w.environment FROM {schema}.environments_with_work() AS w
                        WHERE only_environments IS NULL OR w.environment = ANY(only_environments));
         PERFORM {schema}.mark_environments_active(found);
+    END IF;
+    -- The turn order is read from where the caller's last claim found its first environment:
+    -- every active environment sorts there or after, but for the cases the function's comment
+    -- names. Not in a full scan, which reads it from its start, nor for a claim of some
+    -- environments only, whose start says nothing of the others.
+    IF turn_start IS NOT NULL AND NOT full_scan AND only_environments IS NULL THEN
+        after_served := (turn_start::jsonb ->> 0)::bigint;
+        after_turn := (turn_start::jsonb ->> 1)::timestamptz;
+        after_name := turn_start::jsonb ->> 2;
+        include_after := true;
+        start_served := after_served;
+        start_turn := after_turn;
+        start_name := after_name;
+        first_served := after_served;
+        first_at := after_turn;
+        first_name := after_name;
     END IF;
     -- The first page is sized by `last_yield`, the runs per environment the caller's last
     -- claim got (the caller keeps it: a session setting would outlive the transaction behind a
@@ -182,8 +228,15 @@ BEGIN
                        array_agg(t.turn_at ORDER BY t.nth)
                 INTO page_names, page_served, page_turns
                 FROM {schema}.claim_turns(only_environments, after_served, after_turn,
-                                          after_name, how_many) AS t;
+                                          after_name, how_many, include_after) AS t;
                 exhausted := coalesce(cardinality(page_names), 0) < how_many;
+                IF NOT turns_read AND page_names IS NOT NULL THEN
+                    first_served := page_served[1];
+                    first_at := page_turns[1];
+                    first_name := page_names[1];
+                END IF;
+                turns_read := true;
+                include_after := false;
             END IF;
             IF page_names IS NOT NULL THEN
                 after_served := page_served[cardinality(page_names)];
@@ -198,6 +251,7 @@ BEGIN
                                   OR w.environment = ANY(only_environments));
                 SELECT array_agg(j.name ORDER BY j.served, j.name) INTO page_names
                 FROM {schema}.mark_environments_active(found) AS j;
+                marked := coalesce(page_names, '{{}}');
             END IF;
         END IF;
         IF page_names IS NULL THEN
@@ -246,8 +300,40 @@ BEGIN
         END IF;
     END IF;
 
+    -- The service a joiner of the first round is levelled to, read before the runs start so
+    -- that first_turn can say where a joiner that took nothing stays (below).
+    IF cardinality(joined) > 0 THEN
+        SELECT min(a.served) INTO joining_served
+        FROM {schema}.environments a
+        WHERE NOT a.drained AND NOT a.paused
+          AND (a.served, coalesce(a.last_served_at, '-infinity'::timestamptz), a.name)
+              >= (start_served, start_turn, start_name);
+    END IF;
+    -- An environment that joined in this claim and took nothing stays active where it joined,
+    -- which may sort before every environment the turn order showed (level with the least
+    -- served, and served longest ago): the caller's next claim starts no later than there.
+    IF first_name IS NOT NULL AND only_environments IS NULL
+       AND cardinality(joined || marked) > 0 THEN
+        SELECT p.served, p.turn_at, p.name INTO first_served, first_at, first_name
+        FROM (SELECT first_served AS served, first_at AS turn_at, first_name AS name
+              UNION ALL
+              SELECT CASE WHEN e.name = ANY(joined) THEN greatest(e.served, joining_served)
+                          ELSE e.served END,
+                     coalesce(e.last_served_at, '-infinity'::timestamptz), e.name
+              FROM {schema}.environments e
+              WHERE e.name = ANY(joined || marked)
+                AND NOT e.name = ANY(ARRAY(SELECT x.name
+                                           FROM unnest(visited_names, visited_taken)
+                                                AS x(name, taken)
+                                           WHERE x.taken > 0))) AS p
+        ORDER BY p.served, p.turn_at, p.name
+        LIMIT 1;
+    END IF;
     IF cardinality(picked) > 0 THEN
-        RETURN QUERY SELECT * FROM {schema}.start_picked_runs(picked, lease_s, claimer);
+        RETURN QUERY SELECT * FROM {schema}.start_picked_runs(
+            picked, lease_s, claimer,
+            CASE WHEN only_environments IS NULL AND first_name IS NOT NULL
+                 THEN jsonb_build_array(first_served, first_at, first_name)::text END);
     END IF;
 
     -- Charge each environment visited the service it got, and mark it drained when it has no
@@ -263,24 +349,21 @@ BEGIN
         -- An environment's credit is capped: it counts as served at least max_deficit less
         -- than the most-served active one (one descent of the turn index, from its end). One
         -- that joined in this claim counts as served at least as much as the least-served
-        -- active one, as mark_environments_active levels it: a descent from the index's start,
-        -- made only when one joined (the start is where the entries of the environments
-        -- charged since the last vacuum lie dead).
+        -- active one, as mark_environments_active levels it (joining_served, above: a descent
+        -- of the index from where this claim started reading it, made only when one joined;
+        -- the index's start is where the entries of the environments charged since the last
+        -- vacuum lie dead).
         WITH cap AS (
             SELECT max(a.served) - settings.max_deficit AS least_served
-            FROM {schema}.environments a WHERE NOT a.drained AND NOT a.paused
-        ), level AS (
-            SELECT min(a.served) AS least_active
             FROM {schema}.environments a WHERE NOT a.drained AND NOT a.paused
         )
         UPDATE {schema}.environments AS e
         SET served = CASE WHEN v.taken > 0
                           THEN greatest(e.served, (SELECT cap.least_served FROM cap),
-                                        CASE WHEN v.joined
-                                             THEN (SELECT level.least_active FROM level) END)
+                                        CASE WHEN v.joined THEN joining_served END)
                                + v.taken
                           WHEN v.joined
-                          THEN greatest(e.served, (SELECT level.least_active FROM level))
+                          THEN greatest(e.served, joining_served)
                           ELSE e.served END,
             last_served_at = CASE WHEN v.taken > 0 THEN clock_timestamp()
                                   ELSE e.last_served_at END,
@@ -311,7 +394,7 @@ $$;
 -- params: limit integer, lease_s double precision, worker_id text, environments text[],
 -- params: queues text[], full_scan boolean, floor_environments text[], floor_queues text[],
 -- params: floor_orders timestamp with time zone[], floor_ids bigint[], tasks text[],
--- params: announced text[], last_yield double precision
+-- params: announced text[], last_yield double precision, turn_start text
 -- Claim up to %(limit)s runs in one statement: fairly across environments, within every cap,
 -- each with a fresh lease token that all later writes must present (sql/leases/outcomes.sql). The
 -- attempt is counted here, so a redelivery after a lapsed lease counts as one too; its
@@ -320,6 +403,8 @@ $$;
 -- %(announced)s: look only at these (the environments notifications named since the last claim).
 -- %(last_yield)s: runs per environment the caller's last claim got (NULL: none yet), which
 -- sizes the first page of the turn order this claim reads.
+-- %(turn_start)s: the first_turn the caller's last claim returned (NULL: read the turn order
+-- from its start); first_turn comes back on the last row alone.
 -- The floors (four arrays, one element per queue, or NULL): where each queue's walk starts.
 -- %(tasks)s: the tasks the claimer has handlers for (NULL: any); runs of other tasks wait.
 -- No payload (JSON null) and no metadata ({}) come back as SQL NULL, which the client reads
@@ -328,9 +413,10 @@ $$;
 -- floors of a worker serving many tenants are 64 queues' worth, four arrays, every claim.
 SELECT id, lease_token, task, nullif(payload, 'null') AS payload, attempts, max_attempts,
        environment, queue, nullif(metadata, '{{}}') AS metadata, machine, max_duration_s,
-       queue_order, wait_attempt, replay
+       queue_order, wait_attempt, replay, first_turn
 FROM {schema}.claim_runs(%(limit)s, %(lease_s)s, %(worker_id)s,
                          %(environments)b::text[], %(queues)b::text[], %(full_scan)s,
                          %(floor_environments)b::text[], %(floor_queues)b::text[],
                          %(floor_orders)b::timestamptz[], %(floor_ids)b::bigint[],
-                         %(tasks)b::text[], %(announced)b::text[], %(last_yield)s);
+                         %(tasks)b::text[], %(announced)b::text[], %(last_yield)s,
+                         %(turn_start)s);

@@ -93,13 +93,15 @@ $$;
 -- plan a session keeps from claims made while the table held a few runs hashed the picked ids
 -- and scanned the whole table on every later claim (tests/sql/test_plans_after_growth.py). It
 -- runs with the claim's settings (claim_runs: a generic plan from the first claim): a setting
--- of its own would cost every call.
+-- of its own would cost every call. `first_turn` (claim_runs') comes back on the last run's row
+-- alone, NULL on the others: a value on each of a claim's thousands of rows would cost the
+-- worker a timestamp to read per run.
 CREATE OR REPLACE FUNCTION {schema}.start_picked_runs(
-    picked bigint[], lease_s double precision, claimer text)
+    picked bigint[], lease_s double precision, claimer text, first_turn text DEFAULT NULL)
 RETURNS TABLE (id bigint, lease_token uuid, task text, payload jsonb, attempts integer,
                max_attempts integer, environment text, queue text, metadata jsonb,
                machine text, max_duration_s double precision, queue_order timestamptz,
-               wait_attempt integer, replay boolean)
+               wait_attempt integer, replay boolean, turn text)
 LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
@@ -152,7 +154,8 @@ BEGIN
     SELECT s.id, s.lease_token, s.task, s.payload, s.attempts, s.max_attempts,
            s.environment, s.queue, s.metadata, s.machine, s.max_duration_s, s.queue_order,
            s.wait_attempt,
-           EXISTS (SELECT 1 FROM {schema}.run_steps AS step WHERE step.run_id = s.id)
+           EXISTS (SELECT 1 FROM {schema}.run_steps AS step WHERE step.run_id = s.id),
+           CASE WHEN s.nth = cardinality(picked) THEN first_turn END
     FROM started s
     WHERE (SELECT count(*) FROM announced) >= 0
     ORDER BY s.nth;

@@ -11,12 +11,13 @@
 
 -- function: claim_turns
 -- The next `how_many` active, unpaused environments in turn order after the position
--- (`after_served`, `after_turn`, `after_name`), each with that position. One range scan of
--- environments_turn_idx. A plain STABLE sql function, so the planner inlines it into the
--- claim's statement.
+-- (`after_served`, `after_turn`, `after_name`), or from it when `include_after` (a start a
+-- previous claim returned: the environment there may not have moved), each with its position.
+-- One range scan of environments_turn_idx. A plain STABLE sql function, so the planner inlines
+-- it into the claim's statement.
 CREATE OR REPLACE FUNCTION {schema}.claim_turns(
     only_environments text[], after_served bigint, after_turn timestamptz, after_name text,
-    how_many integer)
+    how_many integer, include_after boolean)
 RETURNS TABLE (name text, served bigint, turn_at timestamptz, nth bigint)
 LANGUAGE sql
 STABLE
@@ -28,7 +29,10 @@ AS $$
     WHERE NOT e.drained
       AND NOT e.paused
       AND (e.served, coalesce(e.last_served_at, '-infinity'::timestamptz), e.name)
-          > (after_served, after_turn, after_name)
+          >= (after_served, after_turn, after_name)
+      AND (include_after
+           OR (e.served, coalesce(e.last_served_at, '-infinity'::timestamptz), e.name)
+              <> (after_served, after_turn, after_name))
       AND (only_environments IS NULL OR e.name = ANY(only_environments))
     ORDER BY e.served, coalesce(e.last_served_at, '-infinity'::timestamptz), e.name
     LIMIT how_many;

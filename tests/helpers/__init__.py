@@ -207,6 +207,7 @@ def claim_params(**given: Any) -> dict[str, Any]:
         "tasks": None,
         "announced": None,
         "last_yield": None,
+        "turn_start": None,
     }
     params.update(given)
     return params

@@ -100,12 +100,15 @@ def _produce(conn: psycopg.Connection[Any]) -> None:
 
 def _claim_and_complete(conn: psycopg.Connection[Any]) -> None:
     statements = engine("fairlane")
-    claimed = rows(
-        conn,
-        statements.claim.runs(
-            1, lease_s=30, worker_id="probe", environments=None, queues=None, full_scan=True
-        ),
-    )
+    claimed = [
+        run
+        for run, _ in rows(
+            conn,
+            statements.claim.runs(
+                1, lease_s=30, worker_id="probe", environments=None, queues=None, full_scan=True
+            ),
+        )
+    ]
     if claimed:
         ids = [run.id for run in claimed]
         tokens = [run.lease_token for run in claimed]

@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from fairlane.engine.rows import claimed_from_row
+from fairlane.engine.rows import ClaimRow, claimed_from_row
 from fairlane.engine.section import Section
 from fairlane.engine.statement import Statement, scalar
-from fairlane.models import ClaimedRun
 
 # The claim's floors: environments, queues, queue orders and run ids, one element per queue.
 ClaimFloorArrays = tuple[list[str], list[str], list[datetime], list[int]]
@@ -29,12 +28,15 @@ class Claim(Section):
         tasks: Sequence[str] | None = None,
         announced: Sequence[str] | None = None,
         last_yield: float | None = None,
-    ) -> Statement[ClaimedRun]:
+        turn_start: str | None = None,
+    ) -> Statement[ClaimRow]:
         """``floors``: where each queue's walk starts, as four parallel arrays (environments,
         queues, queue orders, run ids); see sql/claim/claim.sql. ``tasks``: only runs of these
         tasks (None: of any task). ``announced``: environments said to have gained work, looked
         at before serving (without a full scan). ``last_yield``: runs per environment the
-        caller's last claim got, which sizes the first page of the turn order read."""
+        caller's last claim got, which sizes the first page of the turn order read.
+        ``turn_start``: where the caller's last claim found the turn order's first environment
+        (the last row's ``first_turn``), where this one starts reading it."""
         floor_environments, floor_queues, floor_orders, floor_ids = floors or (None,) * 4
         params = {
             "limit": limit,
@@ -50,6 +52,7 @@ class Claim(Section):
             "tasks": list(tasks) if tasks is not None else None,
             "announced": list(announced) if announced else None,
             "last_yield": last_yield,
+            "turn_start": turn_start,
         }
         return self._statement("claim_runs", params, claimed_from_row)
 

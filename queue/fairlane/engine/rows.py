@@ -40,9 +40,10 @@ def _claimed_run(
     queue_order: datetime | None,
     wait_attempt: int,
     replay: bool,
-) -> ClaimedRun:
+    first_turn: str | None,
+) -> ClaimRow:
     # The claim sends empty metadata as NULL (sql/claim/claim.sql); a run's own dict.
-    return ClaimedRun(
+    run = ClaimedRun(
         id,
         lease_token,
         task,
@@ -58,10 +59,15 @@ def _claimed_run(
         wait_attempt,
         replay,
     )
+    return run, first_turn
 
 
-# A ``ClaimedRun`` from a row of the ``claim_runs`` statement: its fields in order, ``attempts``
-# for ``attempt``.
+# A run of a claim, and on the last row alone where the claim found the turn order's first
+# environment (sql/claim/claim.sql, first_turn): the worker's next claim starts there.
+ClaimRow = tuple[ClaimedRun, str | None]
+
+# A ``ClaimRow`` from a row of the ``claim_runs`` statement: the run's fields in order,
+# ``attempts`` for ``attempt``, then ``first_turn``.
 claimed_from_row = ByColumns(
     (
         "id",
@@ -78,6 +84,7 @@ claimed_from_row = ByColumns(
         "queue_order",
         "wait_attempt",
         "replay",
+        "first_turn",
     ),
     _claimed_run,
 )

@@ -72,6 +72,13 @@ class LeaseStore:
         # Runs per environment the last claim that got any got: the next claim reads that
         # many fewer environments in its first page (sql/claim/claim.sql, last_yield).
         self._last_yield: float | None = None
+        # Where the last claim found the turn order's first environment: the next claim reads
+        # the turn order from there, past the dead entries of the environments charged since
+        # the last vacuum (sql/claim/claim.sql, turn_start). Kept while claims come back full,
+        # as floors are (worker/claim_floors.py): an environment that sorts before it (one
+        # unpaused, or one that joined in a race with a charge) is read by the next claim
+        # without it, a full scan or the claim after a short one.
+        self._turn_start: str | None = None
 
     async def claim(
         self,
@@ -104,13 +111,16 @@ class LeaseStore:
             tasks=tasks,
             announced=announced,
             last_yield=self._last_yield,
+            turn_start=None if full_scan else self._turn_start,
         )
         if conn not in self._claim_connections:
             set_json_loads(_loads_json, conn)
             self._claim_connections.add(conn)
-        claimed = await rows_async(conn, statement)
+        rows = await rows_async(conn, statement)
+        claimed = [run for run, _ in rows]
         if claimed:
             self._last_yield = len(claimed) / len({run.environment for run in claimed})
+        self._turn_start = rows[-1][1] if len(rows) >= limit else None
         return claimed
 
     async def due_delayed(
