@@ -142,3 +142,18 @@ async def test_a_claim_of_some_environments_neither_uses_nor_returns_a_start(
         ).fetchall()
     assert [row[0] for row in rows] == ["a", "a"], "the start past every environment is unused"
     assert rows[-1][1] is None
+
+
+async def test_a_claim_that_fails_drops_its_start(
+    dsn: str, db: psycopg.Connection[Any], store: LeaseStore
+) -> None:
+    """A start the database cannot read (one a worker of another release kept, say) fails
+    the claim once; the worker's next claim reads the turn order from its start."""
+    for name in ("a", "b"):
+        trigger_many(db, [TriggerRequest("t", i, environment=name) for i in range(5)])
+    store._turn_start = '["not a position"]'
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        with pytest.raises(psycopg.DataError):
+            await store.claim(conn, 2, full_scan=False)
+        got = await store.claim(conn, 4, full_scan=False)
+    assert len(got) == 4

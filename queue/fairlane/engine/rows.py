@@ -25,6 +25,11 @@ def run_from_row(row: Mapping[str, Any]) -> Run:
     return Run(**values)
 
 
+# A run of a claim, and on the last row alone where the claim found the turn order's first
+# environment (sql/claim/claim.sql, first_turn): the worker's next claim starts there.
+ClaimRow = tuple[ClaimedRun, str | None]
+
+
 def _claimed_run(
     id: int,
     lease_token: UUID,
@@ -61,10 +66,6 @@ def _claimed_run(
     )
     return run, first_turn
 
-
-# A run of a claim, and on the last row alone where the claim found the turn order's first
-# environment (sql/claim/claim.sql, first_turn): the worker's next claim starts there.
-ClaimRow = tuple[ClaimedRun, str | None]
 
 # A ``ClaimRow`` from a row of the ``claim_runs`` statement: the run's fields in order,
 # ``attempts`` for ``attempt``, then ``first_turn``.

@@ -77,7 +77,7 @@ class LeaseStore:
         # the last vacuum (sql/claim/claim.sql, turn_start). Kept while claims come back full,
         # as floors are (worker/claim_floors.py): an environment that sorts before it (one
         # unpaused, or one that joined in a race with a charge) is read by the next claim
-        # without it, a full scan or the claim after a short one.
+        # without it, a full scan or the claim after a short one. A claim that fails drops it.
         self._turn_start: str | None = None
 
     async def claim(
@@ -113,6 +113,7 @@ class LeaseStore:
             last_yield=self._last_yield,
             turn_start=None if full_scan else self._turn_start,
         )
+        self._turn_start = None
         if conn not in self._claim_connections:
             set_json_loads(_loads_json, conn)
             self._claim_connections.add(conn)
