@@ -6,19 +6,30 @@
 -- params: paused boolean, size_limit integer, set_size_limit boolean
 -- size_limit caps the runs waiting to start (QUEUED or DELAYED) across the environment's queues;
 -- triggers check it in their transaction (sql/triggering/sizes.sql). NULL is unlimited.
-INSERT INTO {schema}.environments AS e (name, concurrency_limit, burst_factor, paused, size_limit)
-VALUES (%(name)s,
-        CASE WHEN %(set_limit)s THEN %(concurrency_limit)s
-             ELSE {schema}.new_environment_limit() END,
-        coalesce(%(burst_factor)s, 1.0),
-        coalesce(%(paused)s, false), %(size_limit)s)
-ON CONFLICT (name) DO UPDATE
-SET concurrency_limit = CASE WHEN %(set_limit)s THEN excluded.concurrency_limit
-                             ELSE e.concurrency_limit END,
-    burst_factor = coalesce(%(burst_factor)s, e.burst_factor),
-    paused = coalesce(%(paused)s, e.paused),
-    size_limit = CASE WHEN %(set_size_limit)s THEN excluded.size_limit ELSE e.size_limit END
-RETURNING name, concurrency_limit, burst_factor, paused, size_limit;
+-- A change may make queued runs claimable (unpaused, a cap raised): the environment's idle
+-- workers are woken, as by a trigger, at commit. One whose claim finds nothing new costs a
+-- claim; an unpaused environment's runs wait for no poll interval, and a worker's next claim
+-- serves it first (the claim's start does not pass over it: sql/claim/claim.sql).
+WITH changed AS (
+    INSERT INTO {schema}.environments AS e
+        (name, concurrency_limit, burst_factor, paused, size_limit)
+    VALUES (%(name)s,
+            CASE WHEN %(set_limit)s THEN %(concurrency_limit)s
+                 ELSE {schema}.new_environment_limit() END,
+            coalesce(%(burst_factor)s, 1.0),
+            coalesce(%(paused)s, false), %(size_limit)s)
+    ON CONFLICT (name) DO UPDATE
+    SET concurrency_limit = CASE WHEN %(set_limit)s THEN excluded.concurrency_limit
+                                 ELSE e.concurrency_limit END,
+        burst_factor = coalesce(%(burst_factor)s, e.burst_factor),
+        paused = coalesce(%(paused)s, e.paused),
+        size_limit = CASE WHEN %(set_size_limit)s THEN excluded.size_limit ELSE e.size_limit END
+    RETURNING name, concurrency_limit, burst_factor, paused, size_limit
+), woken AS (
+    SELECT pg_notify({channel}, c.name) FROM changed c WHERE NOT c.paused
+)
+SELECT name, concurrency_limit, burst_factor, paused, size_limit
+FROM changed WHERE (SELECT count(*) FROM woken) >= 0;
 
 -- name: upsert_queue_settings
 -- params: environment text, name text, concurrency_limit integer, paused boolean,
@@ -27,23 +38,31 @@ RETURNING name, concurrency_limit, burst_factor, paused, size_limit;
 -- params: set_size_limit boolean, set_total_limit boolean, set_rate boolean
 -- total_limit caps the queue across its concurrency keys (sql/claim/keys.sql); the rate applies
 -- per key (sql/claim/key_rates.sql), and is set as a whole: limit, period and burst.
-INSERT INTO {schema}.queues AS q
-    (environment, name, concurrency_limit, paused, size_limit, total_limit, rate_limit,
-     rate_period_s, rate_burst)
-VALUES (%(environment)s, %(name)s, %(concurrency_limit)s, coalesce(%(paused)s, false),
-        %(size_limit)s, %(total_limit)s, %(rate_limit)s, %(rate_period_s)s, %(rate_burst)s)
-ON CONFLICT (environment, name) DO UPDATE
-SET concurrency_limit = CASE WHEN %(set_limit)s THEN excluded.concurrency_limit
-                             ELSE q.concurrency_limit END,
-    paused = coalesce(%(paused)s, q.paused),
-    size_limit = CASE WHEN %(set_size_limit)s THEN excluded.size_limit ELSE q.size_limit END,
-    total_limit = CASE WHEN %(set_total_limit)s THEN excluded.total_limit
-                       ELSE q.total_limit END,
-    rate_limit = CASE WHEN %(set_rate)s THEN excluded.rate_limit ELSE q.rate_limit END,
-    rate_period_s = CASE WHEN %(set_rate)s THEN excluded.rate_period_s ELSE q.rate_period_s END,
-    rate_burst = CASE WHEN %(set_rate)s THEN excluded.rate_burst ELSE q.rate_burst END
-RETURNING environment, name, concurrency_limit, paused, size_limit, total_limit, rate_limit,
-          rate_period_s, rate_burst;
+-- Like an environment's change, a queue's wakes its environment's idle workers.
+WITH changed AS (
+    INSERT INTO {schema}.queues AS q
+        (environment, name, concurrency_limit, paused, size_limit, total_limit, rate_limit,
+         rate_period_s, rate_burst)
+    VALUES (%(environment)s, %(name)s, %(concurrency_limit)s, coalesce(%(paused)s, false),
+            %(size_limit)s, %(total_limit)s, %(rate_limit)s, %(rate_period_s)s, %(rate_burst)s)
+    ON CONFLICT (environment, name) DO UPDATE
+    SET concurrency_limit = CASE WHEN %(set_limit)s THEN excluded.concurrency_limit
+                                 ELSE q.concurrency_limit END,
+        paused = coalesce(%(paused)s, q.paused),
+        size_limit = CASE WHEN %(set_size_limit)s THEN excluded.size_limit ELSE q.size_limit END,
+        total_limit = CASE WHEN %(set_total_limit)s THEN excluded.total_limit
+                           ELSE q.total_limit END,
+        rate_limit = CASE WHEN %(set_rate)s THEN excluded.rate_limit ELSE q.rate_limit END,
+        rate_period_s = CASE WHEN %(set_rate)s THEN excluded.rate_period_s ELSE q.rate_period_s END,
+        rate_burst = CASE WHEN %(set_rate)s THEN excluded.rate_burst ELSE q.rate_burst END
+    RETURNING environment, name, concurrency_limit, paused, size_limit, total_limit, rate_limit,
+              rate_period_s, rate_burst
+), woken AS (
+    SELECT pg_notify({channel}, c.environment) FROM changed c WHERE NOT c.paused
+)
+SELECT environment, name, concurrency_limit, paused, size_limit, total_limit, rate_limit,
+       rate_period_s, rate_burst
+FROM changed WHERE (SELECT count(*) FROM woken) >= 0;
 
 -- name: ensure_environment
 -- params: name text
@@ -54,18 +73,28 @@ VALUES (%(name)s, {schema}.new_environment_limit()) ON CONFLICT DO NOTHING;
 -- params: quantum integer, max_deficit integer, set_global boolean,
 -- params: global_concurrency_limit integer, set_rate boolean, rate_limit_per_s double precision,
 -- params: rate_burst double precision
-UPDATE {schema}.scheduler
-SET quantum = coalesce(%(quantum)s, quantum),
-    max_deficit = coalesce(%(max_deficit)s, max_deficit),
-    global_concurrency_limit = CASE WHEN %(set_global)s THEN %(global_concurrency_limit)s
-                                    ELSE global_concurrency_limit END,
-    rate_limit_per_s = CASE WHEN %(set_rate)s THEN %(rate_limit_per_s)s ELSE rate_limit_per_s END,
-    rate_burst = CASE WHEN %(set_rate)s THEN %(rate_burst)s ELSE rate_burst END,
-    rate_tokens = CASE WHEN %(set_rate)s THEN coalesce(%(rate_burst)s, %(rate_limit_per_s)s, 0)
-                       ELSE rate_tokens END,
-    rate_refilled_at = CASE WHEN %(set_rate)s THEN now() ELSE rate_refilled_at END
-WHERE id = 1
-RETURNING quantum, max_deficit, global_concurrency_limit, rate_limit_per_s, rate_burst;
+-- A change may make runs claimable anywhere (a global cap or rate raised): every idle worker
+-- is woken to look for work in every environment ('*', as after a reconnect of its listener).
+WITH changed AS (
+    UPDATE {schema}.scheduler
+    SET quantum = coalesce(%(quantum)s, quantum),
+        max_deficit = coalesce(%(max_deficit)s, max_deficit),
+        global_concurrency_limit = CASE WHEN %(set_global)s THEN %(global_concurrency_limit)s
+                                        ELSE global_concurrency_limit END,
+        rate_limit_per_s = CASE WHEN %(set_rate)s THEN %(rate_limit_per_s)s
+                                ELSE rate_limit_per_s END,
+        rate_burst = CASE WHEN %(set_rate)s THEN %(rate_burst)s ELSE rate_burst END,
+        rate_tokens = CASE WHEN %(set_rate)s
+                           THEN coalesce(%(rate_burst)s, %(rate_limit_per_s)s, 0)
+                           ELSE rate_tokens END,
+        rate_refilled_at = CASE WHEN %(set_rate)s THEN now() ELSE rate_refilled_at END
+    WHERE id = 1
+    RETURNING quantum, max_deficit, global_concurrency_limit, rate_limit_per_s, rate_burst
+), woken AS (
+    SELECT pg_notify({channel}, '*')
+)
+SELECT quantum, max_deficit, global_concurrency_limit, rate_limit_per_s, rate_burst
+FROM changed WHERE (SELECT count(*) FROM woken) >= 0;
 
 -- name: scheduler_settings
 SELECT quantum, max_deficit, global_concurrency_limit, rate_limit_per_s, rate_burst

@@ -132,3 +132,46 @@ async def test_a_refused_trigger_announces_nothing(dsn: str, db: psycopg.Connect
             [TriggerRequest("t", i, environment=env) for i, env in enumerate("aff")]
         )
         assert announced(db) == ["a", "f"]
+
+
+async def test_a_change_of_limits_announces_what_it_may_have_made_claimable(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """Unpausing, or raising a cap or a rate, makes queued runs claimable without a trigger:
+    the change wakes the environment's idle workers (every worker's, for the scheduler's)."""
+    db.execute('LISTEN "fairlane.runs"')
+    limits.set_environment(db, "p", paused=True)
+    assert announced(db) == [], "a paused environment has nothing to claim"
+    limits.set_environment(db, "p", paused=False)
+    assert announced(db) == ["p"]
+    limits.set_environment(db, "p", concurrency_limit=5)
+    assert announced(db) == ["p"]
+    limits.set_queue(db, "q", "default", paused=True)
+    assert announced(db) == []
+    limits.set_queue(db, "q", "default", paused=False, concurrency_limit=3)
+    assert announced(db) == ["q"]
+    limits.set_scheduler(db, global_concurrency_limit=100)
+    assert announced(db) == ["*"], "every environment: a full scan"
+
+
+async def test_an_idle_worker_starts_an_unpaused_environment_s_runs_at_once(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    tasks = TaskRegistry()
+
+    @tasks.task("ping")
+    async def ping(ctx: RunContext, payload: None) -> None:
+        return None
+
+    limits.set_environment(db, "held", paused=True)
+    async with AsyncClient(dsn) as client:
+        await client.trigger("ping", environment="held")
+    # Polling every 30 s cannot explain a start within seconds.
+    worker = Worker(tasks, dsn, poll_interval=30.0, run_periodic_jobs=False)
+    async with running(worker):
+        await wait_until(
+            lambda: listening(db) and worker.stats.claims >= 1, within=5, what="listening"
+        )
+        assert worker.stats.completed == 0, "paused"
+        limits.set_environment(db, "held", paused=False)
+        await wait_until(lambda: worker.stats.completed == 1, within=5, what="the unpaused run")
