@@ -60,13 +60,16 @@
 -- load a read from the index's start walked every charge since the last vacuum. So a claim
 -- returns `first_turn`, where it found the first active environment, and the caller's next
 -- claim starts there (`turn_start`). No active environment sorts before it then: a charge
--- only moves one forward, and one that joins in this claim without being served (levelled
--- with the least served, and served longest ago, it may sort first) is counted in
--- `first_turn`. Two cases are not: an environment that joined in another claim levelled
--- with a least service a concurrent charge has just raised, and one unpaused. The caller
--- sends no start in a full scan (which also ignores one) and after a claim that came back
--- short, so those wait for its next full scan at worst (a worker's poll interval). A claim of
--- some environments only (`only_environments`) neither uses nor returns a start.
+-- only moves one forward; one that joins in this claim without being served (levelled with
+-- the least served, and served longest ago, it may sort first) is counted in `first_turn`;
+-- and a claim starts no later than any active environment it is announced (one unpaused:
+-- a change of limits announces it; one another claim let join: its trigger announced it).
+-- One case is left: an environment another claim let join, levelled with a least service a
+-- concurrent charge had just raised, whose announcement this caller's claims no longer
+-- carry. That claim's caller reads it (its `first_turn` counts it); this caller sends no
+-- start in a full scan (which also ignores one) and after a claim that came back short, so it
+-- reads it in its next full scan at worst (a worker's poll interval). A claim of some
+-- environments only (`only_environments`) neither uses nor returns a start.
 -- Every statement of the claim walks an index (tests/sql/test_claim_plan.py), on generic plans
 -- from the first claim
 -- (bench/sittings/12-requests-without-their-defaults-statements-planned-once.md).
@@ -175,7 +178,7 @@ BEGIN
         PERFORM {schema}.mark_environments_active(found);
     END IF;
     -- The turn order is read from where the caller's last claim found its first environment:
-    -- every active environment sorts there or after, but for the cases the function's comment
+    -- every active environment sorts there or after, but for the case the function's comment
     -- names. Not in a full scan, which reads it from its start, nor for a claim of some
     -- environments only, whose start says nothing of the others.
     IF turn_start IS NOT NULL AND NOT full_scan AND only_environments IS NULL THEN
@@ -183,6 +186,19 @@ BEGIN
         after_turn := (turn_start::jsonb ->> 1)::timestamptz;
         after_name := turn_start::jsonb ->> 2;
         include_after := true;
+        -- An announced environment that is active may sort before the start (one unpaused,
+        -- one another claim let join): the claim starts no later than the first of them.
+        IF announced_environments IS NOT NULL THEN
+            SELECT p.served, p.turn_at, p.name INTO after_served, after_turn, after_name
+            FROM (SELECT after_served AS served, after_turn AS turn_at, after_name AS name
+                  UNION ALL
+                  SELECT e.served, coalesce(e.last_served_at, '-infinity'::timestamptz), e.name
+                  FROM {schema}.environments e
+                  WHERE e.name = ANY(announced_environments)
+                    AND NOT e.drained AND NOT e.paused) AS p
+            ORDER BY p.served, p.turn_at, p.name
+            LIMIT 1;
+        END IF;
         start_served := after_served;
         start_turn := after_turn;
         start_name := after_name;

@@ -157,3 +157,23 @@ async def test_a_claim_that_fails_drops_its_start(
             await store.claim(conn, 2, full_scan=False)
         got = await store.claim(conn, 4, full_scan=False)
     assert len(got) == 4
+
+
+async def test_an_unpaused_environment_is_read_by_the_claim_it_is_announced_to(
+    dsn: str, db: psycopg.Connection[Any], store: LeaseStore
+) -> None:
+    """Paused while the others were served, an environment comes back where it was in the
+    turn order, before the worker's start. Unpausing announces it, and the claim it is
+    announced to reads the turn order from it: it is the least served, so served first."""
+    for name in ("a", "b", "x"):
+        trigger_many(db, [TriggerRequest("t", i, environment=name) for i in range(40)])
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await claim_and_complete(conn, store, 3)
+        limits.set_environment(db, "x", paused=True)
+        for _ in range(6):
+            got = await claim_and_complete(conn, store, 3, full_scan=False)
+            assert {run.environment for run in got} <= {"a", "b"}
+        limits.set_environment(db, "x", paused=False)
+        assert first_in_turn(db) == "x"
+        got = await claim_and_complete(conn, store, 3, full_scan=False, announced=["x"])
+    assert "x" in {run.environment for run in got}

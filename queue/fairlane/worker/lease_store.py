@@ -75,8 +75,8 @@ class LeaseStore:
         # Where the last claim found the turn order's first environment: the next claim reads
         # the turn order from there, past the dead entries of the environments charged since
         # the last vacuum (sql/claim/claim.sql, turn_start). Kept while claims come back full,
-        # as floors are (worker/claim_floors.py): an environment that sorts before it (one
-        # unpaused, or one that joined in a race with a charge) is read by the next claim
+        # as floors are (worker/claim_floors.py): an environment that sorts before it unheard
+        # of (one another worker let join in a race with a charge) is read by the next claim
         # without it, a full scan or the claim after a short one. A claim that fails drops it.
         self._turn_start: str | None = None
 
