@@ -58,6 +58,15 @@ def worker_process(tmp_path: Path, dsn: str) -> Iterator[subprocess.Popen[bytes]
         process.wait(10)
 
 
+def statement_running(db: psycopg.Connection[Any]) -> bool:
+    """Some other client session of this database is running a statement."""
+    row = db.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND backend_type = 'client backend' AND pid <> pg_backend_pid() AND state = 'active'"
+    ).fetchone()
+    return bool(row and row[0])
+
+
 async def test_a_stopped_worker_process_goes_stale_and_is_removed(
     dsn: str, db: psycopg.Connection[Any], worker_process: subprocess.Popen[bytes]
 ) -> None:
@@ -78,6 +87,11 @@ async def test_a_stopped_worker_process_goes_stale_and_is_removed(
         ]
 
         os.kill(worker_process.pid, signal.SIGSTOP)
+        # A claim the process sent before it stopped still runs on the server, and its later
+        # statements would see a run triggered now: wait for it to end.
+        await wait_until(
+            lambda: not statement_running(db), within=10, what="the stopped process's claim"
+        )
         # Its environment's run waits: the process no longer serves it once its row is stale.
         await client.trigger("hung", {}, environment="stopped")
 
