@@ -283,8 +283,11 @@ async def test_unwritten_outcomes_are_bounded_and_a_hung_writer_is_replaced(
     async def quick(ctx: RunContext, payload: int) -> int:
         return payload
 
-    timeout = 2.0
-    worker = fast_worker(tasks, dsn, concurrency=1, lease_seconds=10, statement_timeout=timeout)
+    # The stopped connection is abandoned this long (plus a grace) after the hung write is
+    # sent, and the assertions on what waits must come before: a loaded box has taken more
+    # than 3 s to claim, run and settle the overlapping run.
+    timeout = 5.0
+    worker = fast_worker(tasks, dsn, concurrency=1, lease_seconds=20, statement_timeout=timeout)
     signals = worker.enable_test_signals()
     async with running(worker):
         first = await trigger(dsn, "quick", 0)
@@ -299,8 +302,8 @@ async def test_unwritten_outcomes_are_bounded_and_a_hung_writer_is_replaced(
             overlapped = await trigger(dsn, "quick", 2)
             queued = await trigger(dsn, "quick", 3)
 
-            await signals.settled.wait_for(hung, within=5)
-            await signals.settled.wait_for(overlapped, within=5)
+            await signals.settled.wait_for(hung, within=timeout)
+            await signals.settled.wait_for(overlapped, within=timeout)
             # Neither outcome is written; the second keeps its slot and nothing more is claimed.
             assert worker.held[hung].state is RunState.UNWRITTEN
             assert worker.held[overlapped].state is RunState.PARKED
