@@ -16,15 +16,19 @@ work while the known ones keep every claim full.
 Claims take only runs of the worker's tasks, so a floor is the last run of those: runs of other
 tasks before it are another worker's, and the walk passes over them only in full scans.
 
-A worker keeps the floors of the queues it claimed from most recently, at most ``MAX_FLOORS``:
-every claim sends them all and every environment it visits reads them, so with thousands of
-tenants an unbounded set would cost each claim in proportion to every queue ever claimed from,
-where a floor only pays in a queue deep enough to be claimed from again and again.
+A worker keeps the floors of the queues it claimed from most recently, at most ``MAX_FLOORS``,
+and sends only those of queues claimed from in more than one claim: a floor pays only in a
+queue deep enough to be claimed from again and again, while every floor sent costs each claim
+its encoding and every environment visited its read. Over thousands of tenants with a few runs
+each, a queue is rarely claimed from twice before newer ones push it out, and a claim that
+carried the floors of the 64 queues it last took from was slower for them, not faster. A full
+scan sets the floors afresh but keeps a queue's standing when it claims from it again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from fairlane.engine.claim import ClaimFloorArrays
@@ -35,27 +39,37 @@ QueueKey = tuple[str, str]  # environment, queue
 MAX_FLOORS = 64
 
 
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """The last run claimed in a queue, and whether an earlier claim took from it too."""
+
+    position: tuple[datetime, int]  # queue order, id
+    repeated: bool
+
+
 class ClaimFloors:
     """The floors of one worker's claims, by queue."""
 
     def __init__(self) -> None:
-        self._floors: dict[QueueKey, tuple[datetime, int]] = {}
+        self._floors: dict[QueueKey, Floor] = {}
 
     def for_claim(self, full_scan: bool, announced: Sequence[str] = ()) -> ClaimFloorArrays | None:
-        """What to send with a claim: nothing for a full scan, or while no floor is known.
-        The floors of environments announced to have new work are dropped: a new run may sort
-        before them (a higher priority)."""
+        """What to send with a claim: nothing for a full scan, or while no queue was claimed
+        from twice. The floors of environments announced to have new work are dropped: a new
+        run may sort before them (a higher priority)."""
         for environment in announced:
             for key in [key for key in self._floors if key[0] == environment]:
                 del self._floors[key]
-        if full_scan or not self._floors:
+        if full_scan:
             return None
-        keys = list(self._floors)
+        sent = [(key, floor.position) for key, floor in self._floors.items() if floor.repeated]
+        if not sent:
+            return None
         return (
-            [environment for environment, _ in keys],
-            [queue for _, queue in keys],
-            [self._floors[key][0] for key in keys],
-            [self._floors[key][1] for key in keys],
+            [environment for (environment, _), _ in sent],
+            [queue for (_, queue), _ in sent],
+            [order for _, (order, _) in sent],
+            [run_id for _, (_, run_id) in sent],
         )
 
     def claimed(self, runs: Sequence[ClaimedRun], asked: int, full_scan: bool) -> None:
@@ -64,15 +78,24 @@ class ClaimFloors:
             # A short claim walked every queue to its end: the next one starts at the heads.
             self._floors.clear()
             return
-        if full_scan:
-            self._floors.clear()
+        latest: dict[QueueKey, tuple[datetime, int]] = {}
         for run in runs:
             if run.queue_order is None:
                 continue
             key = (run.environment, run.queue)
             position = (run.queue_order, run.id)
-            known = self._floors.pop(key, None)
-            self._floors[key] = position if known is None or position > known else known
+            known = latest.get(key)
+            if known is None or position > known:
+                latest[key] = position
+        earlier = self._floors
+        if full_scan:
+            # The scan started at the heads: its positions replace every floor.
+            self._floors = {}
+        for key, position in latest.items():
+            before = earlier.pop(key, None) if not full_scan else earlier.get(key)
+            if before is not None and not full_scan:
+                position = max(position, before.position)
+            self._floors[key] = Floor(position, repeated=before is not None)
         while len(self._floors) > MAX_FLOORS:
             # The least recently claimed from: dicts keep insertion order.
             del self._floors[next(iter(self._floors))]
