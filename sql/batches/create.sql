@@ -108,8 +108,14 @@ RETURNING batch_concurrency;
 -- name: sync_batch_queue_concurrency
 -- params: concurrency integer, environment text
 -- Sent before the environment's row is created or updated: queue rows come before
--- environment rows in the global lock order (docs/concurrency.md).
-UPDATE {schema}.queues AS q
-SET concurrency_limit = coalesce(%(concurrency)s::integer,
-                                 {schema}.numeric_setting('batch_concurrency', 10)::integer)
-WHERE q.environment = %(environment)s AND q.name = '__batches__';
+-- environment rows in the global lock order (docs/concurrency.md). Like any change of a
+-- queue's cap (sql/limits/limits.sql), a raised one may make queued carriers claimable: it
+-- wakes the environment's idle workers.
+WITH changed AS (
+    UPDATE {schema}.queues AS q
+    SET concurrency_limit = coalesce(%(concurrency)s::integer,
+                                     {schema}.numeric_setting('batch_concurrency', 10)::integer)
+    WHERE q.environment = %(environment)s AND q.name = '__batches__'
+    RETURNING q.environment, q.paused
+)
+SELECT count(pg_notify({channel}, c.environment)) FROM changed c WHERE NOT c.paused;

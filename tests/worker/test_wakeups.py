@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from fairlane import AsyncClient, RunContext, TaskRegistry, TriggerRequest, Worker, limits
+from fairlane.batches import AsyncBatchClient
 from fairlane.errors import QueueSizeLimitExceeded
 from tests.helpers import announced, running, statuses, wait_until
 
@@ -152,6 +153,26 @@ async def test_a_change_of_limits_announces_what_it_may_have_made_claimable(
     assert announced(db) == ["q"]
     limits.set_scheduler(db, global_concurrency_limit=100)
     assert announced(db) == ["*"], "every environment: a full scan"
+
+
+async def test_a_change_of_the_batch_concurrency_announces_the_environment(
+    dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    """Raising the batch concurrency may make queued carriers claimable: the environment's
+    idle workers are woken, once its carriers' queue exists and is not paused."""
+    db.execute('LISTEN "fairlane.runs"')
+    async with AsyncBatchClient(dsn) as batches:
+        await batches.set_limits("no-batches-yet", concurrency=3)
+        assert announced(db) == [], "no carriers' queue: nothing to claim"
+        db.execute(
+            "INSERT INTO fairlane.queues (environment, name, concurrency_limit)"
+            " VALUES ('b', '__batches__', 1), ('held', '__batches__', 1)"
+        )
+        db.execute("UPDATE fairlane.queues SET paused = true WHERE environment = 'held'")
+        await batches.set_limits("b", concurrency=5)
+        assert announced(db) == ["b"]
+        await batches.set_limits("held", concurrency=5)
+        assert announced(db) == [], "its carriers' queue is paused"
 
 
 async def test_an_idle_worker_starts_an_unpaused_environment_s_runs_at_once(
