@@ -74,7 +74,8 @@ VALUES (%(name)s, {schema}.new_environment_limit()) ON CONFLICT DO NOTHING;
 -- params: global_concurrency_limit integer, set_rate boolean, rate_limit_per_s double precision,
 -- params: rate_burst double precision
 -- A change may make runs claimable anywhere (a global cap or rate raised): every idle worker
--- is woken to look for work in every environment ('*', as after a reconnect of its listener).
+-- is woken to look for work in every environment (the empty payload: no environment has an
+-- empty name; worker/notifier.py's ANY_ENVIRONMENT), as after a reconnect of its listener.
 WITH changed AS (
     UPDATE {schema}.scheduler
     SET quantum = coalesce(%(quantum)s, quantum),
@@ -91,7 +92,7 @@ WITH changed AS (
     WHERE id = 1
     RETURNING quantum, max_deficit, global_concurrency_limit, rate_limit_per_s, rate_burst
 ), woken AS (
-    SELECT pg_notify({channel}, '*')
+    SELECT pg_notify({channel}, '')
 )
 SELECT quantum, max_deficit, global_concurrency_limit, rate_limit_per_s, rate_burst
 FROM changed WHERE (SELECT count(*) FROM woken) >= 0;

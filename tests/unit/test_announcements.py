@@ -24,6 +24,13 @@ def test_a_full_scan_sends_no_names_and_settles_the_scan_owed() -> None:
     assert not announced.scan_owed
 
 
+def test_an_environment_named_like_a_wildcard_is_a_name() -> None:
+    announced = Announcements()
+    announced.heard("*")
+    assert not announced.scan_owed
+    assert announced.take(full_scan=False) == ["*"]
+
+
 def test_too_many_names_owe_a_full_scan_instead() -> None:
     announced = Announcements(limit=3)
     for name in ("a", "b", "c", "d"):

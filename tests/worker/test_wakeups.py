@@ -55,9 +55,12 @@ async def test_idle_worker_is_woken_by_notify(dsn: str, db: psycopg.Connection[A
         # The second run came while the worker was certainly idle in its 30 s wait.
 
 
+@pytest.mark.parametrize("theirs", ["theirs", "*"])
 async def test_notification_for_another_environment_does_not_wake(
-    dsn: str, db: psycopg.Connection[Any]
+    dsn: str, db: psycopg.Connection[Any], theirs: str
 ) -> None:
+    """Nor does one for an environment named ``*``: only an empty payload, a name no
+    environment has, asks every worker for a full scan."""
     tasks = TaskRegistry()
 
     @tasks.task("ping")
@@ -70,7 +73,7 @@ async def test_notification_for_another_environment_does_not_wake(
             lambda: listening(db) and worker.stats.wakeups >= 1, within=5, what="listening"
         )
         wakeups = worker.stats.wakeups
-        await client.trigger("ping", environment="theirs")
+        await client.trigger("ping", environment=theirs)
         await client.trigger("ping", environment="mine")
         await wait_until(lambda: worker.stats.completed == 1, within=5, what="my run")
         assert worker.stats.wakeups == wakeups + 1
@@ -152,7 +155,7 @@ async def test_a_change_of_limits_announces_what_it_may_have_made_claimable(
     limits.set_queue(db, "q", "default", paused=False, concurrency_limit=3)
     assert announced(db) == ["q"]
     limits.set_scheduler(db, global_concurrency_limit=100)
-    assert announced(db) == ["*"], "every environment: a full scan"
+    assert announced(db) == [""], "every environment: a full scan"
 
 
 async def test_a_change_of_the_batch_concurrency_announces_the_environment(

@@ -27,7 +27,10 @@ from fairlane.worker.connections import LoopConnection
 
 log = logging.getLogger("fairlane.worker")
 
-ANY_ENVIRONMENT = "*"
+# The payload that asks every worker for a full scan: empty, the one name no environment has (a
+# trigger refuses it), so that an environment named like any other string, ``*`` included, is
+# announced as itself and costs no worker a full scan.
+ANY_ENVIRONMENT = ""
 RECONNECT_DELAY_S = 1.0
 
 
