@@ -426,7 +426,7 @@ $$;
 -- No payload (JSON null) and no metadata ({}) come back as SQL NULL, which the client reads
 -- without calling its JSON decoder (two calls per claimed run, most of them for these).
 -- The arrays go in binary: the text form quotes each element by regular expression, and the
--- floors of a worker serving many tenants up to 64 queues' worth, four arrays.
+-- floors of a worker serving many tenants are up to 64 queues' worth, four arrays.
 SELECT id, lease_token, task, nullif(payload, 'null') AS payload, attempts, max_attempts,
        environment, queue, nullif(metadata, '{{}}') AS metadata, machine, max_duration_s,
        queue_order, wait_attempt, replay, first_turn

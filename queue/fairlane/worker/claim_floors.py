@@ -92,7 +92,7 @@ class ClaimFloors:
             # The scan started at the heads: its positions replace every floor.
             self._floors = {}
         for key, position in latest.items():
-            before = earlier.pop(key, None) if not full_scan else earlier.get(key)
+            before = earlier.pop(key, None)
             if before is not None and not full_scan:
                 position = max(position, before.position)
             self._floors[key] = Floor(position, repeated=before is not None)
