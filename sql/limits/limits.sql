@@ -10,14 +10,23 @@
 -- workers are woken, as by a trigger, at commit. One whose claim finds nothing new costs a
 -- claim; an unpaused environment's runs wait for no poll interval, and a worker's next claim
 -- serves it first (the claim's start does not pass over it: sql/claim/claim.sql).
-WITH changed AS (
+-- Setting the size limit deletes the environment's size bound (sql/triggering/sizes.sql): runs
+-- admitted while it had no limit were never added to it. It first waits for the triggers that
+-- hold the environment's size lock, so that none of them keeps a bound past the change.
+WITH size_lock AS (
+    SELECT pg_advisory_xact_lock(hashtext({schema_name} || '.environment_size'),
+                                 hashtext(e.name))
+    FROM {schema}.environments e
+    WHERE %(set_size_limit)s AND e.name = %(name)s AND e.size_limit IS NOT NULL
+), changed AS (
     INSERT INTO {schema}.environments AS e
         (name, concurrency_limit, burst_factor, paused, size_limit)
-    VALUES (%(name)s,
-            CASE WHEN %(set_limit)s THEN %(concurrency_limit)s
-                 ELSE {schema}.new_environment_limit() END,
-            coalesce(%(burst_factor)s, 1.0),
-            coalesce(%(paused)s, false), %(size_limit)s)
+    SELECT %(name)s,
+           CASE WHEN %(set_limit)s THEN %(concurrency_limit)s
+                ELSE {schema}.new_environment_limit() END,
+           coalesce(%(burst_factor)s, 1.0),
+           coalesce(%(paused)s, false), %(size_limit)s
+    WHERE (SELECT count(*) FROM size_lock) >= 0
     ON CONFLICT (name) DO UPDATE
     SET concurrency_limit = CASE WHEN %(set_limit)s THEN excluded.concurrency_limit
                                  ELSE e.concurrency_limit END,
@@ -25,6 +34,10 @@ WITH changed AS (
         paused = coalesce(%(paused)s, e.paused),
         size_limit = CASE WHEN %(set_size_limit)s THEN excluded.size_limit ELSE e.size_limit END
     RETURNING name, concurrency_limit, burst_factor, paused, size_limit
+), bound_reset AS (
+    DELETE FROM {schema}.size_bounds AS b
+    WHERE %(set_size_limit)s AND b.environment = %(name)s AND b.scope = 'environment'
+      AND EXISTS (SELECT 1 FROM changed)
 ), woken AS (
     SELECT pg_notify({channel}, c.name) FROM changed c WHERE NOT c.paused
 )
@@ -38,7 +51,8 @@ FROM changed WHERE (SELECT count(*) FROM woken) >= 0;
 -- params: set_size_limit boolean, set_total_limit boolean, set_rate boolean
 -- total_limit caps the queue across its concurrency keys (sql/claim/keys.sql); the rate applies
 -- per key (sql/claim/key_rates.sql), and is set as a whole: limit, period and burst.
--- Like an environment's change, a queue's wakes its environment's idle workers.
+-- Like an environment's change, a queue's wakes its environment's idle workers, and setting its
+-- size limit deletes its size bound.
 WITH changed AS (
     INSERT INTO {schema}.queues AS q
         (environment, name, concurrency_limit, paused, size_limit, total_limit, rate_limit,
@@ -57,6 +71,11 @@ WITH changed AS (
         rate_burst = CASE WHEN %(set_rate)s THEN excluded.rate_burst ELSE q.rate_burst END
     RETURNING environment, name, concurrency_limit, paused, size_limit, total_limit, rate_limit,
               rate_period_s, rate_burst
+), bound_reset AS (
+    -- After the row's lock, which waits for the triggers holding it as their size lock.
+    DELETE FROM {schema}.size_bounds AS b
+    WHERE %(set_size_limit)s AND b.environment = %(environment)s AND b.scope = 'queue'
+      AND b.queue = %(name)s AND EXISTS (SELECT 1 FROM changed)
 ), woken AS (
     SELECT pg_notify({channel}, c.environment) FROM changed c WHERE NOT c.paused
 )

@@ -3,7 +3,8 @@
 -- requests come in any order wait for each other instead of deadlocking:
 --
 --   1. the size-limit locks of every (environment, queue) it touches (lock_queue_sizes), then
---      counts those queues and environments in a later statement;
+--      sizes those queues and environments in a later statement (queue_sizes: a bound where
+--      every request of the call would fit under it, else a count);
 --   2. every debounce key's row, in (environment, task, key) order (lock_debounce_key);
 --   3. then it decides the requests in request order, in the seeds' order for each: idempotency
 --      (a hit returns the run holding the key), then debounce (join the key's delayed run),
@@ -11,8 +12,9 @@
 --      takes its key as it is made, so the unique index waits (for another trigger making a
 --      run with that key) follow key order; otherwise the new runs are made without their keys,
 --      which are set at the end in key order (claim_idempotency_keys);
---   4. last, the new runs are checked against the sizes counted in 1: past a limit, the whole
---      call is undone and the first request that did not fit is reported.
+--   4. last, the new runs are checked against the sizes found in 1: past a limit, the whole
+--      call is undone and the first request that did not fit is reported; otherwise the runs
+--      it made are added to the bounds (record_size_bounds), still under the locks.
 --
 -- No decision stands on a row it does not hold a lock or a unique index entry for by the end
 -- of the call (a key set at the end that another trigger committed first makes the call decide
@@ -223,8 +225,10 @@ BEGIN
           WINDOW w AS (PARTITION BY r.idempotency_key IS NULL ORDER BY r.ord)) AS r;
     BEGIN
         IF {schema}.lock_queue_sizes(envs, queues) THEN
-            -- A later statement than the locks: it counts what their holders committed.
-            SELECT jsonb_agg(s) INTO sizes FROM {schema}.queue_sizes(envs, queues) AS s;
+            -- A later statement than the locks: it counts what their holders committed. Each
+            -- request may make a run, so a bound is used only where all of them fit under it.
+            SELECT jsonb_agg(s) INTO sizes
+            FROM {schema}.queue_sizes(envs, queues, array_fill(1, ARRAY[cardinality(envs)])) AS s;
         END IF;
         IF debounced THEN
             PERFORM {schema}.lock_debounce_key(
@@ -263,6 +267,14 @@ BEGIN
                     MESSAGE = 'queue ' || full_queue.queue || ' of environment '
                               || full_queue.environment || ' is full';
             END IF;
+            PERFORM {schema}.record_size_bounds(
+                sizes,
+                ARRAY(SELECT envs[i] FROM generate_subscripts(decided.outcomes, 1) AS i
+                      WHERE decided.outcomes[i] = 'created' ORDER BY i),
+                ARRAY(SELECT queues[i] FROM generate_subscripts(decided.outcomes, 1) AS i
+                      WHERE decided.outcomes[i] = 'created' ORDER BY i),
+                ARRAY(SELECT 1 FROM generate_subscripts(decided.outcomes, 1) AS i
+                      WHERE decided.outcomes[i] = 'created' ORDER BY i));
         END IF;
     EXCEPTION WHEN SQLSTATE 'FL001' THEN
         GET STACKED DIAGNOSTICS failed = PG_EXCEPTION_DETAIL;

@@ -53,48 +53,129 @@ END;
 $$;
 
 -- function: queue_sizes
--- The limited queues and environments among (envs[i], queues[i]) with the runs waiting in each
--- (`size`). Counting stops at limit + 1, enough to decide any trigger, and bounded; it reads the
--- queued index and the (environment, queue) index of delayed runs. Call it in a later statement
--- than lock_queue_sizes, so that it counts what the lock's previous holders committed.
-CREATE OR REPLACE FUNCTION {schema}.queue_sizes(envs text[], queues text[])
-RETURNS TABLE (environment text, queue text, scope text, size_limit integer, size integer)
+-- The limited queues and environments among (envs[i], queues[i]), each with the size to decide
+-- adding[i] more runs by, and the bound to keep after (record_size_bounds). Call it in a later
+-- statement than lock_queue_sizes, so that what it reads is what the lock's previous holders
+-- committed.
+--
+-- A bound (size_bounds) is at least the runs waiting there: the runs waiting or held
+-- (EXECUTING or WAITING, which may come back to wait without a trigger: a retry, a lapsed
+-- lease, a released wait) when it was last counted, plus every run admitted since, which
+-- record_size_bounds adds under the same lock. Nothing it counted is ever taken off, so it stays
+-- a bound whatever leaves in between. Where the bound and the call's runs fit under the limit,
+-- the size is the bound and nothing is counted: a deep queue far from its limit costs a trigger
+-- one lookup. Otherwise (no bound, or near the limit) the runs waiting are counted as before,
+-- up to limit + 1, on the queued index and the (environment, queue) index of delayed runs, and
+-- the size is exact; the runs held are then counted too, up to the room the call leaves, for
+-- the next bound (`bound`; NULL when they do not fit: none is kept, so the next trigger counts).
+CREATE OR REPLACE FUNCTION {schema}.queue_sizes(envs text[], queues text[], adding integer[])
+RETURNS TABLE (environment text, queue text, scope text, size_limit integer, size integer,
+               bound bigint)
 LANGUAGE sql
 STABLE
 AS $$
     WITH given AS (
-        SELECT DISTINCT a.environment, a.queue FROM unnest(envs, queues) AS a(environment, queue)
+        SELECT a.environment, a.queue, sum(a.runs)::integer AS runs
+        FROM unnest(envs, queues, adding) AS a(environment, queue, runs)
+        GROUP BY a.environment, a.queue
+    ), limited AS (
+        SELECT q.environment, q.name AS queue, 'queue' AS scope, q.size_limit, given.runs
+        FROM {schema}.queues q
+        JOIN given ON q.environment = given.environment AND q.name = given.queue
+        WHERE q.size_limit IS NOT NULL
+        UNION ALL
+        SELECT e.name, NULL, 'environment', e.size_limit, sum(given.runs)::integer
+        FROM {schema}.environments e
+        JOIN given ON given.environment = e.name
+        WHERE e.size_limit IS NOT NULL
+        GROUP BY e.name, e.size_limit
     )
-    SELECT q.environment, q.name, 'queue', q.size_limit,
-           ((SELECT count(*) FROM (
-                 SELECT 1 FROM {schema}.runs r
-                 WHERE r.environment = q.environment AND r.queue = q.name
-                   AND r.status = 'QUEUED'
-                 LIMIT q.size_limit + 1) AS queued)
-            + (SELECT count(*) FROM (
-                 SELECT 1 FROM {schema}.runs r
-                 WHERE r.environment = q.environment AND r.queue = q.name
-                   AND r.status = 'DELAYED'
-                 LIMIT q.size_limit + 1) AS delayed))::integer
-    FROM {schema}.queues q
-    JOIN given ON q.environment = given.environment AND q.name = given.queue
-    WHERE q.size_limit IS NOT NULL
-    UNION ALL
-    -- An environment's limit counts all its queues but __batches__: batch carriers only turn
-    -- items into runs, and those runs are what the limit counts.
-    SELECT e.name, NULL, 'environment', e.size_limit,
-           ((SELECT count(*) FROM (
-                 SELECT 1 FROM {schema}.runs r
-                 WHERE r.environment = e.name AND r.status = 'QUEUED'
-                   AND r.queue <> '__batches__'
-                 LIMIT e.size_limit + 1) AS queued)
-            + (SELECT count(*) FROM (
-                 SELECT 1 FROM {schema}.runs r
-                 WHERE r.environment = e.name AND r.status = 'DELAYED'
-                   AND r.queue <> '__batches__'
-                 LIMIT e.size_limit + 1) AS delayed))::integer
-    FROM {schema}.environments e
-    WHERE e.name IN (SELECT given.environment FROM given) AND e.size_limit IS NOT NULL
+    SELECT l.environment, l.queue, l.scope, l.size_limit,
+           coalesce(kept.bound, counted.waiting)::integer,
+           coalesce(kept.bound,
+                    CASE WHEN counted.held <= l.size_limit - counted.waiting - l.runs
+                         THEN counted.waiting + counted.held END)
+    FROM limited l
+    LEFT JOIN {schema}.size_bounds kept
+        ON kept.environment = l.environment AND kept.scope = l.scope
+       AND kept.queue = coalesce(l.queue, '') AND kept.bound + l.runs <= l.size_limit
+    LEFT JOIN LATERAL (
+        SELECT w.waiting,
+               (SELECT count(*) FROM (
+                    SELECT 1 FROM {schema}.runs r
+                    WHERE r.environment = l.environment
+                      AND r.status IN ('EXECUTING', 'WAITING')
+                      AND (r.queue = l.queue OR l.queue IS NULL AND r.queue <> '__batches__')
+                    LIMIT greatest(l.size_limit - w.waiting - l.runs, 0) + 1) AS held) AS held
+        FROM (SELECT {schema}.waiting_runs(l.environment, l.queue, l.size_limit) AS waiting) w
+        WHERE kept.bound IS NULL
+        -- Planned on its own, so that the condition gates the counts (a one-time filter):
+        -- pulled up into the join, it filtered their result after they ran.
+        OFFSET 0
+    ) counted ON true
+$$;
+
+-- function: waiting_runs
+-- The runs waiting to start (QUEUED or DELAYED) in queue `queue_name` of `env`, or with a NULL
+-- queue in all the environment's queues but __batches__ (batch carriers only turn items into
+-- runs, and those runs are what a limit counts): each status counted up to `size_limit` + 1,
+-- enough to decide any trigger, on the queued index and the (environment, queue) index of
+-- delayed runs. A plain sql function, inlined into queue_sizes.
+CREATE OR REPLACE FUNCTION {schema}.waiting_runs(env text, queue_name text, size_limit integer)
+RETURNS bigint
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT CASE WHEN queue_name IS NOT NULL THEN
+        (SELECT count(*) FROM (
+             SELECT 1 FROM {schema}.runs r
+             WHERE r.environment = env AND r.queue = queue_name AND r.status = 'QUEUED'
+             LIMIT size_limit + 1) AS queued)
+        + (SELECT count(*) FROM (
+             SELECT 1 FROM {schema}.runs r
+             WHERE r.environment = env AND r.queue = queue_name AND r.status = 'DELAYED'
+             LIMIT size_limit + 1) AS delayed)
+    ELSE
+        (SELECT count(*) FROM (
+             SELECT 1 FROM {schema}.runs r
+             WHERE r.environment = env AND r.status = 'QUEUED' AND r.queue <> '__batches__'
+             LIMIT size_limit + 1) AS queued)
+        + (SELECT count(*) FROM (
+             SELECT 1 FROM {schema}.runs r
+             WHERE r.environment = env AND r.status = 'DELAYED' AND r.queue <> '__batches__'
+             LIMIT size_limit + 1) AS delayed)
+    END
+$$;
+
+-- function: record_size_bounds
+-- After a call admitted its runs (`added[i]` into queue `queues[i]` of environment `envs[i]`),
+-- under the same size locks: each bound queue_sizes gave (`sizes`, its rows as a JSON array)
+-- plus the runs the call added under it is kept; a limit without one (its runs held did not
+-- fit) has its old bound deleted. Rows in key order, like every lock of the call.
+CREATE OR REPLACE FUNCTION {schema}.record_size_bounds(
+    sizes jsonb, envs text[], queues text[], added integer[])
+RETURNS void
+LANGUAGE sql
+AS $$
+    WITH targets AS (
+        SELECT s.environment, s.scope, coalesce(s.queue, '') AS queue, s.bound,
+               (SELECT coalesce(sum(a.runs), 0)
+                FROM unnest(envs, queues, added) AS a(environment, queue, runs)
+                WHERE a.environment = s.environment
+                  AND (s.scope = 'environment' OR a.queue = s.queue)) AS runs
+        FROM jsonb_to_recordset(sizes)
+            AS s(environment text, queue text, scope text, bound bigint)
+    ), kept AS (
+        INSERT INTO {schema}.size_bounds AS b (environment, scope, queue, bound)
+        SELECT t.environment, t.scope, t.queue, t.bound + t.runs
+        FROM targets t WHERE t.bound IS NOT NULL
+        ORDER BY 1, 2, 3
+        ON CONFLICT (environment, scope, queue) DO UPDATE SET bound = excluded.bound
+    )
+    DELETE FROM {schema}.size_bounds AS b
+    USING targets t
+    WHERE t.bound IS NULL
+      AND b.environment = t.environment AND b.scope = t.scope AND b.queue = t.queue
 $$;
 
 -- function: first_past_size_limit
@@ -131,24 +212,32 @@ $$;
 -- `adding[i]` runs are about to enter queue `queues[i]` of environment `envs[i]` (one element
 -- per queue). Takes the size-limit locks (lock_queue_sizes), then returns the first limit they
 -- would pass, or no row: queue limits in (environment, queue) order, then environment limits
--- over all the environment's queues.
+-- over all the environment's queues. With no row, the runs are admitted: the caller must add
+-- them in the same transaction, and their bounds already count them (record_size_bounds).
 CREATE OR REPLACE FUNCTION {schema}.check_queue_sizes(envs text[], queues text[], adding integer[])
 RETURNS TABLE (environment text, queue text, size_limit integer, scope text, size integer)
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    sizes jsonb;
 BEGIN
     IF NOT {schema}.lock_queue_sizes(envs, queues) THEN
         RETURN;
     END IF;
     -- A later statement than the locks: it sees what their previous holders committed.
+    SELECT jsonb_agg(s) INTO sizes FROM {schema}.queue_sizes(envs, queues, adding) AS s;
     RETURN QUERY
     SELECT s.environment, coalesce(s.queue, min(a.queue)), s.size_limit, s.scope, s.size
-    FROM {schema}.queue_sizes(envs, queues) AS s
+    FROM jsonb_to_recordset(coalesce(sizes, '[]'))
+        AS s(environment text, queue text, scope text, size_limit integer, size integer)
     JOIN unnest(envs, queues, adding) AS a(environment, queue, runs)
       ON a.environment = s.environment AND (s.scope = 'environment' OR a.queue = s.queue)
     GROUP BY s.environment, s.queue, s.size_limit, s.scope, s.size
     HAVING s.size + sum(a.runs) > s.size_limit
     ORDER BY s.scope DESC, s.environment, s.queue
     LIMIT 1;
+    IF NOT FOUND AND sizes IS NOT NULL THEN
+        PERFORM {schema}.record_size_bounds(sizes, envs, queues, adding);
+    END IF;
 END;
 $$;

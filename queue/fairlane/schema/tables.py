@@ -327,6 +327,21 @@ def _rate_buckets(metadata: MetaData) -> Table:
     )
 
 
+def _size_bounds(metadata: MetaData) -> Table:
+    """An upper bound of the runs that can be waiting in each size-limited queue and environment,
+    so a trigger that fits under it counts nothing (sql/triggering/sizes.sql)."""
+    return Table(
+        "size_bounds",
+        metadata,
+        Column("environment", Text, primary_key=True),
+        # 'queue' or 'environment'; an environment's bound has the queue ''.
+        Column("scope", Text, primary_key=True),
+        Column("queue", Text, primary_key=True),
+        Column("bound", BigInteger, nullable=False),
+        CheckConstraint("scope IN ('queue', 'environment')", name="size_bounds_scope_check"),
+    )
+
+
 def _scheduler(metadata: MetaData) -> Table:
     return Table(
         "scheduler",
@@ -726,6 +741,7 @@ def build_metadata(schema: str) -> MetaData:
     _environments(metadata)
     _queues(metadata)
     _rate_buckets(metadata)
+    _size_bounds(metadata)
     _scheduler(metadata)
     _settings(metadata)
     _debounce_keys(metadata)
