@@ -197,6 +197,9 @@ DECLARE
     keys_in_order boolean;
     debounced boolean;
     sizes jsonb;
+    made_envs text[];
+    made_queues text[];
+    made_items integer[];
     decided record;
     full_queue record;
     failed text;
@@ -253,28 +256,22 @@ BEGIN
             END;
         END LOOP;
         IF sizes IS NOT NULL THEN
+            -- The runs the call made: their queues, and their requests' indexes.
+            SELECT coalesce(array_agg(envs[i] ORDER BY i), '{{}}'),
+                   coalesce(array_agg(queues[i] ORDER BY i), '{{}}'),
+                   coalesce(array_agg(i - 1 ORDER BY i), '{{}}')
+            INTO made_envs, made_queues, made_items
+            FROM generate_subscripts(decided.outcomes, 1) AS i
+            WHERE decided.outcomes[i] = 'created';
             SELECT * INTO full_queue
-            FROM {schema}.first_past_size_limit(
-                sizes,
-                ARRAY(SELECT envs[i] FROM generate_subscripts(decided.outcomes, 1) AS i
-                      WHERE decided.outcomes[i] = 'created' ORDER BY i),
-                ARRAY(SELECT queues[i] FROM generate_subscripts(decided.outcomes, 1) AS i
-                      WHERE decided.outcomes[i] = 'created' ORDER BY i),
-                ARRAY(SELECT i - 1 FROM generate_subscripts(decided.outcomes, 1) AS i
-                      WHERE decided.outcomes[i] = 'created' ORDER BY i));
+            FROM {schema}.first_past_size_limit(sizes, made_envs, made_queues, made_items);
             IF FOUND THEN
                 RAISE EXCEPTION USING ERRCODE = 'FL001', DETAIL = to_jsonb(full_queue)::text,
                     MESSAGE = 'queue ' || full_queue.queue || ' of environment '
                               || full_queue.environment || ' is full';
             END IF;
             PERFORM {schema}.record_size_bounds(
-                sizes,
-                ARRAY(SELECT envs[i] FROM generate_subscripts(decided.outcomes, 1) AS i
-                      WHERE decided.outcomes[i] = 'created' ORDER BY i),
-                ARRAY(SELECT queues[i] FROM generate_subscripts(decided.outcomes, 1) AS i
-                      WHERE decided.outcomes[i] = 'created' ORDER BY i),
-                ARRAY(SELECT 1 FROM generate_subscripts(decided.outcomes, 1) AS i
-                      WHERE decided.outcomes[i] = 'created' ORDER BY i));
+                sizes, made_envs, made_queues, array_fill(1, ARRAY[cardinality(made_envs)]));
         END IF;
     EXCEPTION WHEN SQLSTATE 'FL001' THEN
         GET STACKED DIAGNOSTICS failed = PG_EXCEPTION_DETAIL;

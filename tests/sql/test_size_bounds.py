@@ -161,7 +161,10 @@ async def test_a_keyed_call_adds_the_runs_it_made_not_its_requests(
                 TriggerRequest("t", queue="q", idempotency_key="b"),
             ]
         )
-    assert again[0] == first
+        assert again[0] == first
+        assert bound(db, "default", "queue", "q") == 2
+        # A call that makes nothing leaves the bound as it was.
+        assert await client.trigger("t", queue="q", idempotency_key="b") == again[1]
     assert bound(db, "default", "queue", "q") == 2
 
 
