@@ -2,8 +2,8 @@
 -- trigger; setting a limit for one that has none yet creates it.
 
 -- name: upsert_environment_settings
--- params: name text, set_limit boolean, concurrency_limit integer, burst_factor numeric,
--- params: paused boolean, size_limit integer, set_size_limit boolean
+-- params: set_size_limit boolean, name text, set_limit boolean, concurrency_limit integer,
+-- params: burst_factor numeric, paused boolean, size_limit integer
 -- size_limit caps the runs waiting to start (QUEUED or DELAYED) across the environment's queues;
 -- triggers check it in their transaction (sql/triggering/sizes.sql). NULL is unlimited.
 -- A change may make queued runs claimable (unpaused, a cap raised): the environment's idle
