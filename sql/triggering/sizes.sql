@@ -101,12 +101,8 @@ AS $$
        AND kept.queue = coalesce(l.queue, '') AND kept.bound + l.runs <= l.size_limit
     LEFT JOIN LATERAL (
         SELECT w.waiting,
-               (SELECT count(*) FROM (
-                    SELECT 1 FROM {schema}.runs r
-                    WHERE r.environment = l.environment
-                      AND r.status IN ('EXECUTING', 'WAITING')
-                      AND (r.queue = l.queue OR l.queue IS NULL AND r.queue <> '__batches__')
-                    LIMIT greatest(l.size_limit - w.waiting - l.runs, 0) + 1) AS held) AS held
+               {schema}.held_runs(l.environment, l.queue,
+                                  greatest(l.size_limit - w.waiting - l.runs, 0) + 1) AS held
         FROM (SELECT {schema}.waiting_runs(l.environment, l.queue, l.size_limit) AS waiting) w
         WHERE kept.bound IS NULL
         -- Planned on its own, so that the condition gates the counts (a one-time filter):
@@ -144,6 +140,31 @@ AS $$
              SELECT 1 FROM {schema}.runs r
              WHERE r.environment = env AND r.status = 'DELAYED' AND r.queue <> '__batches__'
              LIMIT size_limit + 1) AS delayed)
+    END
+$$;
+
+-- function: held_runs
+-- The runs held (EXECUTING or WAITING) in queue `queue_name` of `env`, or with a NULL queue in
+-- all the environment's queues but __batches__, counted up to `up_to`: one range of
+-- runs_held_idx (environment, status, queue) per status, which stops there. A plain sql
+-- function, inlined into queue_sizes.
+CREATE OR REPLACE FUNCTION {schema}.held_runs(env text, queue_name text, up_to bigint)
+RETURNS bigint
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT CASE WHEN queue_name IS NOT NULL THEN
+        (SELECT count(*) FROM (
+             SELECT 1 FROM {schema}.runs r
+             WHERE r.environment = env AND r.status IN ('EXECUTING', 'WAITING')
+               AND r.queue = queue_name
+             LIMIT up_to) AS held)
+    ELSE
+        (SELECT count(*) FROM (
+             SELECT 1 FROM {schema}.runs r
+             WHERE r.environment = env AND r.status IN ('EXECUTING', 'WAITING')
+               AND r.queue <> '__batches__'
+             LIMIT up_to) AS held)
     END
 $$;
 
