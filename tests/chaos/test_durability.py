@@ -2,7 +2,8 @@
 started, a batch item whose run was made. Each must still be there when the server comes back,
 or the handler runs a second time, or the carrier completes with its item's run missing.
 
-The WAL writer is slowed to its longest delay (10 s) and the worker runs no periodic jobs, so
+The WAL writer is slowed to its longest delay (10 s), has just flushed an asynchronous commit
+of its own (so it only writes for the next 10 s), and the worker runs no periodic jobs, so
 nothing but the commit itself can flush it before the crash. A durable claim (the default)
 waits for that flush before the worker sees the run; a fast claim (``durable_claims=False``)
 does not, and is lost: the run is QUEUED again after recovery, and the worker, back within a
@@ -10,6 +11,7 @@ poll interval, may have claimed it again under a new lease before the test reads
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,13 +34,32 @@ pytestmark = [pytest.mark.anyio, pytest.mark.chaos, pytest.mark.timeout(120)]
 def slow_wal_writer(cluster: Cluster) -> Iterator[None]:
     with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
         admin.execute("ALTER SYSTEM SET wal_writer_delay = '10s'")
+        admin.execute("ALTER SYSTEM SET wal_writer_flush_after = '1GB'")
         admin.execute("SELECT pg_reload_conf()")
+        wal_writer_just_flushed(admin)
     try:
         yield
     finally:
         with psycopg.connect(cluster.dsn(), autocommit=True) as admin:
             admin.execute("ALTER SYSTEM RESET wal_writer_delay")
+            admin.execute("ALTER SYSTEM RESET wal_writer_flush_after")
             admin.execute("SELECT pg_reload_conf()")
+
+
+def wal_writer_just_flushed(admin: psycopg.Connection[Any]) -> None:
+    """Have the WAL writer flush an asynchronous commit now. It flushes at once when an
+    asynchronous commit wakes it from hibernation (an idle cluster's WAL writer hibernates) and
+    its own last flush is older than its delay: the claim's commit would be flushed before the
+    crash. Just after a flush of its own, it only writes for the next 10 s."""
+    admin.execute("SET synchronous_commit = off")
+    row = admin.execute("SELECT txid_current(), pg_current_wal_insert_lsn()").fetchone()
+    assert row is not None
+    admin.execute("RESET synchronous_commit")
+    flushed = "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn"
+    deadline = time.monotonic() + 15
+    while admin.execute(flushed, (row[1],)).fetchone() != (True,):
+        assert time.monotonic() < deadline, "the WAL writer never flushed the commit"
+        time.sleep(0.01)
 
 
 def run_row(dsn: str, run_id: int) -> tuple[Any, ...]:
