@@ -14,8 +14,7 @@
 -- admitted while it had no limit were never added to it. It first waits for the triggers that
 -- hold the environment's size lock, so that none of them keeps a bound past the change.
 WITH size_lock AS (
-    SELECT pg_advisory_xact_lock(hashtext({schema_name} || '.environment_size'),
-                                 hashtext(e.name))
+    SELECT {schema}.lock_environment_size(e.name)
     FROM {schema}.environments e
     WHERE %(set_size_limit)s AND e.name = %(name)s AND e.size_limit IS NOT NULL
 ), changed AS (

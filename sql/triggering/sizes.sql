@@ -7,6 +7,17 @@
 -- gives every statement a fresh snapshot, so it sees every trigger committed before the lock
 -- was granted. The locks are held until the caller's transaction ends.
 
+-- function: lock_environment_size
+-- An environment's size lock: a transaction-scoped advisory lock by its name (lock order 4,
+-- docs/concurrency.md). Taken by triggers into a limited environment (lock_queue_sizes) and by
+-- a change of its size limit (sql/limits/limits.sql), which must exclude the same triggers.
+CREATE OR REPLACE FUNCTION {schema}.lock_environment_size(env text)
+RETURNS void
+LANGUAGE sql
+AS $$
+    SELECT pg_advisory_xact_lock(hashtext({schema_name} || '.environment_size'), hashtext(env))
+$$;
+
 -- function: lock_queue_sizes
 -- Take the size-limit locks of every (envs[i], queues[i]) at once, in the global lock order
 -- (docs/concurrency.md): the limited environments' advisory locks by name, then the limited
@@ -32,8 +43,7 @@ BEGIN
         WHERE e.name = ANY(envs) AND e.size_limit IS NOT NULL
         ORDER BY e.name
     LOOP
-        PERFORM pg_advisory_xact_lock(hashtext({schema_name} || '.environment_size'),
-                                      hashtext(target.name));
+        PERFORM {schema}.lock_environment_size(target.name);
         limited := true;
     END LOOP;
     -- One primary-key lookup per queue, in order: cheaper than one join of the arrays.
