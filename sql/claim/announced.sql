@@ -64,11 +64,19 @@ BEGIN
         SET served = e.served + (SELECT count(*) FROM started),
             last_served_at = clock_timestamp(),
             drained = NOT ((SELECT count(*) FROM started) >= claim_limit
-                           OR (SELECT r.id FROM {schema}.runs r
-                               WHERE r.environment = e.name AND r.status = 'QUEUED'
-                                 AND r.id NOT IN (SELECT s.id FROM started s)
-                               ORDER BY r.environment, r.queue, r.queue_order, r.id
-                               LIMIT 1) IS NOT NULL)
+                           OR coalesce((SELECT r.id FROM {schema}.runs r
+                                        WHERE r.environment = e.name AND r.status = 'QUEUED'
+                                          AND r.concurrency_key IS NULL
+                                          AND r.id NOT IN (SELECT s.id FROM started s)
+                                        ORDER BY r.environment, r.queue, r.queue_order, r.id
+                                        LIMIT 1),
+                                       (SELECT r.id FROM {schema}.runs r
+                                        WHERE r.environment = e.name AND r.status = 'QUEUED'
+                                          AND r.concurrency_key IS NOT NULL
+                                          AND r.id NOT IN (SELECT s.id FROM started s)
+                                        ORDER BY r.environment, r.queue, r.concurrency_key,
+                                                 r.queue_order, r.id
+                                        LIMIT 1)) IS NOT NULL)
         WHERE e.name = environment_name AND EXISTS (SELECT 1 FROM started)
         RETURNING e.name
     )

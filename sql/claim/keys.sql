@@ -71,7 +71,7 @@ $$;
 -- last step of the ring's second part would read every entry past `upto`. Sorts are off: only
 -- runs_queued_key_idx gives the ring's order unsorted, and a runs table without statistics
 -- (a fresh one, before its first analyze) otherwise led the planner to read the queue's whole
--- runs_queued_idx and sort it, for every scan of the ring; JIT is off, as a sort that cannot be
+-- queued runs and sort them, for every scan of the ring; JIT is off, as a sort that cannot be
 -- avoided is costed past jit_above_cost.
 CREATE OR REPLACE FUNCTION {schema}.ring_heads(
     env_name text, queue_name text, after text, upto text, n integer, key_limit integer,

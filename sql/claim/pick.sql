@@ -7,12 +7,12 @@
 -- latest versions; a paused one gives nothing), within the queue caps and the environment caps:
 -- from each environment across its unpaused queues in queue_order (when the run was queued,
 -- minus its priority in seconds), then id. One statement for every environment of a round:
--- slots are counted where a cap needs them, and each queue is read in the order
--- of the queued index, so no backlog is sorted: only the few rows each queue contributes are
--- merged. `turn` is the environment's position in the arrays. A queue with queued runs that have
--- a concurrency key is picked from by pick_from_keys (sql/claim/keys.sql): its limit applies
--- per key, its total_limit across them, its keys served round robin; the counts are the same
--- slot holders, grouped by key too. A queue with a rate takes no more of a key's runs (its
+-- slots are counted where a cap needs them, and each queue is read in the order of its queued
+-- index (runs_queued_keyless_idx, or the keys' ring), so no backlog is sorted: only the few
+-- rows each queue contributes are merged. `turn` is the environment's position in the arrays.
+-- A queue with queued runs that have a concurrency key is picked from by pick_from_keys
+-- (sql/claim/keys.sql): its limit applies per key, its total_limit across them, its keys
+-- served round robin; the counts are the same slot holders, grouped by key too. A queue with a rate takes no more of a key's runs (its
 -- keyless runs' too) than the key's bucket holds tokens (sql/claim/key_rates.sql). The
 -- picked runs are locked (FOR UPDATE SKIP LOCKED) and still QUEUED: the claim starts them
 -- later in one UPDATE (start_picked_runs), and no environment is picked from twice before
@@ -149,6 +149,8 @@ BEGIN
                 WHERE NOT qr.keyed
                   AND r.environment = qr.environment AND r.queue = qr.queue
                   AND r.status = 'QUEUED'
+                  -- A queue without keyed runs: its runs are in runs_queued_keyless_idx.
+                  AND r.concurrency_key IS NULL
                   AND (r.queue_order, r.id) > (qr.floor_order, qr.floor_id)
                   -- A TTL limits the wait before a run first starts: one that lapsed is left
                   -- to expire_ttl_runs (exactly its condition, negated), never started. A

@@ -2,7 +2,7 @@
 -- in which order a claim serves them.
 --
 -- An environment is active while environments.drained is false. A claim that leaves one with
--- no queued run marks it drained; a scan of the queued index (environments_with_work), or a
+-- no queued run marks it drained; a scan of the queued indexes (environments_with_work), or a
 -- look at the environments a notification named, finds those that gained work again, and
 -- mark_environments_active lets them rejoin. The active, unpaused ones are kept in turn order
 -- by environments_turn_idx: least served first, then the one served longest ago (never served:
@@ -39,23 +39,33 @@ AS $$
 $$;
 
 -- function: environments_with_work
--- The environments with QUEUED runs, by a loose index scan of the queued index: one descent per
--- environment with queued runs, never a scan of the runs. Its cost grows with those
--- environments, so claims make it only in a full scan (a worker's safety net once per poll
--- interval) or when the active environments could not fill them.
+-- The environments with QUEUED runs, by a loose index scan of the two queued indexes (a queued
+-- run is in runs_queued_keyless_idx or in runs_queued_key_idx): each step descends both to the
+-- next environment after the last found, and takes the lesser. Two descents per environment
+-- with queued runs, never a scan of the runs. Its cost grows with those environments, so claims
+-- make it only in a full scan (a worker's safety net once per poll interval) or when the
+-- active environments could not fill them.
 CREATE OR REPLACE FUNCTION {schema}.environments_with_work()
 RETURNS TABLE (environment text)
 LANGUAGE sql
 STABLE
 AS $$
     WITH RECURSIVE found(environment) AS (
-        (SELECT r.environment FROM {schema}.runs r
-         WHERE r.status = 'QUEUED'
-         ORDER BY r.environment LIMIT 1)
+        SELECT least((SELECT r.environment FROM {schema}.runs r
+                      WHERE r.status = 'QUEUED' AND r.concurrency_key IS NULL
+                      ORDER BY r.environment LIMIT 1),
+                     (SELECT r.environment FROM {schema}.runs r
+                      WHERE r.status = 'QUEUED' AND r.concurrency_key IS NOT NULL
+                      ORDER BY r.environment LIMIT 1))
         UNION ALL
-        SELECT (SELECT r.environment FROM {schema}.runs r
-                WHERE r.status = 'QUEUED' AND r.environment > found.environment
-                ORDER BY r.environment LIMIT 1)
+        SELECT least((SELECT r.environment FROM {schema}.runs r
+                      WHERE r.status = 'QUEUED' AND r.concurrency_key IS NULL
+                        AND r.environment > found.environment
+                      ORDER BY r.environment LIMIT 1),
+                     (SELECT r.environment FROM {schema}.runs r
+                      WHERE r.status = 'QUEUED' AND r.concurrency_key IS NOT NULL
+                        AND r.environment > found.environment
+                      ORDER BY r.environment LIMIT 1))
         FROM found
         WHERE found.environment IS NOT NULL
     )
@@ -78,10 +88,16 @@ BEGIN
     WITH joining AS (
         SELECT j.name FROM {schema}.environments j
         WHERE j.name = ANY(candidate_names) AND j.drained
-          AND (SELECT r.id FROM {schema}.runs r
-               WHERE r.environment = j.name AND r.status = 'QUEUED'
-               ORDER BY r.environment, r.queue, r.queue_order, r.id
-               LIMIT 1) IS NOT NULL
+          AND coalesce((SELECT r.id FROM {schema}.runs r
+                        WHERE r.environment = j.name AND r.status = 'QUEUED'
+                          AND r.concurrency_key IS NULL
+                        ORDER BY r.environment, r.queue, r.queue_order, r.id
+                        LIMIT 1),
+                       (SELECT r.id FROM {schema}.runs r
+                        WHERE r.environment = j.name AND r.status = 'QUEUED'
+                          AND r.concurrency_key IS NOT NULL
+                        ORDER BY r.environment, r.queue, r.concurrency_key, r.queue_order, r.id
+                        LIMIT 1)) IS NOT NULL
         FOR UPDATE SKIP LOCKED
     )
     UPDATE {schema}.environments AS e

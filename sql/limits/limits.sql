@@ -129,7 +129,11 @@ SELECT q.environment, q.name AS queue, e.concurrency_limit AS env_limit, e.burst
         WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'EXECUTING')
            AS running,
        (SELECT count(*) FROM {schema}.runs r
-        WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'QUEUED')
+        WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'QUEUED'
+          AND r.concurrency_key IS NULL)
+       + (SELECT count(*) FROM {schema}.runs r
+          WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'QUEUED'
+            AND r.concurrency_key IS NOT NULL)
            AS queued,
        (SELECT count(*) FROM {schema}.runs r
         WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'DELAYED')

@@ -52,10 +52,16 @@ BEGIN
     SET drained = false
     FROM (SELECT x.name FROM {schema}.environments x
           WHERE x.drained
-            AND (SELECT r.id FROM {schema}.runs r
-                 WHERE r.environment = x.name AND r.status = 'QUEUED'
-                 ORDER BY r.environment, r.queue, r.queue_order, r.id
-                 LIMIT 1) IS NOT NULL
+            AND coalesce((SELECT r.id FROM {schema}.runs r
+                          WHERE r.environment = x.name AND r.status = 'QUEUED'
+                            AND r.concurrency_key IS NULL
+                          ORDER BY r.environment, r.queue, r.queue_order, r.id
+                          LIMIT 1),
+                         (SELECT r.id FROM {schema}.runs r
+                          WHERE r.environment = x.name AND r.status = 'QUEUED'
+                            AND r.concurrency_key IS NOT NULL
+                          ORDER BY r.environment, r.queue, r.concurrency_key, r.queue_order, r.id
+                          LIMIT 1)) IS NOT NULL
           FOR UPDATE SKIP LOCKED) AS stale
     WHERE e.name = stale.name;
     GET DIAGNOSTICS environments_fixed = ROW_COUNT;

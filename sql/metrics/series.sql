@@ -1,6 +1,6 @@
--- The database-side metric series. Each reads partial indexes only (runs_held_idx,
--- runs_queued_idx, runs_delayed_queue_idx), never the runs table's finished history, so a
--- scrape costs the same with 1M finished runs as with none.
+-- The database-side metric series. Each reads partial indexes only (runs_held_idx, the queued
+-- runs' runs_queued_keyless_idx and runs_queued_key_idx, runs_delayed_queue_idx), never the
+-- runs table's finished history, so a scrape costs the same with 1M finished runs as with none.
 
 -- name: queue_series
 -- Per queue: runs EXECUTING, QUEUED and DELAYED, and the age of the run at its head.
@@ -9,16 +9,18 @@ SELECT q.environment, q.name AS queue,
         WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'EXECUTING')
            AS executing,
        (SELECT count(*) FROM {schema}.runs r
-        WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'QUEUED')
+        WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'QUEUED'
+          AND r.concurrency_key IS NULL)
+       + (SELECT count(*) FROM {schema}.runs r
+          WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'QUEUED'
+            AND r.concurrency_key IS NOT NULL)
            AS queued,
        (SELECT count(*) FROM {schema}.runs r
         WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'DELAYED')
            AS delayed,
        coalesce(extract(epoch FROM now() - (
-           SELECT r.queued_at FROM {schema}.runs r
-           WHERE r.environment = q.environment AND r.queue = q.name AND r.status = 'QUEUED'
-           ORDER BY r.queue_order, r.id
-           LIMIT 1)), 0)::float8 AS oldest_queued_s
+           SELECT head.queued_at FROM {schema}.queue_head_runs(q.environment, q.name, 1) AS head
+           )), 0)::float8 AS oldest_queued_s
 FROM {schema}.queues q
 ORDER BY q.environment, q.name;
 

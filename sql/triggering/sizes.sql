@@ -125,8 +125,9 @@ $$;
 -- The runs waiting to start (QUEUED or DELAYED) in queue `queue_name` of `env`, or with a NULL
 -- queue in all the environment's queues but __batches__ (batch carriers only turn items into
 -- runs, and those runs are what a limit counts): each status counted up to `size_limit` + 1,
--- enough to decide any trigger, on the queued index and the (environment, queue) index of
--- delayed runs. A plain sql function, inlined into queue_sizes.
+-- enough to decide any trigger. The queued runs are counted on the two queued indexes (a run is
+-- in runs_queued_keyless_idx or in runs_queued_key_idx, never both), the delayed ones on their
+-- (environment, queue) index. A plain sql function, inlined into queue_sizes.
 CREATE OR REPLACE FUNCTION {schema}.waiting_runs(env text, queue_name text, size_limit integer)
 RETURNS bigint
 LANGUAGE sql
@@ -136,7 +137,13 @@ AS $$
         (SELECT count(*) FROM (
              SELECT 1 FROM {schema}.runs r
              WHERE r.environment = env AND r.queue = queue_name AND r.status = 'QUEUED'
-             LIMIT size_limit + 1) AS queued)
+               AND r.concurrency_key IS NULL
+             LIMIT size_limit + 1) AS keyless)
+        + (SELECT count(*) FROM (
+             SELECT 1 FROM {schema}.runs r
+             WHERE r.environment = env AND r.queue = queue_name AND r.status = 'QUEUED'
+               AND r.concurrency_key IS NOT NULL
+             LIMIT size_limit + 1) AS keyed)
         + (SELECT count(*) FROM (
              SELECT 1 FROM {schema}.runs r
              WHERE r.environment = env AND r.queue = queue_name AND r.status = 'DELAYED'
@@ -145,7 +152,13 @@ AS $$
         (SELECT count(*) FROM (
              SELECT 1 FROM {schema}.runs r
              WHERE r.environment = env AND r.status = 'QUEUED' AND r.queue <> '__batches__'
-             LIMIT size_limit + 1) AS queued)
+               AND r.concurrency_key IS NULL
+             LIMIT size_limit + 1) AS keyless)
+        + (SELECT count(*) FROM (
+             SELECT 1 FROM {schema}.runs r
+             WHERE r.environment = env AND r.status = 'QUEUED' AND r.queue <> '__batches__'
+               AND r.concurrency_key IS NOT NULL
+             LIMIT size_limit + 1) AS keyed)
         + (SELECT count(*) FROM (
              SELECT 1 FROM {schema}.runs r
              WHERE r.environment = env AND r.status = 'DELAYED' AND r.queue <> '__batches__'

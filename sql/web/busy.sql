@@ -3,8 +3,8 @@
 -- (tests/web/test_dashboard_scale.py).
 -- "Busy" is the runs an environment or queue holds right now: running (EXECUTING), queued and
 -- delayed. Those are counted from the partial indexes that hold only such runs (runs_held_idx,
--- runs_queued_idx, runs_delayed_queue_idx), one branch per status so each branch matches its
--- index: the cost follows the live runs, never the ended ones. Batch carriers (the reserved
+-- runs_queued_keyless_idx and runs_queued_key_idx, runs_delayed_queue_idx), one branch per
+-- index so each branch matches its index's predicate: the cost follows the live runs, never the ended ones. Batch carriers (the reserved
 -- `__batches__` queue) are fairlane's own work and neither counted nor listed.
 
 -- name: busy_environments
@@ -20,7 +20,11 @@ WITH live AS (
     FROM (
         SELECT environment, queue, status FROM {schema}.runs WHERE status = 'EXECUTING'
         UNION ALL
-        SELECT environment, queue, status FROM {schema}.runs WHERE status = 'QUEUED'
+        SELECT environment, queue, status FROM {schema}.runs
+        WHERE status = 'QUEUED' AND concurrency_key IS NULL
+        UNION ALL
+        SELECT environment, queue, status FROM {schema}.runs
+        WHERE status = 'QUEUED' AND concurrency_key IS NOT NULL
         UNION ALL
         SELECT environment, queue, status FROM {schema}.runs WHERE status = 'DELAYED'
     ) held
@@ -64,7 +68,12 @@ WITH live AS MATERIALIZED (
         WHERE status = 'EXECUTING' AND environment = ANY(%(environments)s::text[])
         UNION ALL
         SELECT environment, queue, status FROM {schema}.runs
-        WHERE status = 'QUEUED' AND environment = ANY(%(environments)s::text[])
+        WHERE status = 'QUEUED' AND concurrency_key IS NULL
+          AND environment = ANY(%(environments)s::text[])
+        UNION ALL
+        SELECT environment, queue, status FROM {schema}.runs
+        WHERE status = 'QUEUED' AND concurrency_key IS NOT NULL
+          AND environment = ANY(%(environments)s::text[])
         UNION ALL
         SELECT environment, queue, status FROM {schema}.runs
         WHERE status = 'DELAYED' AND environment = ANY(%(environments)s::text[])
@@ -90,52 +99,30 @@ CROSS JOIN LATERAL (
     ORDER BY busy DESC, q.name
     LIMIT %(per_environment)s OFFSET %(offset)s
 ) page
-LEFT JOIN LATERAL (
-    SELECT r.id, r.queued_at
-    FROM {schema}.runs r
-    WHERE r.environment = page.environment AND r.queue = page.queue AND r.status = 'QUEUED'
-    ORDER BY r.queue_order, r.id
-    LIMIT 1
-) head ON true
+LEFT JOIN LATERAL {schema}.queue_head_runs(page.environment, page.queue, 1) AS head ON true
 ORDER BY env.n, page.busy DESC, page.queue;
 
 -- name: oldest_heads
 -- params: environments text[]
 -- For each of the given environments (a page of busy_environments), the head (the next run in
 -- claim order) that has waited longest among all its queues, shown or not. The queues holding
--- QUEUED runs are found by skipping through runs_queued_idx from one to the next within each
--- environment (one index descent each, none for an idle queue), then one descent for each
--- one's head. The batch carriers' queue is skipped through like any other and left out after.
+-- QUEUED runs are found by skipping from one to the next within each environment
+-- (next_queued_queue: a descent of each queued index, none for an idle queue), then each one's
+-- head is read (queue_head_runs). The batch carriers' queue is skipped through like any other and left out after.
 WITH RECURSIVE waiting AS (
     SELECT first.environment, first.queue
     FROM unnest(%(environments)s::text[]) AS env(name)
-    CROSS JOIN LATERAL (
-        SELECT r.environment, r.queue
-        FROM {schema}.runs r
-        WHERE r.status = 'QUEUED' AND r.environment = env.name
-        ORDER BY r.queue
-        LIMIT 1
-    ) AS first
+    CROSS JOIN LATERAL {schema}.next_queued_queue(env.name, '') AS first
+    WHERE first.environment = env.name
     UNION ALL
     SELECT later.environment, later.queue
     FROM waiting w
-    CROSS JOIN LATERAL (
-        SELECT r.environment, r.queue
-        FROM {schema}.runs r
-        WHERE r.status = 'QUEUED' AND r.environment = w.environment AND r.queue > w.queue
-        ORDER BY r.queue
-        LIMIT 1
-    ) AS later
+    CROSS JOIN LATERAL {schema}.next_queued_queue(w.environment, w.queue) AS later
+    WHERE later.environment = w.environment
 )
 SELECT DISTINCT ON (w.environment) w.environment, head.id AS run_id,
        extract(epoch FROM now() - head.queued_at)::float8 AS waited_s
 FROM waiting w
-CROSS JOIN LATERAL (
-    SELECT r.id, r.queued_at
-    FROM {schema}.runs r
-    WHERE r.status = 'QUEUED' AND r.environment = w.environment AND r.queue = w.queue
-    ORDER BY r.queue_order, r.id
-    LIMIT 1
-) AS head
+CROSS JOIN LATERAL {schema}.queue_head_runs(w.environment, w.queue, 1) AS head
 WHERE w.queue <> '__batches__'
 ORDER BY w.environment, head.queued_at, head.id;

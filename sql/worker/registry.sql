@@ -49,43 +49,28 @@ ORDER BY live DESC, w.started_at, w.id;
 -- The tasks, per environment, with QUEUED runs that no live worker serves: none has a handler
 -- for the task AND serves the run's environment and queue (NULL environments or queues: all).
 --
--- It reads the first `head` runs of each queue in claim order (runs_queued_idx), never the
+-- It reads the first `head` runs of each queue in queue order (queue_head_runs), never the
 -- whole backlog: a run no worker serves is passed over by every claim, so it reaches its
 -- queue's head and shows there. Behind a backlog deeper than `head` a new unserved task shows
 -- once the backlog has drained to it. `runs` counts what those heads hold. DELAYED runs are
 -- left out: promotion queues the due ones within a tick. The queues holding QUEUED runs are
--- found by skipping through runs_queued_idx one queue at a time (`waiting`, one index descent
--- per such queue), so empty queues cost nothing: 100,000 queues, most of them idle, are not
+-- found by skipping from one to the next (`waiting`: next_queued_queue, a descent of each
+-- queued index per such queue), so empty queues cost nothing: 100,000 queues, most of them idle, are not
 -- 100,000 probes.
 WITH RECURSIVE live AS MATERIALIZED (
     SELECT w.tasks, w.environments, w.queues FROM {schema}.serving_workers() AS w
 ), waiting AS (
-    (SELECT r.environment, r.queue AS name
-     FROM {schema}.runs r
-     WHERE r.status = 'QUEUED'
-     ORDER BY r.environment, r.queue
-     LIMIT 1)
+    SELECT first.environment, first.queue AS name
+    FROM {schema}.next_queued_queue('', '') AS first
     UNION ALL
-    SELECT later.environment, later.name
+    SELECT later.environment, later.queue
     FROM waiting w
-    CROSS JOIN LATERAL (
-        SELECT r.environment, r.queue AS name
-        FROM {schema}.runs r
-        WHERE r.status = 'QUEUED' AND (r.environment, r.queue) > (w.environment, w.name)
-        ORDER BY r.environment, r.queue
-        LIMIT 1
-    ) AS later
+    CROSS JOIN LATERAL {schema}.next_queued_queue(w.environment, w.name) AS later
 )
 SELECT q.environment, head.task, array_agg(DISTINCT q.name ORDER BY q.name) AS queues,
        count(*) AS runs, min(head.queued_at) AS oldest_queued_at
 FROM waiting q
-CROSS JOIN LATERAL (
-    SELECT r.task, r.queued_at
-    FROM {schema}.runs r
-    WHERE r.status = 'QUEUED' AND r.environment = q.environment AND r.queue = q.name
-    ORDER BY r.queue_order, r.id
-    LIMIT %(head)s
-) AS head
+CROSS JOIN LATERAL {schema}.queue_head_runs(q.environment, q.name, %(head)s) AS head
 WHERE NOT EXISTS (
     SELECT 1 FROM live w
     WHERE {schema}.worker_serves(w.tasks, w.environments, w.queues, head.task, q.environment,

@@ -187,10 +187,12 @@ async def test_a_floored_claim_bounds_the_index_walk(
         # Past the fifth execution the generic plan must keep the bound too.
         for _ in range(8):
             assert len(await claim(conn, store, floors, 5, full_scan=False)) == 5
-    # The queues' walks: the locking reads of the queued index (the round's lock of its
-    # environments reads that index too, but only to look for a queued run, index only).
+    # The queues' walks: the locking reads of the keyless queued index (the round's lock of
+    # its environments reads that index too, but only to look for a queued run, index only).
     walks = [
-        plan for plan in plans if "Index Scan using runs_queued_idx" in plan and "LockRows" in plan
+        plan
+        for plan in plans
+        if "Index Scan using runs_queued_keyless_idx" in plan and "LockRows" in plan
     ]
     assert walks
     for plan in walks:

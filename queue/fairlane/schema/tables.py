@@ -112,17 +112,6 @@ def _runs(metadata: MetaData) -> Table:
         Column("concurrency_key", Text),
         _status_check(),
         CheckConstraint("max_attempts >= 1", name="runs_max_attempts_check"),
-        # Claims read this index only, in its order; finished and leased rows drop out of it.
-        # Its leading column also serves the loose index scan that finds environments with
-        # queued runs.
-        Index(
-            "runs_queued_idx",
-            "environment",
-            "queue",
-            "queue_order",
-            "id",
-            postgresql_where=text("status = 'QUEUED'"),
-        ),
         # The runs workers hold under a lease. Slots are derived from it (a run holds a slot
         # exactly while EXECUTING: the status key skips an environment's waiting runs), and the
         # lease reclaim walks it for lapsed leases. The lease's end is in no index, so a
@@ -134,8 +123,10 @@ def _runs(metadata: MetaData) -> Table:
             "queue",
             postgresql_where=text("status IN ('EXECUTING', 'WAITING')"),
         ),
+        # The queued runs are in two indexes, each run in one (its entries are most of a
+        # trigger's cost): the ones with a key here, the others in runs_queued_keyless_idx.
+        # Statements wanting every queued run of a queue read both (sql/runs/queued.sql).
         # A keyed queue's runs by key, then in queue order: the claim's walk over its keys.
-        # Keyless runs never enter it.
         Index(
             "runs_queued_key_idx",
             "environment",
@@ -145,8 +136,10 @@ def _runs(metadata: MetaData) -> Table:
             "id",
             postgresql_where=text("status = 'QUEUED' AND concurrency_key IS NOT NULL"),
         ),
-        # The queued runs without a key, in queue order: a keyed queue's keyless turn, which
-        # finds its first one whatever the keys have queued ahead of it.
+        # The queued runs without a key, in queue order: the claim reads a queue without keys
+        # here, and a keyed queue's keyless turn finds its first one whatever the keys have
+        # queued ahead of it. Its leading column also serves the loose index scans that find
+        # environments with queued runs.
         Index(
             "runs_queued_keyless_idx",
             "environment",
@@ -174,7 +167,7 @@ def _runs(metadata: MetaData) -> Table:
             ),
             postgresql_where=text("finished_at IS NOT NULL"),
         ),
-        # Queue size limits count QUEUED runs through runs_queued_idx and DELAYED ones here.
+        # Queue size limits count QUEUED runs through the queued indexes and DELAYED ones here.
         Index(
             "runs_delayed_queue_idx",
             "environment",

@@ -1,0 +1,85 @@
+-- The QUEUED runs of a queue, read from the two indexes that hold them: a queued run without a
+-- concurrency key is in runs_queued_keyless_idx, one with a key in runs_queued_key_idx, never
+-- in both (a run enters one queued index: the bulk trigger's cost is mostly index entries).
+-- Statements that need every queued run of a queue, whatever its key, read both through
+-- these. Each is a plain STABLE sql function returning rows, which the planner inlines into
+-- the statement calling it from FROM, so each branch is planned against its index with the
+-- caller's values.
+
+-- function: next_queued_queue
+-- The first (environment, queue) after (`after_environment`, `after_queue`) that holds QUEUED
+-- runs, or no row: one descent of each queued index, the lesser taken. A loose index scan
+-- steps through the queues holding queued runs with it, empty queues costing nothing; ('', '')
+-- starts before every queue (names are never empty).
+CREATE OR REPLACE FUNCTION {schema}.next_queued_queue(after_environment text, after_queue text)
+RETURNS TABLE (environment text, queue text)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT n.environment, n.queue
+    FROM ((SELECT r.environment, r.queue FROM {schema}.runs r
+           WHERE r.status = 'QUEUED' AND r.concurrency_key IS NULL
+             AND (r.environment, r.queue) > (after_environment, after_queue)
+           ORDER BY r.environment, r.queue
+           LIMIT 1)
+          UNION ALL
+          (SELECT r.environment, r.queue FROM {schema}.runs r
+           WHERE r.status = 'QUEUED' AND r.concurrency_key IS NOT NULL
+             AND (r.environment, r.queue) > (after_environment, after_queue)
+           ORDER BY r.environment, r.queue
+           LIMIT 1)) AS n
+    ORDER BY n.environment, n.queue
+    LIMIT 1;
+$$;
+
+-- function: queue_head_runs
+-- The first `how_many` QUEUED runs of a queue in queue order (queue_order, then id), keyed or
+-- not: the keyless ones are the first entries of their index; the keyed ones are sorted from
+-- the queue's entries of the key index (in key order there), the few wanted kept. A keyed
+-- queue is claimed from its keys in turn (sql/claim/keys.sql), so its head in queue order is
+-- the run that has waited longest by its place, not always the next one a claim takes.
+CREATE OR REPLACE FUNCTION {schema}.queue_head_runs(env text, queue_name text, how_many bigint)
+RETURNS TABLE (id bigint, task text, queued_at timestamptz, queue_order timestamptz)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT h.id, h.task, h.queued_at, h.queue_order
+    FROM ((SELECT r.id, r.task, r.queued_at, r.queue_order FROM {schema}.runs r
+           WHERE r.environment = env AND r.queue = queue_name AND r.status = 'QUEUED'
+             AND r.concurrency_key IS NULL
+           ORDER BY r.queue_order, r.id
+           LIMIT how_many)
+          UNION ALL
+          (SELECT r.id, r.task, r.queued_at, r.queue_order FROM {schema}.runs r
+           WHERE r.environment = env AND r.queue = queue_name AND r.status = 'QUEUED'
+             AND r.concurrency_key IS NOT NULL
+           ORDER BY r.queue_order, r.id
+           LIMIT how_many)) AS h
+    ORDER BY h.queue_order, h.id
+    LIMIT how_many;
+$$;
+
+-- function: queued_run_count
+-- How many runs are QUEUED in environment `env`, in queue `queue_name` or (NULL, the default)
+-- in all its queues: the depth an autoscaler reads (README, Metrics). Counted on the two
+-- queued indexes, so the cost follows the queued runs, never the runs table's history; a plain
+-- `count(*) ... WHERE status = 'QUEUED'` matches neither index's predicate and reads the table.
+CREATE OR REPLACE FUNCTION {schema}.queued_run_count(env text, queue_name text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT CASE WHEN queue_name IS NULL THEN
+        (SELECT count(*) FROM {schema}.runs r
+         WHERE r.environment = env AND r.status = 'QUEUED' AND r.concurrency_key IS NULL)
+        + (SELECT count(*) FROM {schema}.runs r
+           WHERE r.environment = env AND r.status = 'QUEUED' AND r.concurrency_key IS NOT NULL)
+    ELSE
+        (SELECT count(*) FROM {schema}.runs r
+         WHERE r.environment = env AND r.queue = queue_name AND r.status = 'QUEUED'
+           AND r.concurrency_key IS NULL)
+        + (SELECT count(*) FROM {schema}.runs r
+           WHERE r.environment = env AND r.queue = queue_name AND r.status = 'QUEUED'
+             AND r.concurrency_key IS NOT NULL)
+    END
+$$;
