@@ -33,16 +33,35 @@ AS $$
 $$;
 
 -- function: queue_head_runs
--- The first `how_many` QUEUED runs of a queue in queue order (queue_order, then id), keyed or
--- not: the keyless ones are the first entries of their index; the keyed ones are sorted from
--- the queue's entries of the key index (in key order there), the few wanted kept. A keyed
--- queue is claimed from its keys in turn (sql/claim/keys.sql), so its head in queue order is
--- the run that has waited longest by its place, not always the next one a claim takes.
+-- The first `how_many` runs at a queue's head, in queue order (queue_order, then id): among its
+-- keyless QUEUED runs, the first entries of their index; among its keyed ones, each key's
+-- first run, which a loose scan of the key index reaches in one descent per key (a key's
+-- later runs wait behind it: claims take a queue's keys in turn, each key's runs in queue
+-- order, sql/claim/keys.sql). The first of them is the queue's first run in queue order. What
+-- it reads grows with the queue's keys, not with their runs.
 CREATE OR REPLACE FUNCTION {schema}.queue_head_runs(env text, queue_name text, how_many bigint)
 RETURNS TABLE (id bigint, task text, queued_at timestamptz, queue_order timestamptz)
 LANGUAGE sql
 STABLE
 AS $$
+    WITH RECURSIVE key_heads AS (
+        (SELECT r.concurrency_key, r.id, r.task, r.queued_at, r.queue_order
+         FROM {schema}.runs r
+         WHERE r.environment = env AND r.queue = queue_name AND r.status = 'QUEUED'
+           AND r.concurrency_key IS NOT NULL
+         ORDER BY r.concurrency_key, r.queue_order, r.id
+         LIMIT 1)
+        UNION ALL
+        SELECT next.concurrency_key, next.id, next.task, next.queued_at, next.queue_order
+        FROM key_heads k
+        CROSS JOIN LATERAL (
+            SELECT r.concurrency_key, r.id, r.task, r.queued_at, r.queue_order
+            FROM {schema}.runs r
+            WHERE r.environment = env AND r.queue = queue_name AND r.status = 'QUEUED'
+              AND r.concurrency_key > k.concurrency_key
+            ORDER BY r.concurrency_key, r.queue_order, r.id
+            LIMIT 1) AS next
+    )
     SELECT h.id, h.task, h.queued_at, h.queue_order
     FROM ((SELECT r.id, r.task, r.queued_at, r.queue_order FROM {schema}.runs r
            WHERE r.environment = env AND r.queue = queue_name AND r.status = 'QUEUED'
@@ -50,11 +69,7 @@ AS $$
            ORDER BY r.queue_order, r.id
            LIMIT how_many)
           UNION ALL
-          (SELECT r.id, r.task, r.queued_at, r.queue_order FROM {schema}.runs r
-           WHERE r.environment = env AND r.queue = queue_name AND r.status = 'QUEUED'
-             AND r.concurrency_key IS NOT NULL
-           ORDER BY r.queue_order, r.id
-           LIMIT how_many)) AS h
+          SELECT k.id, k.task, k.queued_at, k.queue_order FROM key_heads k) AS h
     ORDER BY h.queue_order, h.id
     LIMIT how_many;
 $$;
