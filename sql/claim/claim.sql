@@ -361,7 +361,8 @@ BEGIN
     -- environment whose runs this claimer does not serve stays active for the workers that do,
     -- and is charged nothing. A scalar subquery keeps its ORDER BY (EXISTS would drop it), and
     -- that order matches its queued index, so even a generic plan walks the index; the
-    -- keyed look is made only when the keyless one finds nothing (coalesce).
+    -- keyed look is made only when the keyless one finds nothing (coalesce), and only while
+    -- some queued run has a key (a deployment without keys pays one descent a claim for it).
     IF cardinality(visited_names) > 0 THEN
         -- An environment's credit is capped: it counts as served at least max_deficit less
         -- than the most-served active one (one descent of the turn index, from its end). One
@@ -386,17 +387,22 @@ BEGIN
                                   ELSE e.last_served_at END,
             drained = NOT v.queued
         FROM (SELECT g.name, g.taken, g.joined,
-                     g.full OR coalesce((SELECT r.id FROM {schema}.runs r
-                                         WHERE r.environment = g.name AND r.status = 'QUEUED'
-                                           AND r.concurrency_key IS NULL
-                                         ORDER BY r.environment, r.queue, r.queue_order, r.id
-                                         LIMIT 1),
-                                        (SELECT r.id FROM {schema}.runs r
-                                         WHERE r.environment = g.name AND r.status = 'QUEUED'
-                                           AND r.concurrency_key IS NOT NULL
-                                         ORDER BY r.environment, r.queue, r.concurrency_key,
-                                                  r.queue_order, r.id
-                                         LIMIT 1)) IS NOT NULL AS queued
+                     g.full OR coalesce(
+                         (SELECT r.id FROM {schema}.runs r
+                          WHERE r.environment = g.name AND r.status = 'QUEUED'
+                            AND r.concurrency_key IS NULL
+                          ORDER BY r.environment, r.queue, r.queue_order, r.id
+                          LIMIT 1),
+                         -- Only while some queued run has a key: one descent for the claim.
+                         CASE WHEN (SELECT true FROM {schema}.runs k
+                                    WHERE k.status = 'QUEUED' AND k.concurrency_key IS NOT NULL
+                                    LIMIT 1)
+                              THEN (SELECT r.id FROM {schema}.runs r
+                                    WHERE r.environment = g.name AND r.status = 'QUEUED'
+                                      AND r.concurrency_key IS NOT NULL
+                                    ORDER BY r.environment, r.queue, r.concurrency_key,
+                                             r.queue_order, r.id
+                                    LIMIT 1) END) IS NOT NULL AS queued
               FROM (SELECT x.name, sum(x.taken)::integer AS taken,
                            bool_and(x.taken >= x.share) AS full, x.name = ANY(joined) AS joined
                     FROM unnest(visited_names, visited_shares, visited_taken)

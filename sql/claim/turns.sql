@@ -39,37 +39,46 @@ AS $$
 $$;
 
 -- function: environments_with_work
--- The environments with QUEUED runs, by a loose index scan of the two queued indexes (a queued
--- run is in runs_queued_keyless_idx or in runs_queued_key_idx): each step descends both to the
--- next environment after the last found, and takes the lesser. Two descents per environment
--- with queued runs, never a scan of the runs. Its cost grows with those environments, so claims
--- make it only in a full scan (a worker's safety net once per poll interval) or when the
--- active environments could not fill them.
+-- The environments with QUEUED runs, by a loose index scan of each queued index (a queued run is
+-- in runs_queued_keyless_idx or in runs_queued_key_idx): one descent of an index per
+-- environment with queued runs there, never a scan of the runs; the two lists are merged. Each
+-- index is skipped through on its own, so the keyed one, which most environments have no entry
+-- in, costs what its environments cost (stepping both at once cost two descents for every
+-- environment). Its cost grows with the environments with work, so claims make it only in a
+-- full scan (a worker's safety net once per poll interval) or when the active environments
+-- could not fill them.
 CREATE OR REPLACE FUNCTION {schema}.environments_with_work()
 RETURNS TABLE (environment text)
 LANGUAGE sql
 STABLE
 AS $$
-    WITH RECURSIVE found(environment) AS (
-        SELECT least((SELECT r.environment FROM {schema}.runs r
-                      WHERE r.status = 'QUEUED' AND r.concurrency_key IS NULL
-                      ORDER BY r.environment LIMIT 1),
-                     (SELECT r.environment FROM {schema}.runs r
-                      WHERE r.status = 'QUEUED' AND r.concurrency_key IS NOT NULL
-                      ORDER BY r.environment LIMIT 1))
+    WITH RECURSIVE keyless(environment) AS (
+        (SELECT r.environment FROM {schema}.runs r
+         WHERE r.status = 'QUEUED' AND r.concurrency_key IS NULL
+         ORDER BY r.environment LIMIT 1)
         UNION ALL
-        SELECT least((SELECT r.environment FROM {schema}.runs r
-                      WHERE r.status = 'QUEUED' AND r.concurrency_key IS NULL
-                        AND r.environment > found.environment
-                      ORDER BY r.environment LIMIT 1),
-                     (SELECT r.environment FROM {schema}.runs r
-                      WHERE r.status = 'QUEUED' AND r.concurrency_key IS NOT NULL
-                        AND r.environment > found.environment
-                      ORDER BY r.environment LIMIT 1))
-        FROM found
-        WHERE found.environment IS NOT NULL
+        SELECT (SELECT r.environment FROM {schema}.runs r
+                WHERE r.status = 'QUEUED' AND r.concurrency_key IS NULL
+                  AND r.environment > k.environment
+                ORDER BY r.environment LIMIT 1)
+        FROM keyless k
+        WHERE k.environment IS NOT NULL
+    ), keyed(environment) AS (
+        (SELECT r.environment FROM {schema}.runs r
+         WHERE r.status = 'QUEUED' AND r.concurrency_key IS NOT NULL
+         ORDER BY r.environment LIMIT 1)
+        UNION ALL
+        SELECT (SELECT r.environment FROM {schema}.runs r
+                WHERE r.status = 'QUEUED' AND r.concurrency_key IS NOT NULL
+                  AND r.environment > k.environment
+                ORDER BY r.environment LIMIT 1)
+        FROM keyed k
+        WHERE k.environment IS NOT NULL
     )
-    SELECT found.environment FROM found WHERE found.environment IS NOT NULL;
+    SELECT k.environment FROM keyless k WHERE k.environment IS NOT NULL
+    UNION
+    SELECT k.environment FROM keyed k WHERE k.environment IS NOT NULL
+    ORDER BY 1;
 $$;
 
 -- function: mark_environments_active
