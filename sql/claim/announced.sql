@@ -64,19 +64,10 @@ BEGIN
         SET served = e.served + (SELECT count(*) FROM started),
             last_served_at = clock_timestamp(),
             drained = NOT ((SELECT count(*) FROM started) >= claim_limit
-                           OR coalesce((SELECT r.id FROM {schema}.runs r
-                                        WHERE r.environment = e.name AND r.status = 'QUEUED'
-                                          AND r.concurrency_key IS NULL
-                                          AND r.id NOT IN (SELECT s.id FROM started s)
-                                        ORDER BY r.environment, r.queue, r.queue_order, r.id
-                                        LIMIT 1),
-                                       (SELECT r.id FROM {schema}.runs r
-                                        WHERE r.environment = e.name AND r.status = 'QUEUED'
-                                          AND r.concurrency_key IS NOT NULL
-                                          AND r.id NOT IN (SELECT s.id FROM started s)
-                                        ORDER BY r.environment, r.queue, r.concurrency_key,
-                                                 r.queue_order, r.id
-                                        LIMIT 1)) IS NOT NULL)
+                           OR (SELECT q.id
+                               FROM {schema}.queued_run_of(
+                                   e.name, ARRAY(SELECT s.id FROM started s)) AS q)
+                              IS NOT NULL)
         WHERE e.name = environment_name AND EXISTS (SELECT 1 FROM started)
         RETURNING e.name
     )

@@ -354,15 +354,12 @@ BEGIN
 
     -- Charge each environment visited the service it got, and mark it drained when it has no
     -- QUEUED run left (the runs just started are EXECUTING by now). One that gave its whole
-    -- share at every visit stays active without looking: the look walks each queued index
-    -- (keyless runs, then keyed ones: a queued run is in one of the two) from the
-    -- environment's first entry, through every entry of a run claimed since the last vacuum. At worst an environment that just emptied stays active until a claim finds
-    -- nothing there. The look counts the runs of every task, not only the claimer's: an
-    -- environment whose runs this claimer does not serve stays active for the workers that do,
-    -- and is charged nothing. A scalar subquery keeps its ORDER BY (EXISTS would drop it), and
-    -- that order matches its queued index, so even a generic plan walks the index; the
-    -- keyed look is made only when the keyless one finds nothing (coalesce), and only while
-    -- some queued run has a key (a deployment without keys pays one descent a claim for it).
+    -- share at every visit stays active without looking: the look (queued_run_of,
+    -- sql/runs/queued.sql) walks the queued indexes from the environment's first entry,
+    -- through every entry of a run claimed since the last vacuum. At worst an environment that
+    -- just emptied stays active until a claim finds nothing there. The look counts the runs of
+    -- every task, not only the claimer's: an environment whose runs this claimer does not serve
+    -- stays active for the workers that do, and is charged nothing.
     IF cardinality(visited_names) > 0 THEN
         -- An environment's credit is capped: it counts as served at least max_deficit less
         -- than the most-served active one (one descent of the turn index, from its end). One
@@ -387,22 +384,9 @@ BEGIN
                                   ELSE e.last_served_at END,
             drained = NOT v.queued
         FROM (SELECT g.name, g.taken, g.joined,
-                     g.full OR coalesce(
-                         (SELECT r.id FROM {schema}.runs r
-                          WHERE r.environment = g.name AND r.status = 'QUEUED'
-                            AND r.concurrency_key IS NULL
-                          ORDER BY r.environment, r.queue, r.queue_order, r.id
-                          LIMIT 1),
-                         -- Only while some queued run has a key: one descent for the claim.
-                         CASE WHEN (SELECT true FROM {schema}.runs k
-                                    WHERE k.status = 'QUEUED' AND k.concurrency_key IS NOT NULL
-                                    LIMIT 1)
-                              THEN (SELECT r.id FROM {schema}.runs r
-                                    WHERE r.environment = g.name AND r.status = 'QUEUED'
-                                      AND r.concurrency_key IS NOT NULL
-                                    ORDER BY r.environment, r.queue, r.concurrency_key,
-                                             r.queue_order, r.id
-                                    LIMIT 1) END) IS NOT NULL AS queued
+                     g.full OR (SELECT q.id
+                                FROM {schema}.queued_run_of(g.name, ARRAY[]::bigint[]) AS q)
+                               IS NOT NULL AS queued
               FROM (SELECT x.name, sum(x.taken)::integer AS taken,
                            bool_and(x.taken >= x.share) AS full, x.name = ANY(joined) AS joined
                     FROM unnest(visited_names, visited_shares, visited_taken)

@@ -12,11 +12,11 @@
 -- rows each queue contributes are merged. `turn` is the environment's position in the arrays.
 -- A queue with queued runs that have a concurrency key is picked from by pick_from_keys
 -- (sql/claim/keys.sql): its limit applies per key, its total_limit across them, its keys
--- served round robin; the counts are the same slot holders, grouped by key too. A queue with a rate takes no more of a key's runs (its
--- keyless runs' too) than the key's bucket holds tokens (sql/claim/key_rates.sql). The
--- picked runs are locked (FOR UPDATE SKIP LOCKED) and still QUEUED: the claim starts them
--- later in one UPDATE (start_picked_runs), and no environment is picked from twice before
--- that (sql/claim/claim.sql).
+-- served round robin; the counts are the same slot holders, grouped by key too. A queue with a
+-- rate takes no more of a key's runs (its keyless runs' too) than the key's bucket holds
+-- tokens (sql/claim/key_rates.sql). The picked runs are locked (FOR UPDATE SKIP LOCKED) and
+-- still QUEUED: the claim starts them later in one UPDATE (start_picked_runs), and no
+-- environment is picked from twice before that (sql/claim/claim.sql).
 -- Slot holders are the runs holding (or owed) a slot: EXECUTING ones, and WAITING ones whose
 -- waitpoints completed, so that they resume ahead of fresh work. They are read by plain index
 -- scans (the claim turns bitmap scans off): those mark the entries of runs that ended dead as

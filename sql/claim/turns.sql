@@ -97,16 +97,8 @@ BEGIN
     WITH joining AS (
         SELECT j.name FROM {schema}.environments j
         WHERE j.name = ANY(candidate_names) AND j.drained
-          AND coalesce((SELECT r.id FROM {schema}.runs r
-                        WHERE r.environment = j.name AND r.status = 'QUEUED'
-                          AND r.concurrency_key IS NULL
-                        ORDER BY r.environment, r.queue, r.queue_order, r.id
-                        LIMIT 1),
-                       (SELECT r.id FROM {schema}.runs r
-                        WHERE r.environment = j.name AND r.status = 'QUEUED'
-                          AND r.concurrency_key IS NOT NULL
-                        ORDER BY r.environment, r.queue, r.concurrency_key, r.queue_order, r.id
-                        LIMIT 1)) IS NOT NULL
+          AND (SELECT q.id FROM {schema}.queued_run_of(j.name, ARRAY[]::bigint[]) AS q)
+              IS NOT NULL
         FOR UPDATE SKIP LOCKED
     )
     UPDATE {schema}.environments AS e

@@ -52,22 +52,8 @@ BEGIN
     SET drained = false
     FROM (SELECT x.name FROM {schema}.environments x
           WHERE x.drained
-            AND coalesce(
-                (SELECT r.id FROM {schema}.runs r
-                 WHERE r.environment = x.name AND r.status = 'QUEUED'
-                   AND r.concurrency_key IS NULL
-                 ORDER BY r.environment, r.queue, r.queue_order, r.id
-                 LIMIT 1),
-                -- Only while some queued run has a key: one descent for the sweep.
-                CASE WHEN (SELECT true FROM {schema}.runs k
-                           WHERE k.status = 'QUEUED' AND k.concurrency_key IS NOT NULL
-                           LIMIT 1)
-                     THEN (SELECT r.id FROM {schema}.runs r
-                           WHERE r.environment = x.name AND r.status = 'QUEUED'
-                             AND r.concurrency_key IS NOT NULL
-                           ORDER BY r.environment, r.queue, r.concurrency_key, r.queue_order,
-                                    r.id
-                           LIMIT 1) END) IS NOT NULL
+            AND (SELECT q.id FROM {schema}.queued_run_of(x.name, ARRAY[]::bigint[]) AS q)
+                IS NOT NULL
           FOR UPDATE SKIP LOCKED) AS stale
     WHERE e.name = stale.name;
     GET DIAGNOSTICS environments_fixed = ROW_COUNT;

@@ -74,6 +74,35 @@ AS $$
     LIMIT how_many;
 $$;
 
+-- function: queued_run_of
+-- A QUEUED run of environment `env` other than those in `passed` (runs a statement started but
+-- still sees queued), or NULL: whether the environment has work left, the look that decides
+-- its `drained` mark. The keyless index first, in its order (a scalar subquery keeps its ORDER
+-- BY where EXISTS would drop it, so even a generic plan walks the index from the
+-- environment's first entry); the keyed one only when that finds nothing, and only while some
+-- queued run has a key at all (one descent per statement: a deployment without keys pays
+-- that, not a descent per environment). One row, inlined into the caller.
+CREATE OR REPLACE FUNCTION {schema}.queued_run_of(env text, passed bigint[])
+RETURNS TABLE (id bigint)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT coalesce(
+        (SELECT r.id FROM {schema}.runs r
+         WHERE r.environment = env AND r.status = 'QUEUED' AND r.concurrency_key IS NULL
+           AND r.id <> ALL(passed)
+         ORDER BY r.environment, r.queue, r.queue_order, r.id
+         LIMIT 1),
+        CASE WHEN (SELECT true FROM {schema}.runs k
+                   WHERE k.status = 'QUEUED' AND k.concurrency_key IS NOT NULL
+                   LIMIT 1)
+             THEN (SELECT r.id FROM {schema}.runs r
+                   WHERE r.environment = env AND r.status = 'QUEUED'
+                     AND r.concurrency_key IS NOT NULL AND r.id <> ALL(passed)
+                   ORDER BY r.environment, r.queue, r.concurrency_key, r.queue_order, r.id
+                   LIMIT 1) END);
+$$;
+
 -- function: queued_run_count
 -- How many runs are QUEUED in environment `env`, in queue `queue_name` or (NULL, the default)
 -- in all its queues: the depth an autoscaler reads (README, Metrics). Counted on the two

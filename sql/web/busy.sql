@@ -4,8 +4,9 @@
 -- "Busy" is the runs an environment or queue holds right now: running (EXECUTING), queued and
 -- delayed. Those are counted from the partial indexes that hold only such runs (runs_held_idx,
 -- runs_queued_keyless_idx and runs_queued_key_idx, runs_delayed_queue_idx), one branch per
--- index so each branch matches its index's predicate: the cost follows the live runs, never the ended ones. Batch carriers (the reserved
--- `__batches__` queue) are fairlane's own work and neither counted nor listed.
+-- index so each branch matches its index's predicate: the cost follows the live runs, never
+-- the ended ones. Batch carriers (the reserved `__batches__` queue) are fairlane's own work
+-- and neither counted nor listed.
 
 -- name: busy_environments
 -- params: search text, name text, limit bigint, offset bigint
@@ -108,7 +109,8 @@ ORDER BY env.n, page.busy DESC, page.queue;
 -- claim order) that has waited longest among all its queues, shown or not. The queues holding
 -- QUEUED runs are found by skipping from one to the next within each environment
 -- (next_queued_queue: a descent of each queued index, none for an idle queue), then each one's
--- head is read (queue_head_runs). The batch carriers' queue is skipped through like any other and left out after.
+-- head is read (queue_head_runs). The batch carriers' queue is skipped through like any other
+-- and left out after.
 WITH RECURSIVE waiting AS (
     SELECT first.environment, first.queue
     FROM unnest(%(environments)s::text[]) AS env(name)

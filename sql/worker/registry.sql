@@ -55,8 +55,8 @@ ORDER BY live DESC, w.started_at, w.id;
 -- once the backlog has drained to it. `runs` counts what those heads hold. DELAYED runs are
 -- left out: promotion queues the due ones within a tick. The queues holding QUEUED runs are
 -- found by skipping from one to the next (`waiting`: next_queued_queue, a descent of each
--- queued index per such queue), so empty queues cost nothing: 100,000 queues, most of them idle, are not
--- 100,000 probes.
+-- queued index per such queue), so empty queues cost nothing: 100,000 queues, most of them
+-- idle, are not 100,000 probes.
 WITH RECURSIVE live AS MATERIALIZED (
     SELECT w.tasks, w.environments, w.queues FROM {schema}.serving_workers() AS w
 ), waiting AS (
