@@ -42,16 +42,24 @@ $$;
 -- time, the one start_picked_runs charges at); no bound without a rate. A function with a
 -- subquery is never inlined: a statement that asks it of many keys (ring_heads) reads the
 -- buckets itself, and one that asks it of every queue calls it only for a queue with a rate.
+-- In plpgsql, which keeps its plan for the session, where one in SQL was planned again at every
+-- claim that called it (sql/maintenance/settings.sql).
 CREATE OR REPLACE FUNCTION {schema}.key_rate_tokens(
     env_name text, queue_name text, the_key text, per_run_s double precision, burst integer)
 RETURNS integer
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 AS $$
-SELECT {schema}.rate_tokens(
-    CASE WHEN per_run_s IS NULL THEN NULL ELSE (
-        SELECT b.full_at FROM {schema}.rate_buckets b
+DECLARE
+    full_at timestamptz;
+BEGIN
+    IF per_run_s IS NOT NULL THEN
+        SELECT b.full_at INTO full_at FROM {schema}.rate_buckets b
         WHERE b.environment = env_name AND b.queue = queue_name
-          AND b.concurrency_key = the_key) END,
-    statement_timestamp(), per_run_s, burst);
+          AND b.concurrency_key = the_key;
+    END IF;
+    -- A plain expression of variables, in which rate_tokens is inlined (passed the subquery
+    -- itself, it was called: an argument with a subquery that the body reads twice is not).
+    RETURN {schema}.rate_tokens(full_at, statement_timestamp(), per_run_s, burst);
+END;
 $$;

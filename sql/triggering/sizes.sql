@@ -127,28 +127,33 @@ $$;
 -- runs, and those runs are what a limit counts): each status counted up to `size_limit` + 1,
 -- enough to decide any trigger. The queued runs are counted on the two queued indexes (a run is
 -- in runs_queued_keyless_idx or in runs_queued_key_idx, never both), the delayed ones on their
--- (environment, queue) index. A plain sql function, inlined into queue_sizes.
+-- (environment, queue) index. In plpgsql, which keeps its plans for the session: a function in
+-- SQL with subqueries is never inlined, and was planned again at every trigger that counted
+-- (sql/maintenance/settings.sql says what that cost).
 CREATE OR REPLACE FUNCTION {schema}.waiting_runs(env text, queue_name text, size_limit integer)
 RETURNS bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 AS $$
-    SELECT CASE WHEN queue_name IS NOT NULL THEN
-        (SELECT count(*) FROM (
-             SELECT 1 FROM {schema}.runs r
-             WHERE r.environment = env AND r.queue = queue_name AND r.status = 'QUEUED'
-               AND r.concurrency_key IS NULL
-             LIMIT size_limit + 1) AS keyless)
-        + (SELECT count(*) FROM (
-             SELECT 1 FROM {schema}.runs r
-             WHERE r.environment = env AND r.queue = queue_name AND r.status = 'QUEUED'
-               AND r.concurrency_key IS NOT NULL
-             LIMIT size_limit + 1) AS keyed)
-        + (SELECT count(*) FROM (
-             SELECT 1 FROM {schema}.runs r
-             WHERE r.environment = env AND r.queue = queue_name AND r.status = 'DELAYED'
-             LIMIT size_limit + 1) AS delayed)
-    ELSE
+BEGIN
+    IF queue_name IS NOT NULL THEN
+        RETURN
+            (SELECT count(*) FROM (
+                 SELECT 1 FROM {schema}.runs r
+                 WHERE r.environment = env AND r.queue = queue_name AND r.status = 'QUEUED'
+                   AND r.concurrency_key IS NULL
+                 LIMIT size_limit + 1) AS keyless)
+            + (SELECT count(*) FROM (
+                 SELECT 1 FROM {schema}.runs r
+                 WHERE r.environment = env AND r.queue = queue_name AND r.status = 'QUEUED'
+                   AND r.concurrency_key IS NOT NULL
+                 LIMIT size_limit + 1) AS keyed)
+            + (SELECT count(*) FROM (
+                 SELECT 1 FROM {schema}.runs r
+                 WHERE r.environment = env AND r.queue = queue_name AND r.status = 'DELAYED'
+                 LIMIT size_limit + 1) AS delayed);
+    END IF;
+    RETURN
         (SELECT count(*) FROM (
              SELECT 1 FROM {schema}.runs r
              WHERE r.environment = env AND r.status = 'QUEUED' AND r.queue <> '__batches__'
@@ -162,45 +167,48 @@ AS $$
         + (SELECT count(*) FROM (
              SELECT 1 FROM {schema}.runs r
              WHERE r.environment = env AND r.status = 'DELAYED' AND r.queue <> '__batches__'
-             LIMIT size_limit + 1) AS delayed)
-    END
+             LIMIT size_limit + 1) AS delayed);
+END;
 $$;
 
 -- function: held_runs
 -- The runs held (EXECUTING or WAITING) in queue `queue_name` of `env`, or with a NULL queue in
 -- all the environment's queues but __batches__, counted up to `up_to`: one range of
--- runs_held_idx (environment, status, queue) per status, which stops there. A plain sql
--- function, inlined into queue_sizes.
+-- runs_held_idx (environment, status, queue) per status, which stops there. In plpgsql, like
+-- waiting_runs.
 CREATE OR REPLACE FUNCTION {schema}.held_runs(env text, queue_name text, up_to bigint)
 RETURNS bigint
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 AS $$
-    SELECT CASE WHEN queue_name IS NOT NULL THEN
-        (SELECT count(*) FROM (
-             SELECT 1 FROM {schema}.runs r
-             WHERE r.environment = env AND r.status IN ('EXECUTING', 'WAITING')
-               AND r.queue = queue_name
-             LIMIT up_to) AS held)
-    ELSE
-        (SELECT count(*) FROM (
-             SELECT 1 FROM {schema}.runs r
-             WHERE r.environment = env AND r.status IN ('EXECUTING', 'WAITING')
-               AND r.queue <> '__batches__'
-             LIMIT up_to) AS held)
-    END
+BEGIN
+    IF queue_name IS NOT NULL THEN
+        RETURN (SELECT count(*) FROM (
+                    SELECT 1 FROM {schema}.runs r
+                    WHERE r.environment = env AND r.status IN ('EXECUTING', 'WAITING')
+                      AND r.queue = queue_name
+                    LIMIT up_to) AS held);
+    END IF;
+    RETURN (SELECT count(*) FROM (
+                SELECT 1 FROM {schema}.runs r
+                WHERE r.environment = env AND r.status IN ('EXECUTING', 'WAITING')
+                  AND r.queue <> '__batches__'
+                LIMIT up_to) AS held);
+END;
 $$;
 
 -- function: record_size_bounds
 -- After a call admitted its runs (`added[i]` into queue `queues[i]` of environment `envs[i]`),
 -- under the same size locks: each bound queue_sizes gave (`sizes`, its rows as a JSON array)
 -- plus the runs the call added under it is kept; a limit without one (its runs held did not
--- fit) has its old bound deleted. Rows in key order, like every lock of the call.
+-- fit) has its old bound deleted. Rows in key order, like every lock of the call. In plpgsql,
+-- like waiting_runs: every admitted trigger into a limited queue makes this call.
 CREATE OR REPLACE FUNCTION {schema}.record_size_bounds(
     sizes jsonb, envs text[], queues text[], added integer[])
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 AS $$
+BEGIN
     WITH targets AS (
         SELECT s.environment, s.scope, coalesce(s.queue, '') AS queue, s.bound,
                (SELECT coalesce(sum(a.runs), 0)
@@ -219,7 +227,8 @@ AS $$
     DELETE FROM {schema}.size_bounds AS b
     USING targets t
     WHERE t.bound IS NULL
-      AND b.environment = t.environment AND b.scope = t.scope AND b.queue = t.queue
+      AND b.environment = t.environment AND b.scope = t.scope AND b.queue = t.queue;
+END;
 $$;
 
 -- function: first_past_size_limit

@@ -1,0 +1,84 @@
+"""No hot path calls a function written in SQL that the planner does not inline.
+
+PostgreSQL before 18 plans a SQL function's body anew at every execution of the statement that
+calls it (only plpgsql keeps its plans for the session), which cost a one-run trigger about a
+tenth of a millisecond for one settings lookup. Inlined set-returning SQL functions are part of
+the caller's plan and are never called, so they do not show here.
+
+Every call is counted with track_functions = 'all' (pg_stat_xact_user_functions, the current
+transaction's calls), over the statements a worker and a producer run all day: triggers plain,
+with an idempotency key, debounced, with a concurrency key, into a size-limited queue and
+environment (counted, then within the bound kept), the claims (a full scan, the turn order, a
+pickup, a queue with a rate), completions, failures with a retry, and heartbeats.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from fairlane import Debounce, TriggerRequest
+from fairlane.limits import set_environment, set_queue
+from fairlane.triggering.api import trigger_many_async
+from fairlane.worker.lease_store import Completion, Failure, Lease, LeaseStore
+
+pytestmark = pytest.mark.anyio
+
+CALLED = """
+SELECT f.funcname, l.lanname, f.calls
+FROM pg_stat_xact_user_functions f
+JOIN pg_proc p ON p.oid = f.funcid
+JOIN pg_language l ON l.oid = p.prolang
+WHERE f.schemaname = 'fairlane'
+ORDER BY f.funcname
+"""
+
+
+async def hot_paths(conn: psycopg.AsyncConnection[Any]) -> dict[str, tuple[str, int]]:
+    store = LeaseStore("fairlane", lease_seconds=30, worker_id="hot")
+    await conn.execute("SET LOCAL track_functions = 'all'")
+    for _ in range(2):
+        await trigger_many_async(conn, [TriggerRequest("t", {"n": 1})])
+        await trigger_many_async(conn, [TriggerRequest("t", queue="limited") for _ in range(3)])
+        await trigger_many_async(conn, [TriggerRequest("t", environment="small")])
+        await trigger_many_async(conn, [TriggerRequest("t", idempotency_key="k")])
+        await trigger_many_async(conn, [TriggerRequest("t", debounce=Debounce("d", "1m"))])
+        await trigger_many_async(conn, [TriggerRequest("t", concurrency_key="c", queue="rated")])
+    claimed = await store.claim(conn, 3)
+    claimed += await store.claim(conn, 3, full_scan=False)
+    claimed += await store.claim(conn, 3, full_scan=False, announced=["default"])
+    claimed += await store.claim(conn, 20)
+    leases = [Lease(run.id, run.lease_token) for run in claimed]
+    await store.heartbeat(conn, leases)
+    await store.complete(conn, [Completion(lease, "null") for lease in leases[:3]])
+    await store.fail(
+        conn, [Failure(lease, '{"message": "no"}', "QUEUED", None) for lease in leases[3:]]
+    )
+    cur = await conn.execute(CALLED)
+    return {name: (language, calls) for name, language, calls in await cur.fetchall()}
+
+
+async def test_the_hot_paths_call_no_sql_function(dsn: str, db: psycopg.Connection[Any]) -> None:
+    set_queue(db, "default", "limited", size_limit=1000)
+    set_queue(db, "default", "rated", rate_limit=100)
+    set_environment(db, "small", size_limit=1000)
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        called = await hot_paths(conn)
+        await conn.rollback()
+    # Every path above ran: the plain and keyed triggers, the size checks counting and keeping
+    # bounds, the debounce, the pickup and the general claim, a rated queue's tokens.
+    exercised = {
+        "insert_runs",
+        "trigger_keyed_runs",
+        "join_debounced_run",
+        "waiting_runs",
+        "record_size_bounds",
+        "claim_announced",
+        "claim_round",
+        "key_rate_tokens",
+        "start_picked_runs",
+    }
+    assert exercised <= called.keys()
+    assert {name for name, (language, _calls) in called.items() if language == "sql"} == set()
