@@ -209,14 +209,22 @@ RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    -- The runs added under each bound, by grouping (check_queue_sizes says why not a join).
     WITH targets AS (
-        SELECT s.environment, s.scope, coalesce(s.queue, '') AS queue, s.bound,
-               (SELECT coalesce(sum(a.runs), 0)
-                FROM unnest(envs, queues, added) AS a(environment, queue, runs)
-                WHERE a.environment = s.environment
-                  AND (s.scope = 'environment' OR a.queue = s.queue)) AS runs
-        FROM jsonb_to_recordset(sizes)
-            AS s(environment text, queue text, scope text, bound bigint)
+        SELECT u.environment, u.scope, u.queue, max(u.bound) AS bound,
+               coalesce(sum(u.runs), 0) AS runs
+        FROM (SELECT s.environment, s.scope, coalesce(s.queue, '') AS queue, s.bound,
+                     true AS limited, NULL::integer AS runs
+              FROM jsonb_to_recordset(sizes)
+                  AS s(environment text, queue text, scope text, bound bigint)
+              UNION ALL
+              SELECT a.environment, 'queue', a.queue, NULL, false, a.runs
+              FROM unnest(envs, queues, added) AS a(environment, queue, runs)
+              UNION ALL
+              SELECT a.environment, 'environment', '', NULL, false, a.runs
+              FROM unnest(envs, queues, added) AS a(environment, queue, runs)) AS u
+        GROUP BY u.environment, u.scope, u.queue
+        HAVING bool_or(u.limited)
     ), kept AS (
         INSERT INTO {schema}.size_bounds AS b (environment, scope, queue, bound)
         SELECT t.environment, t.scope, t.queue, t.bound + t.runs
@@ -236,6 +244,9 @@ $$;
 -- to be added, one per request (`items[i]` into queue `queues[i]` of environment `envs[i]`),
 -- the first request in request order that would take a queue or its environment past its
 -- limit, with the limit it passes (a queue's before its environment's). No row: all fit.
+-- Each limit gathers the requests under it by grouping, in request order, and with room for n
+-- more the (n + 1)th of them is the first that does not fit (check_queue_sizes says why not a
+-- join).
 CREATE OR REPLACE FUNCTION {schema}.first_past_size_limit(
     sizes jsonb, envs text[], queues text[], items integer[])
 RETURNS TABLE (environment text, queue text, size_limit integer, scope text, size integer,
@@ -243,21 +254,30 @@ RETURNS TABLE (environment text, queue text, size_limit integer, scope text, siz
 LANGUAGE sql
 STABLE
 AS $$
-    SELECT s.environment, coalesce(s.queue, past.queue), s.size_limit, s.scope, s.size,
-           past.item
-    FROM jsonb_to_recordset(sizes)
-        AS s(environment text, queue text, scope text, size_limit integer, size integer)
-    CROSS JOIN LATERAL (
-        -- With room for n more, the (n + 1)th added run is the first that does not fit.
-        SELECT added.queue, added.item
-        FROM unnest(envs, queues, items) AS added(environment, queue, item)
-        WHERE added.environment = s.environment
-          AND (s.scope = 'environment' OR added.queue = s.queue)
-        ORDER BY added.item
-        OFFSET greatest(s.size_limit - s.size, 0)
-        LIMIT 1
-    ) AS past
-    ORDER BY past.item, s.scope DESC
+    SELECT g.environment, coalesce(g.queue, g.past_queue), g.size_limit, g.scope, g.size,
+           g.past_item
+    FROM (SELECT u.environment, u.scope, max(u.queue) AS queue, max(u.size_limit) AS size_limit,
+                 max(u.size) AS size,
+                 (array_agg(u.item ORDER BY u.item) FILTER (WHERE NOT u.limited))
+                     [greatest(max(u.size_limit) - max(u.size), 0) + 1] AS past_item,
+                 (array_agg(u.added_queue ORDER BY u.item) FILTER (WHERE NOT u.limited))
+                     [greatest(max(u.size_limit) - max(u.size), 0) + 1] AS past_queue
+          FROM (SELECT s.environment, s.scope, coalesce(s.queue, '') AS queue_key, s.queue,
+                       s.size_limit, s.size, true AS limited, NULL::integer AS item,
+                       NULL::text AS added_queue
+                FROM jsonb_to_recordset(sizes)
+                    AS s(environment text, queue text, scope text, size_limit integer,
+                         size integer)
+                UNION ALL
+                SELECT a.environment, 'queue', a.queue, NULL, NULL, NULL, false, a.item, a.queue
+                FROM unnest(envs, queues, items) AS a(environment, queue, item)
+                UNION ALL
+                SELECT a.environment, 'environment', '', NULL, NULL, NULL, false, a.item, a.queue
+                FROM unnest(envs, queues, items) AS a(environment, queue, item)) AS u
+          GROUP BY u.environment, u.scope, u.queue_key
+          HAVING bool_or(u.limited)) AS g
+    WHERE g.past_item IS NOT NULL
+    ORDER BY g.past_item, g.scope DESC
     LIMIT 1
 $$;
 
@@ -279,15 +299,26 @@ BEGIN
     END IF;
     -- A later statement than the locks: it sees what their previous holders committed.
     SELECT jsonb_agg(s) INTO sizes FROM {schema}.queue_sizes(envs, queues, adding) AS s;
+    -- Each limit meets the runs added under it by grouping, not by a join: joined, a call into
+    -- many limited queues of one environment compared every limit with every queue (a
+    -- thousand queues: a million comparisons, 90 ms).
     RETURN QUERY
-    SELECT s.environment, coalesce(s.queue, min(a.queue)), s.size_limit, s.scope, s.size
-    FROM jsonb_to_recordset(coalesce(sizes, '[]'))
-        AS s(environment text, queue text, scope text, size_limit integer, size integer)
-    JOIN unnest(envs, queues, adding) AS a(environment, queue, runs)
-      ON a.environment = s.environment AND (s.scope = 'environment' OR a.queue = s.queue)
-    GROUP BY s.environment, s.queue, s.size_limit, s.scope, s.size
-    HAVING s.size + sum(a.runs) > s.size_limit
-    ORDER BY s.scope DESC, s.environment, s.queue
+    SELECT u.environment,
+           CASE WHEN u.scope = 'queue' THEN u.queue_key ELSE min(u.added_queue) END,
+           max(u.size_limit), u.scope, max(u.size)
+    FROM (SELECT s.environment, s.scope, coalesce(s.queue, '') AS queue_key, s.size_limit,
+                 s.size, true AS limited, NULL::integer AS runs, NULL::text AS added_queue
+          FROM jsonb_to_recordset(coalesce(sizes, '[]'))
+              AS s(environment text, queue text, scope text, size_limit integer, size integer)
+          UNION ALL
+          SELECT a.environment, 'queue', a.queue, NULL, NULL, false, a.runs, a.queue
+          FROM unnest(envs, queues, adding) AS a(environment, queue, runs)
+          UNION ALL
+          SELECT a.environment, 'environment', '', NULL, NULL, false, a.runs, a.queue
+          FROM unnest(envs, queues, adding) AS a(environment, queue, runs)) AS u
+    GROUP BY u.environment, u.scope, u.queue_key
+    HAVING bool_or(u.limited) AND max(u.size) + sum(u.runs) > max(u.size_limit)
+    ORDER BY u.scope DESC, u.environment, u.queue_key
     LIMIT 1;
     IF NOT FOUND AND sizes IS NOT NULL THEN
         PERFORM {schema}.record_size_bounds(sizes, envs, queues, adding);
