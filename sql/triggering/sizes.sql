@@ -197,6 +197,34 @@ BEGIN
 END;
 $$;
 
+-- function: limits_and_additions
+-- The rows each limit of a call is decided on, to be grouped by (environment, scope,
+-- queue_key): the limits of `sizes` (queue_sizes' rows as a JSON array; `limited`), and each
+-- of `amounts[i]` (runs, or a request's number) added into queue `queues[i]` of environment
+-- `envs[i]` twice, under its queue and under its environment. Grouping, not a join: joined, a
+-- call into many limited queues of one environment compared every limit with every queue (a
+-- thousand queues: a million comparisons a statement). Inlined into its callers.
+CREATE OR REPLACE FUNCTION {schema}.limits_and_additions(
+    sizes jsonb, envs text[], queues text[], amounts integer[])
+RETURNS TABLE (environment text, scope text, queue_key text, limited boolean, queue text,
+               size_limit integer, size integer, bound bigint, amount integer,
+               added_queue text)
+LANGUAGE sql
+STABLE
+AS $$
+    SELECT s.environment, s.scope, coalesce(s.queue, ''), true, s.queue, s.size_limit, s.size,
+           s.bound, NULL::integer, NULL::text
+    FROM jsonb_to_recordset(coalesce(sizes, '[]'))
+        AS s(environment text, queue text, scope text, size_limit integer, size integer,
+             bound bigint)
+    UNION ALL
+    SELECT a.environment, 'queue', a.queue, false, NULL, NULL, NULL, NULL, a.amount, a.queue
+    FROM unnest(envs, queues, amounts) AS a(environment, queue, amount)
+    UNION ALL
+    SELECT a.environment, 'environment', '', false, NULL, NULL, NULL, NULL, a.amount, a.queue
+    FROM unnest(envs, queues, amounts) AS a(environment, queue, amount)
+$$;
+
 -- function: record_size_bounds
 -- After a call admitted its runs (`added[i]` into queue `queues[i]` of environment `envs[i]`),
 -- under the same size locks: each bound queue_sizes gave (`sizes`, its rows as a JSON array)
@@ -209,21 +237,12 @@ RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    -- The runs added under each bound, by grouping (check_queue_sizes says why not a join).
+    -- The runs added under each bound (limits_and_additions says why by grouping).
     WITH targets AS (
-        SELECT u.environment, u.scope, u.queue, max(u.bound) AS bound,
-               coalesce(sum(u.runs), 0) AS runs
-        FROM (SELECT s.environment, s.scope, coalesce(s.queue, '') AS queue, s.bound,
-                     true AS limited, NULL::integer AS runs
-              FROM jsonb_to_recordset(sizes)
-                  AS s(environment text, queue text, scope text, bound bigint)
-              UNION ALL
-              SELECT a.environment, 'queue', a.queue, NULL, false, a.runs
-              FROM unnest(envs, queues, added) AS a(environment, queue, runs)
-              UNION ALL
-              SELECT a.environment, 'environment', '', NULL, false, a.runs
-              FROM unnest(envs, queues, added) AS a(environment, queue, runs)) AS u
-        GROUP BY u.environment, u.scope, u.queue
+        SELECT u.environment, u.scope, u.queue_key AS queue, max(u.bound) AS bound,
+               coalesce(sum(u.amount), 0) AS runs
+        FROM {schema}.limits_and_additions(sizes, envs, queues, added) AS u
+        GROUP BY u.environment, u.scope, u.queue_key
         HAVING bool_or(u.limited)
     ), kept AS (
         INSERT INTO {schema}.size_bounds AS b (environment, scope, queue, bound)
@@ -244,9 +263,8 @@ $$;
 -- to be added, one per request (`items[i]` into queue `queues[i]` of environment `envs[i]`),
 -- the first request in request order that would take a queue or its environment past its
 -- limit, with the limit it passes (a queue's before its environment's). No row: all fit.
--- Each limit gathers the requests under it by grouping, in request order, and with room for n
--- more the (n + 1)th of them is the first that does not fit (check_queue_sizes says why not a
--- join).
+-- Each limit gathers the requests under it by grouping (limits_and_additions), in request
+-- order, and with room for n more the (n + 1)th of them is the first that does not fit.
 CREATE OR REPLACE FUNCTION {schema}.first_past_size_limit(
     sizes jsonb, envs text[], queues text[], items integer[])
 RETURNS TABLE (environment text, queue text, size_limit integer, scope text, size integer,
@@ -258,22 +276,11 @@ AS $$
            g.past_item
     FROM (SELECT u.environment, u.scope, max(u.queue) AS queue, max(u.size_limit) AS size_limit,
                  max(u.size) AS size,
-                 (array_agg(u.item ORDER BY u.item) FILTER (WHERE NOT u.limited))
+                 (array_agg(u.amount ORDER BY u.amount) FILTER (WHERE NOT u.limited))
                      [greatest(max(u.size_limit) - max(u.size), 0) + 1] AS past_item,
-                 (array_agg(u.added_queue ORDER BY u.item) FILTER (WHERE NOT u.limited))
+                 (array_agg(u.added_queue ORDER BY u.amount) FILTER (WHERE NOT u.limited))
                      [greatest(max(u.size_limit) - max(u.size), 0) + 1] AS past_queue
-          FROM (SELECT s.environment, s.scope, coalesce(s.queue, '') AS queue_key, s.queue,
-                       s.size_limit, s.size, true AS limited, NULL::integer AS item,
-                       NULL::text AS added_queue
-                FROM jsonb_to_recordset(sizes)
-                    AS s(environment text, queue text, scope text, size_limit integer,
-                         size integer)
-                UNION ALL
-                SELECT a.environment, 'queue', a.queue, NULL, NULL, NULL, false, a.item, a.queue
-                FROM unnest(envs, queues, items) AS a(environment, queue, item)
-                UNION ALL
-                SELECT a.environment, 'environment', '', NULL, NULL, NULL, false, a.item, a.queue
-                FROM unnest(envs, queues, items) AS a(environment, queue, item)) AS u
+          FROM {schema}.limits_and_additions(sizes, envs, queues, items) AS u
           GROUP BY u.environment, u.scope, u.queue_key
           HAVING bool_or(u.limited)) AS g
     WHERE g.past_item IS NOT NULL
@@ -299,25 +306,14 @@ BEGIN
     END IF;
     -- A later statement than the locks: it sees what their previous holders committed.
     SELECT jsonb_agg(s) INTO sizes FROM {schema}.queue_sizes(envs, queues, adding) AS s;
-    -- Each limit meets the runs added under it by grouping, not by a join: joined, a call into
-    -- many limited queues of one environment compared every limit with every queue (a
-    -- thousand queues: a million comparisons, 90 ms).
+    -- Each limit with the runs added under it (limits_and_additions says why by grouping).
     RETURN QUERY
     SELECT u.environment,
            CASE WHEN u.scope = 'queue' THEN u.queue_key ELSE min(u.added_queue) END,
            max(u.size_limit), u.scope, max(u.size)
-    FROM (SELECT s.environment, s.scope, coalesce(s.queue, '') AS queue_key, s.size_limit,
-                 s.size, true AS limited, NULL::integer AS runs, NULL::text AS added_queue
-          FROM jsonb_to_recordset(coalesce(sizes, '[]'))
-              AS s(environment text, queue text, scope text, size_limit integer, size integer)
-          UNION ALL
-          SELECT a.environment, 'queue', a.queue, NULL, NULL, false, a.runs, a.queue
-          FROM unnest(envs, queues, adding) AS a(environment, queue, runs)
-          UNION ALL
-          SELECT a.environment, 'environment', '', NULL, NULL, false, a.runs, a.queue
-          FROM unnest(envs, queues, adding) AS a(environment, queue, runs)) AS u
+    FROM {schema}.limits_and_additions(sizes, envs, queues, adding) AS u
     GROUP BY u.environment, u.scope, u.queue_key
-    HAVING bool_or(u.limited) AND max(u.size) + sum(u.runs) > max(u.size_limit)
+    HAVING bool_or(u.limited) AND max(u.size) + sum(u.amount) > max(u.size_limit)
     ORDER BY u.scope DESC, u.environment, u.queue_key
     LIMIT 1;
     IF NOT FOUND AND sizes IS NOT NULL THEN
