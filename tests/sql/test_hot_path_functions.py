@@ -2,14 +2,16 @@
 
 PostgreSQL before 18 plans a SQL function's body anew at every execution of the statement that
 calls it (only plpgsql keeps its plans for the session), which cost a one-run trigger about a
-tenth of a millisecond for one settings lookup. Inlined set-returning SQL functions are part of
+tenth of a millisecond for one settings lookup. A SQL function that would be inlined is not
+when an argument holds a subquery (`ARRAY(SELECT ...)`): the pickup's charge called
+queued_run_of so, and planned it at every pickup. Inlined set-returning SQL functions are part of
 the caller's plan and are never called, so they do not show here.
 
 Every call is counted with track_functions = 'all' (pg_stat_xact_user_functions, the current
 transaction's calls), over the statements a worker and a producer run all day: triggers plain,
 with an idempotency key, debounced, with a concurrency key, into a size-limited queue and
 environment (counted, then within the bound kept), the claims (a full scan, the turn order, a
-pickup, a queue with a rate), completions, failures with a retry, and heartbeats.
+pickup on an idle system that asks for more than it finds, a queue with a rate), completions, failures with a retry, and heartbeats.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ ORDER BY f.funcname
 async def hot_paths(conn: psycopg.AsyncConnection[Any]) -> dict[str, tuple[str, int]]:
     store = LeaseStore("fairlane", lease_seconds=30, worker_id="hot")
     await conn.execute("SET LOCAL track_functions = 'all'")
+    # The pickup first, while no environment is active: one run, a claim of more, so that its
+    # charge looks for another queued run.
+    await trigger_many_async(conn, [TriggerRequest("t", environment="idle")])
+    claimed = await store.claim(conn, 3, full_scan=False, announced=["idle"])
+    assert len(claimed) == 1
     for _ in range(2):
         await trigger_many_async(conn, [TriggerRequest("t", {"n": 1})])
         await trigger_many_async(conn, [TriggerRequest("t", queue="limited") for _ in range(3)])
@@ -46,7 +53,7 @@ async def hot_paths(conn: psycopg.AsyncConnection[Any]) -> dict[str, tuple[str, 
         await trigger_many_async(conn, [TriggerRequest("t", idempotency_key="k")])
         await trigger_many_async(conn, [TriggerRequest("t", debounce=Debounce("d", "1m"))])
         await trigger_many_async(conn, [TriggerRequest("t", concurrency_key="c", queue="rated")])
-    claimed = await store.claim(conn, 3)
+    claimed += await store.claim(conn, 3)
     claimed += await store.claim(conn, 3, full_scan=False)
     claimed += await store.claim(conn, 3, full_scan=False, announced=["default"])
     claimed += await store.claim(conn, 20)
