@@ -11,7 +11,8 @@ Every call is counted with track_functions = 'all' (pg_stat_xact_user_functions,
 transaction's calls), over the statements a worker and a producer run all day: triggers plain,
 with an idempotency key, debounced, with a concurrency key, into a size-limited queue and
 environment (counted, then within the bound kept), the claims (a full scan, the turn order, a
-pickup on an idle system that asks for more than it finds, a queue with a rate), completions, failures with a retry, and heartbeats.
+pickup on an idle system that asks for more than it finds, a queue with a rate), completions,
+failures with a retry, and heartbeats.
 """
 
 from __future__ import annotations
