@@ -32,12 +32,15 @@ END;
 $$;
 
 -- function: return_rate_tokens
--- Hand back tokens a claim was granted but found no runs for.
+-- Hand back tokens a claim was granted but found no runs for. plpgsql, as every function a
+-- claim calls: a SQL function that is not inlined is planned anew at every call.
 CREATE OR REPLACE FUNCTION {schema}.return_rate_tokens(unused integer)
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 AS $$
-UPDATE {schema}.scheduler
-SET rate_tokens = least(coalesce(rate_burst, rate_limit_per_s), rate_tokens + unused)
-WHERE id = 1 AND rate_limit_per_s IS NOT NULL AND unused > 0;
+BEGIN
+    UPDATE {schema}.scheduler
+    SET rate_tokens = least(coalesce(rate_burst, rate_limit_per_s), rate_tokens + unused)
+    WHERE id = 1 AND rate_limit_per_s IS NOT NULL AND unused > 0;
+END;
 $$;

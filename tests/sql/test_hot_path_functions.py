@@ -11,8 +11,8 @@ Every call is counted with track_functions = 'all' (pg_stat_xact_user_functions,
 transaction's calls), over the statements a worker and a producer run all day: triggers plain,
 with an idempotency key, debounced, with a concurrency key, into a size-limited queue and
 environment (counted, then within the bound kept), the claims (a full scan, the turn order, a
-pickup on an idle system that asks for more than it finds, a queue with a rate), completions,
-failures with a retry, and heartbeats.
+pickup on an idle system that asks for more than it finds, a queue with a rate, the global rate
+and concurrency caps), completions, failures with a retry, and heartbeats.
 """
 
 from __future__ import annotations
@@ -58,6 +58,15 @@ async def hot_paths(conn: psycopg.AsyncConnection[Any]) -> dict[str, tuple[str, 
     claimed += await store.claim(conn, 3, full_scan=False)
     claimed += await store.claim(conn, 3, full_scan=False, announced=["default"])
     claimed += await store.claim(conn, 20)
+    # The global caps: a rate's tokens taken and the unused ones handed back, the running count.
+    await conn.execute(
+        "UPDATE fairlane.scheduler SET rate_limit_per_s = 1000, global_concurrency_limit = 1000"
+    )
+    await trigger_many_async(conn, [TriggerRequest("t")])
+    claimed += await store.claim(conn, 5)
+    await conn.execute(
+        "UPDATE fairlane.scheduler SET rate_limit_per_s = NULL, global_concurrency_limit = NULL"
+    )
     leases = [Lease(run.id, run.lease_token) for run in claimed]
     await store.heartbeat(conn, leases)
     await store.complete(conn, [Completion(lease, "null") for lease in leases[:3]])
@@ -86,6 +95,8 @@ async def test_the_hot_paths_call_no_sql_function(dsn: str, db: psycopg.Connecti
         "claim_announced",
         "claim_round",
         "key_rate_tokens",
+        "take_rate_tokens",
+        "return_rate_tokens",
         "start_picked_runs",
     }
     assert exercised <= called.keys()
