@@ -137,30 +137,40 @@ $$;
 -- resume_ready so that its claim counts no attempt, and its environment announced on the runs
 -- channel: any worker claims it and replays its handler (sql/waitpoints/steps.sql). Its
 -- queue_order is the one it was first queued with, ahead of work queued since. Returns how
--- many.
+-- many. plpgsql, which keeps its plan: every completion that wakes a waiting run calls it. The
+-- plan is made once per session, whoever calls first (the sweeper's repair, with sequential
+-- scans allowed, on a table of a few runs): it finds the runs by primary key all the same.
 CREATE OR REPLACE FUNCTION {schema}.mark_runs_ready(locked bigint[])
 RETURNS integer
-LANGUAGE sql
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $$
-WITH ready AS (
-    UPDATE {schema}.runs AS r
-    SET resume_ready = true,
-        status = CASE WHEN r.lease_token IS NULL THEN 'QUEUED' ELSE r.status END
-    WHERE r.id = ANY(locked)
-      AND r.status = 'WAITING'
-      AND NOT r.resume_ready
-      AND NOT EXISTS (
-          SELECT 1
-          FROM {schema}.run_waitpoints AS edge
-          JOIN {schema}.waitpoints AS w ON w.id = edge.waitpoint_id
-          WHERE edge.run_id = r.id AND edge.attempt = r.wait_attempt AND w.status = 'PENDING')
-    RETURNING r.id, r.environment, r.status
-), held AS (
-    SELECT count(pg_notify({resume_channel}, ready.id::text)) AS n
-    FROM ready WHERE ready.status = 'WAITING'
-), woken AS (
-    SELECT count(pg_notify({channel}, envs.environment)) AS n
-    FROM (SELECT DISTINCT ready.environment FROM ready WHERE ready.status = 'QUEUED') AS envs
-)
-SELECT (SELECT count(*) FROM ready)::integer FROM held, woken WHERE held.n + woken.n >= 0;
+DECLARE
+    marked integer;
+BEGIN
+    WITH ready AS (
+        UPDATE {schema}.runs AS r
+        SET resume_ready = true,
+            status = CASE WHEN r.lease_token IS NULL THEN 'QUEUED' ELSE r.status END
+        WHERE r.id = ANY(locked)
+          AND r.status = 'WAITING'
+          AND NOT r.resume_ready
+          AND NOT EXISTS (
+              SELECT 1
+              FROM {schema}.run_waitpoints AS edge
+              JOIN {schema}.waitpoints AS w ON w.id = edge.waitpoint_id
+              WHERE edge.run_id = r.id AND edge.attempt = r.wait_attempt AND w.status = 'PENDING')
+        RETURNING r.id, r.environment, r.status
+    ), held AS (
+        SELECT count(pg_notify({resume_channel}, ready.id::text)) AS n
+        FROM ready WHERE ready.status = 'WAITING'
+    ), woken AS (
+        SELECT count(pg_notify({channel}, envs.environment)) AS n
+        FROM (SELECT DISTINCT ready.environment FROM ready WHERE ready.status = 'QUEUED') AS envs
+    )
+    SELECT (SELECT count(*) FROM ready)::integer INTO marked
+    FROM held, woken WHERE held.n + woken.n >= 0;
+    RETURN marked;
+END;
 $$;

@@ -39,6 +39,29 @@ ORDER BY f.funcname
 """
 
 
+# A run WAITING on a child run's waitpoint, as a handler's trigger-and-wait leaves it, and the
+# child, queued; returns the child's id.
+PARENT_AND_CHILD = """
+WITH parent AS (
+    INSERT INTO fairlane.runs (task, payload, status, attempts, wait_attempt)
+    VALUES ('parent', 'null', 'WAITING', 1, 1)
+    RETURNING id
+), child AS (
+    INSERT INTO fairlane.runs (task, payload, status, parent_run_id, has_waiters)
+    SELECT 't', 'null', 'QUEUED', parent.id, true FROM parent
+    RETURNING id
+), waitpoint AS (
+    INSERT INTO fairlane.waitpoints (kind, run_id, environment)
+    SELECT 'RUN', child.id, 'default' FROM child
+    RETURNING id
+), edge AS (
+    INSERT INTO fairlane.run_waitpoints (run_id, attempt, position, item, waitpoint_id)
+    SELECT parent.id, 1, 0, 0, waitpoint.id FROM parent, waitpoint
+)
+SELECT id FROM child
+"""
+
+
 async def hot_paths(conn: psycopg.AsyncConnection[Any]) -> dict[str, tuple[str, int]]:
     store = LeaseStore("fairlane", lease_seconds=30, worker_id="hot")
     await conn.execute("SET LOCAL track_functions = 'all'")
@@ -67,11 +90,21 @@ async def hot_paths(conn: psycopg.AsyncConnection[Any]) -> dict[str, tuple[str, 
     await conn.execute(
         "UPDATE fairlane.scheduler SET rate_limit_per_s = NULL, global_concurrency_limit = NULL"
     )
+    # A parent waiting on a child: the child's completion wakes it (durable execution's path).
+    cur = await conn.execute(PARENT_AND_CHILD)
+    child = await cur.fetchone()
+    assert child is not None
+    claimed_child = [run for run in await store.claim(conn, 50) if run.id == child[0]]
+    assert len(claimed_child) == 1
+    claimed += claimed_child
     leases = [Lease(run.id, run.lease_token) for run in claimed]
     await store.heartbeat(conn, leases)
     await store.complete(conn, [Completion(lease, "null") for lease in leases[:3]])
+    await store.complete(conn, [Completion(leases[-1], "null")])
+    cur = await conn.execute("SELECT resume_ready FROM fairlane.runs WHERE task = 'parent'")
+    assert await cur.fetchone() == (True,)
     await store.fail(
-        conn, [Failure(lease, '{"message": "no"}', "QUEUED", None) for lease in leases[3:]]
+        conn, [Failure(lease, '{"message": "no"}', "QUEUED", None) for lease in leases[3:-1]]
     )
     cur = await conn.execute(CALLED)
     return {name: (language, calls) for name, language, calls in await cur.fetchall()}
@@ -97,6 +130,7 @@ async def test_the_hot_paths_call_no_sql_function(dsn: str, db: psycopg.Connecti
         "key_rate_tokens",
         "take_rate_tokens",
         "return_rate_tokens",
+        "wake_waiting_runs",
         "start_picked_runs",
     }
     assert exercised <= called.keys()
