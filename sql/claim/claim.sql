@@ -40,7 +40,7 @@
 -- It serves the active environments (environments.drained false) in turn order, reading them
 -- from environments_turn_idx a page at a time (claim_turns, sql/claim/turns.sql), so a claim
 -- reads the environments it serves and the next few, however many tenants have work.
--- `full_scan` first looks for environments that gained work (joining_environments);
+-- `full_scan` first looks for environments that gained work (environments_with_work);
 -- `announced_environments` looks only at the ones named (those notifications named: one of
 -- them, while no environment is active, is the pickup, claimed in one statement by
 -- claim_announced, sql/claim/announced.sql); without
@@ -173,7 +173,7 @@ BEGIN
 
     -- Environments that gained work join the turn order first, level with the least served.
     IF remaining > 0 AND full_scan THEN
-        found := ARRAY(SELECT w.environment FROM {schema}.joining_environments() AS w
+        found := ARRAY(SELECT w.environment FROM {schema}.environments_with_work() AS w
                        WHERE only_environments IS NULL OR w.environment = ANY(only_environments));
         PERFORM {schema}.mark_environments_active(found);
     END IF;
@@ -262,7 +262,7 @@ BEGIN
                 -- The active environments could not fill the claim: look for others, once.
                 -- They were drained, so this claim has not visited them.
                 looked := true;
-                found := ARRAY(SELECT w.environment FROM {schema}.joining_environments() AS w
+                found := ARRAY(SELECT w.environment FROM {schema}.environments_with_work() AS w
                                WHERE only_environments IS NULL
                                   OR w.environment = ANY(only_environments));
                 SELECT array_agg(j.name ORDER BY j.served, j.name) INTO page_names

@@ -44,8 +44,9 @@ $$;
 -- environment with queued runs there, never a scan of the runs; the two lists are merged. Each
 -- index is skipped through on its own, so the keyed one, which most environments have no entry
 -- in, costs what its environments cost (stepping both at once cost two descents for every
--- environment). Its cost grows with the environments with work: a claim reads it only
--- through joining_environments, and only when the drained environments are more.
+-- environment). Its cost grows with the environments with work, so claims make it only in a
+-- full scan (a worker's safety net once per poll interval) or when the active environments
+-- could not fill them.
 CREATE OR REPLACE FUNCTION {schema}.environments_with_work()
 RETURNS TABLE (environment text)
 LANGUAGE sql
@@ -78,39 +79,6 @@ AS $$
     UNION
     SELECT k.environment FROM keyed k WHERE k.environment IS NOT NULL
     ORDER BY 1;
-$$;
-
--- function: joining_environments
--- The drained environments with QUEUED runs: those a claim's full scan lets join the turn
--- order (mark_environments_active). Two ways to find them, whichever reads less: while at most
--- `walk_limit` environments are drained, each of them is looked at (environments_drained_idx,
--- then the look of queued_run_of); past that, the loose scan of the queued runs
--- (environments_with_work), whose cost follows the environments with work, keeps the drained
--- ones. The first is the busy system's case: thousands of tenants with work, all of them
--- active, so a scan read every one of them to find none. The second is the platform whose
--- tenants are mostly idle. Counting to past `walk_limit` reads that many entries of the index.
-CREATE OR REPLACE FUNCTION {schema}.joining_environments(walk_limit integer DEFAULT 10000)
-RETURNS TABLE (environment text)
-LANGUAGE plpgsql
-STABLE
-AS $$
-BEGIN
-    IF (SELECT count(*) FROM (SELECT 1 FROM {schema}.environments d WHERE d.drained
-                              LIMIT walk_limit + 1) AS drained) <= walk_limit THEN
-        RETURN QUERY
-        SELECT e.name FROM {schema}.environments e
-        WHERE e.drained
-          AND (SELECT q.id FROM {schema}.queued_run_of(e.name, ARRAY[]::bigint[]) AS q)
-              IS NOT NULL
-        ORDER BY e.name;
-    ELSE
-        RETURN QUERY
-        SELECT w.environment FROM {schema}.environments_with_work() AS w
-        WHERE EXISTS (SELECT 1 FROM {schema}.environments e
-                      WHERE e.name = w.environment AND e.drained)
-        ORDER BY w.environment;
-    END IF;
-END;
 $$;
 
 -- function: mark_environments_active

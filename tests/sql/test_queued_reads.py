@@ -1,5 +1,4 @@
-"""The reads of every queued run of a queue or environment, over the two queued indexes, and
-the look for drained environments with queued runs.
+"""The reads of every queued run of a queue or environment, over the two queued indexes.
 
 A QUEUED run is in runs_queued_keyless_idx or in runs_queued_key_idx, never both (revision
 0031), so each statement that wants all of them reads both. These properties compare each with
@@ -170,26 +169,3 @@ def test_drained_environments_with_queued_runs_rejoin(
         # The sweeper first queues again the EXECUTING runs without a lease (these all are).
         active = "SELECT name FROM fairlane.environments WHERE NOT drained ORDER BY 1"
         assert column(db, active) == column(db, queued_environments)
-
-
-@PROPERTY
-@given(runs=runs_strategy, drained=st.sets(st.sampled_from(ENVIRONMENTS)))
-def test_the_environments_a_full_scan_lets_join(
-    db: psycopg.Connection[Any], runs: list[Run], drained: set[str]
-) -> None:
-    """joining_environments finds the drained environments with queued runs, whether it walks
-    the drained ones (at most `walk_limit` of them) or the queued runs' loose scan."""
-    with db.transaction(force_rollback=True):
-        fill(db, runs)
-        db.execute(
-            "UPDATE fairlane.environments SET drained = (name = ANY(%s))", (sorted(drained),)
-        )
-        expected = column(
-            db,
-            "SELECT DISTINCT r.environment FROM fairlane.runs r"
-            " JOIN fairlane.environments e ON e.name = r.environment"
-            " WHERE r.status = 'QUEUED' AND e.drained ORDER BY 1",
-        )
-        for walk_limit in (0, 1, 2, 3, 10_000):
-            found = column(db, "SELECT * FROM fairlane.joining_environments(%s)", walk_limit)
-            assert found == expected, walk_limit

@@ -261,9 +261,6 @@ def _environments(metadata: MetaData) -> Table:
             "name",
             postgresql_where=text("(NOT drained) AND (NOT paused)"),
         ),
-        # The drained environments, which a claim's full scan walks while they are few
-        # (joining_environments, sql/claim/turns.sql).
-        Index("environments_drained_idx", "name", postgresql_where=text("drained")),
     )
 
 
